@@ -1,0 +1,40 @@
+// ManagerOptions: every knob of orbitkv-cache-manager, declared once with its
+// default. src/server/flags.cc turns command-line flags into these (and prints
+// the defaults in --help); the Manager library takes them as they are.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "orbitkv/status.h"
+
+namespace orbitkv {
+
+enum class SsdBackend { kAuto, kUring, kCufile };
+enum class SsdReadPath { kUring, kCufile };
+
+std::string_view SsdBackendName(SsdBackend b);
+std::string_view SsdReadPathName(SsdReadPath p);
+
+struct ManagerOptions {
+  // DRAM tier.
+  uint64_t pool_size = 4ull * 1000 * 1000 * 1000;  // --pool-size 4gb
+  // SSD tier. SSD caching is off when ssd_cache_path is empty.
+  std::string ssd_cache_path;                                 // --ssd-cache-path
+  uint64_t ssd_cache_capacity = 512ull * 1000 * 1000 * 1000;  // --ssd-cache-capacity 512gb
+  SsdBackend ssd_backend = SsdBackend::kAuto;                 // --ssd-backend
+  std::optional<SsdReadPath> ssd_read_path;                   // --ssd-read-path (unset)
+  uint32_t ssd_shards = 4;                                    // --ssd-shards
+  uint32_t ssd_queue_depth = 64;  // --ssd-queue-depth (per io_uring worker)
+  uint32_t ssd_io_workers = 2;    // --ssd-io-workers
+  // Service.
+  std::string socket_path;         // --socket (default: $XDG_RUNTIME_DIR or /tmp, per user)
+  uint16_t metrics_port = 9464;    // --metrics-port; 0 disables /metrics
+  std::string log_level = "info";  // --log-level
+
+  // Checks cross-field rules (capacity vs shards, ...). The error names the flag.
+  Status Validate() const;
+};
+
+}  // namespace orbitkv

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs the Debian packages OrbitKV builds and tests with. Idempotent: a
+# package already installed is left alone, and apt runs only when one is missing.
+set -euo pipefail
+packages=(
+  build-essential cmake ninja-build pkg-config clang clang-format libclang-rt-14-dev
+  liburing-dev                    # io_uring engine
+  libgtest-dev libgmock-dev       # unit tests
+  libbenchmark-dev                # micro-benchmarks
+  libcli11-dev                    # flags
+  zlib1g-dev                      # crc32 of headers
+  libspdlog-dev libfmt-dev        # logs
+  nlohmann-json3-dev              # configs, reports
+  libflatbuffers-dev flatbuffers-compiler  # engine protocol schema + verifier
+  libcpp-httplib-dev              # /metrics HTTP endpoint
+  pybind11-dev python3-pybind11 python3-dev python3-pytest python3-numpy  # Python module
+  fio                             # disk ceiling in benchmarks
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  [[ $(id -u) -eq 0 ]] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "setup: all packages present"
+fi

@@ -1,0 +1,130 @@
+#include "server/flags.h"
+
+#include <CLI/CLI.hpp>
+
+#include "orbitkv/units.h"
+
+namespace orbitkv {
+
+std::string_view SsdBackendName(SsdBackend b) {
+  switch (b) {
+    case SsdBackend::kAuto:
+      return "auto";
+    case SsdBackend::kUring:
+      return "uring";
+    case SsdBackend::kCufile:
+      return "cufile";
+  }
+  return "?";
+}
+
+std::string_view SsdReadPathName(SsdReadPath p) {
+  return p == SsdReadPath::kUring ? "uring" : "cufile";
+}
+
+Status ManagerOptions::Validate() const {
+  if (pool_size < (1u << 20)) return Status::InvalidArgument("--pool-size must be at least 1mib");
+  if (!ssd_cache_path.empty()) {
+    if (ssd_shards == 0 || ssd_shards > 256) {
+      return Status::InvalidArgument("--ssd-shards must be between 1 and 256");
+    }
+    if (ssd_cache_capacity / ssd_shards < (1u << 20)) {
+      return Status::InvalidArgument("--ssd-cache-capacity must give every shard at least 1mib");
+    }
+  }
+  if (ssd_queue_depth == 0 || ssd_queue_depth > 4096) {
+    return Status::InvalidArgument("--ssd-queue-depth must be between 1 and 4096");
+  }
+  if (ssd_io_workers == 0 || ssd_io_workers > 64) {
+    return Status::InvalidArgument("--ssd-io-workers must be between 1 and 64");
+  }
+  return Status::OK();
+}
+
+Result<ParsedFlags> ParseFlags(int argc, const char* const* argv, std::string* out) {
+  ParsedFlags parsed;
+  ManagerOptions& o = parsed.options;
+  CLI::App app{
+      "orbitkv-cache-manager: keeps engines' KV blocks in pinned DRAM and an SSD cache "
+      "and restores them into engine pages on demand."};
+  app.set_version_flag("--version", "orbitkv-cache-manager 0.1.0");
+  std::string pool = "4gb", capacity = "512gb", backend = "auto", read_path;
+  app.add_option("--pool-size", pool, "Pinned DRAM pool size (e.g. 8gb, 512mib)")
+      ->capture_default_str();
+  app.add_option("--ssd-cache-path", o.ssd_cache_path,
+                 "SSD cache file; shards are PATH, PATH.1, ... SSD caching is off without it")
+      ->capture_default_str();
+  app.add_option("--ssd-cache-capacity", capacity,
+                 "SSD cache capacity over all shards; choose what fits the file system")
+      ->capture_default_str();
+  app.add_option("--ssd-backend", backend,
+                 "auto|uring|cufile: auto tries native cuFile and uses io_uring when unavailable")
+      ->capture_default_str();
+  app.add_option("--ssd-read-path", read_path,
+                 "uring|cufile: force the SSD demand-read route (default: unset, by capability)")
+      ->default_str("unset");
+  app.add_option("--ssd-shards", o.ssd_shards, "Number of SSD shard files")->capture_default_str();
+  app.add_option("--ssd-queue-depth", o.ssd_queue_depth, "io_uring queue depth per I/O worker")
+      ->capture_default_str();
+  app.add_option("--ssd-io-workers", o.ssd_io_workers,
+                 "io_uring workers (one ring each) for SSD reads and writeback")
+      ->capture_default_str();
+  app.add_option("--socket", o.socket_path,
+                 "Engine protocol Unix socket (default: $XDG_RUNTIME_DIR/orbitkv.sock or "
+                 "/tmp/orbitkv-$UID.sock)")
+      ->default_str("per user");
+  app.add_option("--metrics-port", o.metrics_port, "Prometheus /metrics on 127.0.0.1; 0 = off")
+      ->capture_default_str();
+  app.add_option("--log-level", o.log_level, "trace|debug|info|warn|error")->capture_default_str();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    if (out) *out = app.help();
+    parsed.exit_now = true;
+    return parsed;
+  } catch (const CLI::CallForVersion&) {
+    if (out) *out = app.version() + "\n";
+    parsed.exit_now = true;
+    return parsed;
+  } catch (const CLI::ParseError& e) {
+    std::string msg = e.what();
+    // CLI11 messages name the option for conversion errors; keep them on one line.
+    for (char& c : msg) {
+      if (c == '\n') c = ' ';
+    }
+    return Status::InvalidArgument(msg);
+  }
+
+  auto size_flag = [](const char* flag, const std::string& v, uint64_t* dst) -> Status {
+    Result<uint64_t> r = ParseByteSize(v);
+    if (!r.ok())
+      return Status::InvalidArgument(std::string(flag) + ": " + std::string(r.status().message()));
+    *dst = *r;
+    return Status::OK();
+  };
+  ORBITKV_RETURN_IF_ERROR(size_flag("--pool-size", pool, &o.pool_size));
+  ORBITKV_RETURN_IF_ERROR(size_flag("--ssd-cache-capacity", capacity, &o.ssd_cache_capacity));
+  if (backend == "auto")
+    o.ssd_backend = SsdBackend::kAuto;
+  else if (backend == "uring")
+    o.ssd_backend = SsdBackend::kUring;
+  else if (backend == "cufile")
+    o.ssd_backend = SsdBackend::kCufile;
+  else
+    return Status::InvalidArgument("--ssd-backend: '" + backend +
+                                   "' is not one of auto, uring, cufile");
+  if (read_path.empty())
+    o.ssd_read_path.reset();
+  else if (read_path == "uring")
+    o.ssd_read_path = SsdReadPath::kUring;
+  else if (read_path == "cufile")
+    o.ssd_read_path = SsdReadPath::kCufile;
+  else
+    return Status::InvalidArgument("--ssd-read-path: '" + read_path +
+                                   "' is not one of uring, cufile");
+  ORBITKV_RETURN_IF_ERROR(o.Validate());
+  return parsed;
+}
+
+}  // namespace orbitkv

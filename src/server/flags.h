@@ -1,0 +1,21 @@
+// Command-line flags of orbitkv-cache-manager (CLI11). ParseFlags fills
+// ManagerOptions; a bad value yields one error line that names the flag.
+// --help prints every flag with its default.
+#pragma once
+
+#include <string>
+
+#include "orbitkv/options.h"
+#include "orbitkv/status.h"
+
+namespace orbitkv {
+
+struct ParsedFlags {
+  ManagerOptions options;
+  bool exit_now = false;  // --help or --version was printed
+};
+
+// `out` receives --help text. Never throws.
+Result<ParsedFlags> ParseFlags(int argc, const char* const* argv, std::string* out);
+
+}  // namespace orbitkv

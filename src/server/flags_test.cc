@@ -1,0 +1,76 @@
+#include "server/flags.h"
+
+#include <gtest/gtest.h>
+
+namespace orbitkv {
+namespace {
+
+Result<ParsedFlags> Parse(std::vector<const char*> args, std::string* out = nullptr) {
+  args.insert(args.begin(), "orbitkv-cache-manager");
+  return ParseFlags(static_cast<int>(args.size()), args.data(), out);
+}
+
+TEST(Flags, DefaultsMatchTheSpec) {
+  auto p = Parse({});
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->options.ssd_backend, SsdBackend::kAuto);
+  EXPECT_FALSE(p->options.ssd_read_path.has_value());
+  EXPECT_EQ(p->options.ssd_cache_capacity, 512ull * 1000 * 1000 * 1000);
+  EXPECT_TRUE(p->options.ssd_cache_path.empty());
+}
+
+TEST(Flags, HelpListsEveryFlagWithItsDefault) {
+  std::string help;
+  auto p = Parse({"--help"}, &help);
+  ASSERT_TRUE(p.ok());
+  EXPECT_TRUE(p->exit_now);
+  for (const char* want :
+       {"--pool-size", "--ssd-cache-path", "--ssd-cache-capacity", "512gb", "--ssd-backend", "auto",
+        "--ssd-read-path", "unset", "--metrics-port", "9464", "--ssd-shards", "--ssd-queue-depth",
+        "--ssd-io-workers", "--socket"}) {
+    EXPECT_NE(help.find(want), std::string::npos) << want << "\n" << help;
+  }
+}
+
+TEST(Flags, ParsesValues) {
+  auto p = Parse({"--pool-size", "8gb", "--ssd-cache-path", "/x/cache.bin", "--ssd-cache-capacity",
+                  "100gb", "--ssd-backend", "cufile", "--ssd-read-path", "uring", "--ssd-shards",
+                  "8", "--ssd-queue-depth", "128", "--metrics-port", "0"});
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->options.pool_size, 8ull * 1000 * 1000 * 1000);
+  EXPECT_EQ(p->options.ssd_cache_capacity, 100ull * 1000 * 1000 * 1000);
+  EXPECT_EQ(p->options.ssd_backend, SsdBackend::kCufile);
+  EXPECT_EQ(p->options.ssd_read_path, SsdReadPath::kUring);
+  EXPECT_EQ(p->options.ssd_shards, 8u);
+  EXPECT_EQ(p->options.ssd_queue_depth, 128u);
+  EXPECT_EQ(p->options.metrics_port, 0);
+}
+
+TEST(Flags, BadValuesNameTheFlagOnOneLine) {
+  struct Case {
+    std::vector<const char*> args;
+    const char* flag;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{"--pool-size", "8 gb"}, "--pool-size"},
+           {{"--pool-size", "-1gb"}, "--pool-size"},
+           {{"--ssd-cache-capacity", "1.5.gb"}, "--ssd-cache-capacity"},
+           {{"--ssd-cache-capacity", "12zb"}, "--ssd-cache-capacity"},
+           {{"--ssd-backend", "spdk"}, "--ssd-backend"},
+           {{"--ssd-read-path", "auto"}, "--ssd-read-path"},
+           {{"--ssd-queue-depth", "0"}, "--ssd-queue-depth"},
+           {{"--ssd-queue-depth", "lots"}, "--ssd-queue-depth"},
+           {{"--metrics-port", "70000"}, "--metrics-port"},
+           {{"--ssd-cache-path", "/x", "--ssd-shards", "0"}, "--ssd-shards"},
+           {{"--no-such-flag"}, "--no-such-flag"},
+       }) {
+    auto p = Parse(c.args);
+    ASSERT_FALSE(p.ok()) << c.flag;
+    const std::string msg(p.status().message());
+    EXPECT_NE(msg.find(c.flag), std::string::npos) << msg;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  }
+}
+
+}  // namespace
+}  // namespace orbitkv

@@ -1,0 +1,410 @@
+#include "store/catalog.h"
+
+#include <algorithm>
+#include <iterator>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <utility>
+
+#include "orbitkv/units.h"
+
+namespace orbitkv {
+namespace {
+
+enum class ExtentState : uint8_t { kWriting, kPublished };
+
+struct Extent {
+  uint64_t length = 0;
+  uint64_t object_size = 0;
+  uint64_t generation = 0;
+  Key key;
+  ExtentState state = ExtentState::kWriting;
+  uint32_t pin_count = 0;  // one per (lease, ref) naming this extent
+};
+
+// One shard's ring: extents keyed by offset, never overlapping.
+struct Ring {
+  uint64_t head = 0;  // where the next reservation starts, unless it must wrap
+  std::map<uint64_t, Extent> extents;
+};
+
+// Open reservations of one key, and the newest generation of it published
+// while any of them was open.
+struct KeyWriters {
+  uint32_t open = 0;
+  uint64_t newest_published = 0;
+};
+
+struct Lease {
+  SessionId session = 0;
+  std::vector<ExtentRef> refs;
+  uint32_t pending = 0;
+  uint32_t submitted = 0;
+  Clock::TimePoint deadline{};
+};
+
+ExtentRef MakeRef(uint32_t shard, uint64_t offset, const Extent& e) {
+  return ExtentRef{shard, offset, e.length, e.object_size, e.generation};
+}
+
+bool SameExtent(const ExtentRef& a, const ExtentRef& b) {
+  return a.shard == b.shard && a.offset == b.offset && a.generation == b.generation;
+}
+
+}  // namespace
+
+struct SsdCatalog::Impl {
+  explicit Impl(const CatalogOptions& o) : options(o), rings(o.shards) {}
+
+  // Constant after construction.
+  const CatalogOptions options;
+
+  mutable std::mutex mu;
+  // Everything below is guarded by mu. Helpers below REQUIRE mu held.
+  std::vector<Ring> rings;
+  std::unordered_map<Key, ExtentRef, KeyHash> directory;
+  // Keys with open reservations only, so bounded by writing extents.
+  std::unordered_map<Key, KeyWriters, KeyHash> open_writers;
+  std::map<LeaseId, Lease> leases;
+  uint32_t cursor = 0;           // first shard the next Reserve tries
+  uint64_t next_generation = 1;  // never reset, so refs from before Clear() stay stale
+  LeaseId next_lease = 1;
+  // Gauges maintained incrementally so stats() is O(1) on a large cache.
+  uint64_t published_bytes = 0;
+  uint64_t writing_extents = 0;
+  uint64_t writing_bytes = 0;
+  uint64_t pending_interests = 0;
+  uint64_t submitted_interests = 0;
+  uint64_t pinned_extents = 0;
+  uint64_t pinned_bytes = 0;
+  CatalogStats counters;  // only the cumulative fields are used
+
+  // The extent ref names at ref's generation, or null. REQUIRES: mu held.
+  Extent* FindExtent(const ExtentRef& ref) {
+    if (ref.shard >= rings.size()) return nullptr;
+    auto& extents = rings[ref.shard].extents;
+    auto it = extents.find(ref.offset);
+    if (it == extents.end() || it->second.generation != ref.generation) return nullptr;
+    return &it->second;
+  }
+
+  bool IsCurrentLocked(const ExtentRef& ref) {
+    const Extent* e = FindExtent(ref);
+    return e != nullptr && e->state == ExtentState::kPublished;
+  }
+
+  // Tries to place a len-byte extent in `shard`. Returns the offset, or nullopt
+  // if the range it would take holds a writing or pinned extent. REQUIRES: mu held.
+  std::optional<uint64_t> TryPlace(uint32_t shard, const Key& key, uint64_t object_size,
+                                   uint64_t len, uint64_t generation) {
+    Ring& ring = rings[shard];
+    uint64_t start = ring.head;
+    if (start + len > options.shard_capacity) start = 0;
+    const uint64_t end = start + len;
+
+    // The first extent that may overlap [start, end): the one before `start`
+    // when it reaches past `start`, else the first at or after `start`. (Ring
+    // placement never leaves an extent straddling the head; this keeps the
+    // search right without relying on that.)
+    auto first = ring.extents.lower_bound(start);
+    if (first != ring.extents.begin()) {
+      auto prev = std::prev(first);
+      if (prev->first + prev->second.length > start) first = prev;
+    }
+    auto last = first;
+    for (; last != ring.extents.end() && last->first < end; ++last) {
+      const Extent& e = last->second;
+      if (e.state == ExtentState::kWriting || e.pin_count > 0) return std::nullopt;
+    }
+
+    for (auto it = first; it != last; ++it) {
+      const Extent& e = it->second;  // published and unpinned, checked above
+      ++counters.evictions;
+      auto dir = directory.find(e.key);
+      if (dir != directory.end() && SameExtent(dir->second, MakeRef(shard, it->first, e))) {
+        published_bytes -= e.length;
+        directory.erase(dir);
+      }
+    }
+    ring.extents.erase(first, last);
+    ring.extents.emplace(start,
+                         Extent{len, object_size, generation, key, ExtentState::kWriting, 0});
+    ring.head = end;
+    return start;
+  }
+
+  // Ends one open reservation of the key `it` names.
+  void DropWriter(std::unordered_map<Key, KeyWriters, KeyHash>::iterator it) {
+    if (--it->second.open == 0) open_writers.erase(it);
+  }
+
+  void Pin(const ExtentRef& ref) {
+    Extent* e = FindExtent(ref);  // present: pinned extents are never erased
+    if (e->pin_count++ == 0) {
+      ++pinned_extents;
+      pinned_bytes += e->length;
+    }
+  }
+
+  void Unpin(const ExtentRef& ref) {
+    Extent* e = FindExtent(ref);
+    if (e == nullptr) return;  // only after Clear() broke its REQUIRES
+    if (--e->pin_count == 0) {
+      --pinned_extents;
+      pinned_bytes -= e->length;
+    }
+  }
+
+  // Erases the lease and unpins its extents once no interest remains.
+  void MaybeRelease(std::map<LeaseId, Lease>::iterator it) {
+    if (it->second.pending + it->second.submitted > 0) return;
+    for (const ExtentRef& ref : it->second.refs) Unpin(ref);
+    leases.erase(it);
+  }
+
+  // Drops a lease's pending interests; returns how many. May erase the lease.
+  uint32_t DropPending(std::map<LeaseId, Lease>::iterator it) {
+    const uint32_t n = it->second.pending;
+    it->second.pending = 0;
+    pending_interests -= n;
+    MaybeRelease(it);
+    return n;
+  }
+};
+
+Result<std::unique_ptr<SsdCatalog>> SsdCatalog::Create(const CatalogOptions& options) {
+  if (options.shards == 0) return Status::InvalidArgument("ssd catalog: shards must be >= 1");
+  if (options.shard_capacity == 0 || options.shard_capacity % kExtentAlign != 0) {
+    return Status::InvalidArgument(
+        "ssd catalog: shard_capacity " + std::to_string(options.shard_capacity) +
+        " must be a positive multiple of " + std::to_string(kExtentAlign));
+  }
+  if (options.clock == nullptr) return Status::InvalidArgument("ssd catalog: clock is null");
+  return std::unique_ptr<SsdCatalog>(new SsdCatalog(std::make_unique<Impl>(options)));
+}
+
+SsdCatalog::SsdCatalog(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+SsdCatalog::~SsdCatalog() = default;
+
+Result<ExtentRef> SsdCatalog::Reserve(const Key& key, uint64_t object_size) {
+  Impl& s = *impl_;
+  const uint64_t capacity = s.options.shard_capacity;
+  // Compare before aligning: AlignUp would overflow near 2^64.
+  if (object_size == 0 || object_size > capacity) {
+    return Status::InvalidArgument("ssd catalog: object size " + std::to_string(object_size) +
+                                   " must be in [1, shard capacity " + std::to_string(capacity) +
+                                   "]");
+  }
+  const uint64_t len = AlignUp(object_size, kExtentAlign);  // <= capacity: capacity is aligned
+
+  std::lock_guard lock(s.mu);
+  const uint32_t shards = s.options.shards;
+  const uint32_t first = s.cursor;
+  s.cursor = (s.cursor + 1) % shards;
+  for (uint32_t i = 0; i < shards; ++i) {
+    const uint32_t shard = (first + i) % shards;
+    const uint64_t generation = s.next_generation;
+    std::optional<uint64_t> offset = s.TryPlace(shard, key, object_size, len, generation);
+    if (!offset) {
+      ++s.counters.shard_skips;
+      continue;
+    }
+    ++s.next_generation;
+    ++s.open_writers[key].open;
+    ++s.counters.reservations;
+    ++s.writing_extents;
+    s.writing_bytes += len;
+    return ExtentRef{shard, *offset, len, object_size, generation};
+  }
+  ++s.counters.pinned_write_skips;
+  return Status::Busy("ssd catalog: no room for a " + std::to_string(len) + "-byte extent: all " +
+                      std::to_string(shards) +
+                      " shards are pinned by leases or in-flight writes at their ring head");
+}
+
+Status SsdCatalog::Publish(const ExtentRef& ref) {
+  Impl& s = *impl_;
+  std::lock_guard lock(s.mu);
+  Extent* e = s.FindExtent(ref);
+  if (e == nullptr || e->state != ExtentState::kWriting) {
+    return Status::FailedPrecondition("ssd catalog: publish of shard " + std::to_string(ref.shard) +
+                                      " offset " + std::to_string(ref.offset) + " generation " +
+                                      std::to_string(ref.generation) + ": not an open reservation");
+  }
+  e->state = ExtentState::kPublished;
+  --s.writing_extents;
+  s.writing_bytes -= e->length;
+  ++s.counters.publishes;
+  const ExtentRef current = MakeRef(ref.shard, ref.offset, *e);
+  auto writers = s.open_writers.find(e->key);
+  // A later reservation of this key published first (it may be evicted since):
+  // this one is dead at once, so the key's generation never goes back.
+  const bool superseded = current.generation < writers->second.newest_published;
+  writers->second.newest_published = std::max(writers->second.newest_published, current.generation);
+  s.DropWriter(writers);
+  if (superseded) return Status::OK();
+  auto [it, inserted] = s.directory.try_emplace(e->key, current);
+  if (!inserted) {
+    // The old extent stays in its ring, readable by leases, until overwritten.
+    s.published_bytes -= it->second.length;
+    it->second = current;
+  }
+  s.published_bytes += current.length;
+  return Status::OK();
+}
+
+void SsdCatalog::Abort(const ExtentRef& ref) {
+  Impl& s = *impl_;
+  std::lock_guard lock(s.mu);
+  Extent* e = s.FindExtent(ref);
+  if (e == nullptr || e->state != ExtentState::kWriting) return;
+  --s.writing_extents;
+  s.writing_bytes -= e->length;
+  ++s.counters.aborts;
+  s.DropWriter(s.open_writers.find(e->key));
+  s.rings[ref.shard].extents.erase(ref.offset);
+}
+
+std::optional<ExtentRef> SsdCatalog::Lookup(const Key& key) const {
+  std::lock_guard lock(impl_->mu);
+  auto it = impl_->directory.find(key);
+  if (it == impl_->directory.end()) return std::nullopt;
+  return it->second;
+}
+
+bool SsdCatalog::IsCurrent(const ExtentRef& ref) const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->IsCurrentLocked(ref);
+}
+
+Result<LeaseId> SsdCatalog::AcquireLease(std::span<const ExtentRef> refs, const LeaseSpec& spec) {
+  if (refs.empty()) return Status::InvalidArgument("ssd catalog: lease needs at least one extent");
+  if (spec.interests == 0) return Status::InvalidArgument("ssd catalog: lease needs interests > 0");
+  Impl& s = *impl_;
+  std::lock_guard lock(s.mu);
+  for (const ExtentRef& ref : refs) {
+    if (!s.IsCurrentLocked(ref)) {
+      return Status::NotFound("ssd catalog: extent shard " + std::to_string(ref.shard) +
+                              " offset " + std::to_string(ref.offset) + " generation " +
+                              std::to_string(ref.generation) + " is no longer current");
+    }
+  }
+  for (const ExtentRef& ref : refs) s.Pin(ref);
+  const LeaseId id = s.next_lease++;
+  s.leases.emplace(id, Lease{spec.session, std::vector<ExtentRef>(refs.begin(), refs.end()),
+                             spec.interests, 0, spec.deadline});
+  s.pending_interests += spec.interests;
+  return id;
+}
+
+Status SsdCatalog::Submit(LeaseId lease, uint32_t n) {
+  Impl& s = *impl_;
+  std::lock_guard lock(s.mu);
+  auto it = s.leases.find(lease);
+  if (it == s.leases.end()) {
+    return Status::FailedPrecondition("ssd catalog: lease " + std::to_string(lease) +
+                                      " is gone (expired, cancelled or released)");
+  }
+  Lease& l = it->second;
+  if (l.pending < n) {
+    return Status::FailedPrecondition("ssd catalog: lease " + std::to_string(lease) + " has " +
+                                      std::to_string(l.pending) + " pending interests, " +
+                                      std::to_string(n) + " requested");
+  }
+  l.pending -= n;
+  l.submitted += n;
+  s.pending_interests -= n;
+  s.submitted_interests += n;
+  return Status::OK();
+}
+
+void SsdCatalog::Complete(LeaseId lease, uint32_t n) {
+  Impl& s = *impl_;
+  std::lock_guard lock(s.mu);
+  auto it = s.leases.find(lease);
+  if (it == s.leases.end()) return;
+  const uint32_t dropped = std::min(n, it->second.submitted);
+  it->second.submitted -= dropped;
+  s.submitted_interests -= dropped;
+  s.MaybeRelease(it);
+}
+
+void SsdCatalog::Cancel(LeaseId lease) {
+  Impl& s = *impl_;
+  std::lock_guard lock(s.mu);
+  auto it = s.leases.find(lease);
+  if (it != s.leases.end()) s.DropPending(it);
+}
+
+size_t SsdCatalog::ExpireLeases() {
+  Impl& s = *impl_;
+  const Clock::TimePoint now = s.options.clock->Now();
+  std::lock_guard lock(s.mu);
+  size_t expired = 0;
+  for (auto it = s.leases.begin(); it != s.leases.end();) {
+    auto next = std::next(it);  // DropPending may erase `it`
+    const Lease& l = it->second;
+    if (l.deadline != Clock::TimePoint{} && now >= l.deadline && l.pending > 0) {
+      expired += s.DropPending(it);
+    }
+    it = next;
+  }
+  s.counters.expired_interests += expired;
+  return expired;
+}
+
+void SsdCatalog::ReleaseSession(SessionId session) {
+  Impl& s = *impl_;
+  std::lock_guard lock(s.mu);
+  for (auto it = s.leases.begin(); it != s.leases.end();) {
+    auto next = std::next(it);
+    if (it->second.session == session) s.DropPending(it);
+    it = next;
+  }
+}
+
+std::vector<ExtentRef> SsdCatalog::LeaseExtents(LeaseId lease) const {
+  std::lock_guard lock(impl_->mu);
+  auto it = impl_->leases.find(lease);
+  if (it == impl_->leases.end()) return {};
+  return it->second.refs;
+}
+
+void SsdCatalog::Clear() {
+  Impl& s = *impl_;
+  std::lock_guard lock(s.mu);
+  for (Ring& ring : s.rings) ring = Ring{};
+  s.directory.clear();
+  s.open_writers.clear();
+  s.leases.clear();
+  s.cursor = 0;
+  s.published_bytes = s.writing_extents = s.writing_bytes = 0;
+  s.pending_interests = s.submitted_interests = 0;
+  s.pinned_extents = s.pinned_bytes = 0;
+  s.counters = CatalogStats{};
+  // next_generation and next_lease keep counting: a ref or lease id from before
+  // Clear() must never name something created after it.
+}
+
+CatalogStats SsdCatalog::stats() const {
+  const Impl& s = *impl_;
+  std::lock_guard lock(s.mu);
+  CatalogStats out = s.counters;
+  out.published_objects = s.directory.size();
+  out.published_bytes = s.published_bytes;
+  out.writing_extents = s.writing_extents;
+  out.writing_bytes = s.writing_bytes;
+  out.active_leases = s.leases.size();
+  out.pending_interests = s.pending_interests;
+  out.submitted_interests = s.submitted_interests;
+  out.pinned_extents = s.pinned_extents;
+  out.pinned_bytes = s.pinned_bytes;
+  return out;
+}
+
+const CatalogOptions& SsdCatalog::options() const { return impl_->options; }
+
+}  // namespace orbitkv

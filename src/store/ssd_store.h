@@ -1,0 +1,110 @@
+// SsdStore: the SSD cache over real files. Pairs the ShardSet (files) with the
+// SsdCatalog (rings, directory, leases) and moves bytes through a caller's
+// IoEngine, so each worker thread keeps its own ring (one engine per worker).
+//
+// Writes: WriteObject reserves an unpublished extent, writes it chunk by chunk
+// and publishes it only after every chunk completed in full. A failed or short
+// write aborts the reservation (other objects stay valid). A reservation blocked
+// by leases or in-flight writes on every shard, or ENOSPC in io_uring mode
+// (logical sizing), drops the write and counts it; neither is fatal.
+// Reads: ReadExtents reads whole extents a caller holds a lease on; extents
+// adjacent in one shard are read with one larger read (<= 4 MiB) into the
+// callers' buffers through readv, never reading bytes outside the extents.
+// Thread-safe; the engine passed to a call must be the calling thread's own.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "io/file_system.h"
+#include "io/io_engine.h"
+#include "orbitkv/clock.h"
+#include "orbitkv/metrics.h"
+#include "orbitkv/status.h"
+#include "store/catalog.h"
+#include "store/shard_file.h"
+
+namespace orbitkv {
+
+struct SsdStoreOptions {
+  std::string path;               // --ssd-cache-path (shard 0; others are path.N)
+  uint64_t capacity = 0;          // --ssd-cache-capacity, split evenly over shards
+  uint32_t shards = 4;            // --ssd-shards
+  bool reserve_capacity = false;  // fallocate every shard up front (cuFile modes)
+  bool direct_io = true;
+  uint64_t max_read_bytes = 4u << 20;  // coalesced read cap
+  uint64_t write_chunk_bytes = 1u << 20;
+  FileSystem* fs = FileSystem::Default();
+  Clock* clock = Clock::Real();
+  MetricsRegistry* metrics = nullptr;  // optional; the store registers its series there
+};
+
+// One extent to read, and where its bytes go. buf must be 4 KiB aligned and
+// hold ref.length bytes; on success its first ref.object_size bytes are the object.
+struct ExtentRead {
+  ExtentRef ref;        // input
+  void* buf = nullptr;  // input; owned by the caller
+  Status status;        // output
+};
+
+class SsdStore {
+ public:
+  static Result<std::unique_ptr<SsdStore>> Open(const SsdStoreOptions& options);
+  ~SsdStore();
+
+  SsdCatalog& catalog() { return *catalog_; }
+  const ShardSet& shards() const { return *shards_; }
+  const SsdStoreOptions& options() const { return options_; }
+  uint64_t shard_capacity() const { return shard_capacity_; }
+
+  // Stores `size` bytes from `data` (4 KiB aligned; AlignUp(size, 4096) bytes
+  // readable; bytes past size are written as zeros). Returns the published ref.
+  // Busy: dropped to protect leases/in-flight writes. NoSpace: dropped, the
+  // file system is full. IOError: aborted. Each drop is counted by reason.
+  Result<ExtentRef> WriteObject(IoEngine& io, const Key& key, const void* data, uint64_t size);
+
+  // The pieces of WriteObject for writers that move bytes themselves (cuFile):
+  // Reserve, write [offset, +len) of the extent, then Publish or Abort.
+  Result<ExtentRef> Reserve(const Key& key, uint64_t size);
+  Status WriteChunk(IoEngine& io, const ExtentRef& ref, uint64_t offset, const void* buf,
+                    size_t len);
+  Status Publish(const ExtentRef& ref);
+  void Abort(const ExtentRef& ref, const Status& why);
+
+  // REQUIRES: the caller holds a lease on every ref with a submitted interest
+  // (SsdCatalog::Submit), released with Complete after this returns.
+  // Returns the first failure; each ExtentRead has its own status.
+  Status ReadExtents(IoEngine& io, std::span<ExtentRead> reads);
+
+  // Counters a caller adds to when it drops a write for its own reasons.
+  void CountDrop(std::string_view reason);
+
+ private:
+  SsdStore(SsdStoreOptions options, uint64_t shard_capacity, std::unique_ptr<ShardSet> shards,
+           std::unique_ptr<SsdCatalog> catalog);
+  void RegisterMetrics();
+
+  const SsdStoreOptions options_;
+  const uint64_t shard_capacity_;
+  std::unique_ptr<ShardSet> shards_;
+  std::unique_ptr<SsdCatalog> catalog_;
+  MetricsRegistry own_metrics_;  // used when options_.metrics is null
+  MetricsRegistry* metrics_;
+  uint64_t collector_id_ = 0;
+  Counter* read_bytes_;
+  Counter* read_ops_;
+  Counter* read_failures_;
+  Counter* write_bytes_;
+  Counter* write_ops_;
+  Counter* write_failures_;
+  Counter* published_;
+  Counter* drops_pinned_;
+  Counter* drops_nospace_;
+  Counter* drops_io_;
+  Histogram* read_seconds_;
+  Histogram* write_seconds_;
+};
+
+}  // namespace orbitkv
