@@ -12,7 +12,6 @@ packages=(
   libspdlog-dev libfmt-dev        # logs
   nlohmann-json3-dev              # configs, reports
   libflatbuffers-dev flatbuffers-compiler  # engine protocol schema + verifier
-  libcpp-httplib-dev              # /metrics HTTP endpoint
   pybind11-dev python3-pybind11 python3-dev python3-pytest python3-numpy  # Python module
   fio                             # disk ceiling in benchmarks
 )

@@ -5,6 +5,7 @@
 # under ASan+UBSan and TSan, and the clang-format check.
 #   scripts/test.sh            everything
 #   ORBITKV_SKIP_SANITIZERS=1  skip the two sanitizer builds (local iteration)
+#   ORBITKV_SKIP_FUZZ=1        skip the libFuzzer runs; ORBITKV_FUZZ_SECONDS=N per target
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -38,6 +39,30 @@ if [[ ${ORBITKV_SKIP_SANITIZERS:-0} != 1 ]]; then
     regex=$(IFS='|'; echo "^(${sanitizer_tests[*]})\$")
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 TSAN_OPTIONS=halt_on_error=1 \
       ctest --test-dir "build-$san" --output-on-failure -j "$jobs" -R "$regex"
+  done
+fi
+if [[ ${ORBITKV_SKIP_FUZZ:-0} != 1 ]]; then
+  fuzz_seconds=${ORBITKV_FUZZ_SECONDS:-20}
+  step "parsers under libFuzzer, ${fuzz_seconds} s each (build-fuzz/, clang)"
+  CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DORBITKV_SANITIZE=fuzzer -DORBITKV_WITH_CUDA=OFF -DORBITKV_BUILD_PYTHON=OFF >/dev/null
+  fuzzers=$(cd fuzz && ls *_fuzz.cc | sed 's/\.cc$//')
+  # shellcheck disable=SC2086
+  cmake --build build-fuzz -j "$jobs" --target $fuzzers
+  for f in $fuzzers; do
+    corpus=$(mktemp -d)
+    [[ -d fuzz/corpus/$f ]] && cp fuzz/corpus/$f/* "$corpus"/ 2>/dev/null || true
+    echo "--- $f"
+    rc=0
+    "build-fuzz/fuzz/$f" -max_total_time="$fuzz_seconds" -seed=1 -print_final_stats=1 "$corpus" \
+      >"$corpus.log" 2>&1 || rc=$?
+    grep -E "^(stat::number_of_executed_units|stat::new_units_added|Done )" "$corpus.log" || true
+    if [[ $rc -ne 0 ]]; then
+      tail -40 "$corpus.log"
+      echo "$f failed (exit $rc)"
+      exit 1
+    fi
+    rm -rf "$corpus" "$corpus.log"
   done
 fi
 step "all tests passed"

@@ -52,9 +52,6 @@ int Run(int argc, char** argv) {
     if (o.ssd_backend == SsdBackend::kCufile) {
       return Fail(Status::Unavailable("--ssd-backend cufile: this build has no cuFile support"));
     }
-    if (o.ssd_backend == SsdBackend::kAuto) {
-      OKV_LOG_INFO("SSD backend auto: cuFile not available in this build; selecting io_uring");
-    }
     // Probe io_uring with the opcodes the workers use before touching files.
     Result<std::unique_ptr<IoEngine>> probe = CreateUringEngine({o.ssd_queue_depth, nullptr});
     if (!probe.ok()) return Fail(probe.status().WithContext("io_uring"));
@@ -80,7 +77,10 @@ int Run(int argc, char** argv) {
       "| read path {} | queue depth {} x {} workers | metrics {}",
       FormatByteSize(o.pool_size), o.ssd_cache_path.empty() ? "off" : o.ssd_cache_path,
       FormatByteSize(o.ssd_cache_capacity), o.ssd_shards,
-      store ? FormatByteSize(store->shard_capacity()) : "-", store ? "uring" : "-",
+      store ? FormatByteSize(store->shard_capacity()) : "-",
+      !store                               ? "-"
+      : o.ssd_backend == SsdBackend::kAuto ? "uring (auto: cuFile is not available in this build)"
+                                           : "uring",
       o.ssd_read_path ? SsdReadPathName(*o.ssd_read_path) : "unset", o.ssd_queue_depth,
       o.ssd_io_workers,
       http ? "http://127.0.0.1:" + std::to_string(http->port()) + "/metrics" : "off");

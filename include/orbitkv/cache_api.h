@@ -1,0 +1,92 @@
+// The cache API: the operations an engine performs on the Manager, as plain
+// structs. The Manager implements CacheService in-process; the socket server
+// decodes protocol messages into these and calls it; the C++ client and the
+// Python module expose the same operations. Every field that crosses the
+// socket is validated by the Manager before use.
+//
+// Lifecycle: RegisterInstance -> (Publish | Query -> Restore | Prepare)* ->
+// UnregisterInstance. A session (one client connection) owns its instances;
+// closing the session unregisters them and releases every lease, pin and
+// reservation they held.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "orbitkv/layout.h"
+#include "orbitkv/status.h"
+
+namespace orbitkv {
+
+using InstanceId = uint64_t;
+using QueryId = uint64_t;
+using RestoreId = uint64_t;
+using BlockKey = std::array<uint8_t, 32>;
+
+enum class Tier : uint8_t { kNone = 0, kDram = 1, kSsd = 2 };
+
+struct RegisterRequest {
+  std::string ns;  // namespace: model, dtype, layout fingerprint, TP/PP shape, salt
+  uint32_t rank = 0;
+  std::string device = "host";  // "host" or "cuda:N"
+  InstanceLayout layout;
+  // Host regions are passed as memfds alongside the request (one per
+  // layout.region_bytes entry); CUDA regions as IPC handles (GPU tier).
+};
+
+struct PublishRequest {
+  InstanceId instance = 0;
+  uint32_t group_id = 0;
+  std::vector<BlockKey> keys;
+  std::vector<uint64_t> pages;     // one page per key
+  std::vector<uint32_t> slot_ids;  // empty: every slot this instance holds (a complete group
+                                   // when it holds all); else a fragment: these slots only
+};
+
+struct PublishResult {
+  // When Publish returns, the engine may reuse the pages: their bytes are in DRAM.
+  uint32_t stored = 0;   // objects (or fragments) accepted
+  uint32_t sealed = 0;   // objects that became complete and visible
+  uint32_t skipped = 0;  // already present, or refused by admission / pool pressure
+};
+
+struct QueryRequest {
+  InstanceId instance = 0;
+  uint32_t group_id = 0;
+  std::vector<BlockKey> keys;  // a chain: key i names the prefix of blocks 0..i
+  uint32_t ttl_ms = 30000;     // the query's leases expire after this
+};
+
+struct QueryResult {
+  QueryId query = 0;           // 0 when nothing is restorable
+  uint32_t prefix = 0;         // longest restorable prefix (blocks 0..prefix-1)
+  std::vector<Tier> sources;   // per block of the prefix
+  uint64_t logical_bytes = 0;  // charged to the query budget until restore or expiry
+};
+
+struct RestoreRequest {
+  InstanceId instance = 0;
+  QueryId query = 0;
+  std::vector<uint32_t> blocks;  // indices into the query's prefix
+  std::vector<uint64_t> pages;   // destination page per block
+};
+
+struct BlockResult {
+  uint32_t block = 0;
+  Tier source = Tier::kNone;
+  Status status;
+};
+
+struct RestoreResult {
+  std::vector<BlockResult> blocks;  // one per requested block
+};
+
+struct PrepareRequest {
+  InstanceId instance = 0;
+  uint32_t group_id = 0;
+  std::vector<BlockKey> keys;  // SSD objects to warm into DRAM
+};
+
+}  // namespace orbitkv

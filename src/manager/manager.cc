@@ -1,0 +1,1067 @@
+#include "manager/manager.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "manager/host_region.h"
+#include "manager/work_queue.h"
+#include "orbitkv/logging.h"
+#include "orbitkv/units.h"
+#include "store/object_format.h"
+#include "store/ssd_store.h"
+
+namespace orbitkv {
+namespace {
+
+double Seconds(Clock::Duration d) { return std::chrono::duration<double>(d).count(); }
+
+Key ToKey(const BlockKey& k) {
+  Key out;
+  out.bytes = k;
+  return out;
+}
+
+// The shape every instance of a namespace agrees on for one group.
+struct GroupShape {
+  std::vector<uint64_t> slot_bytes;
+  std::vector<SegmentPos> segments;
+  uint64_t header_bytes = 0;
+  uint64_t object_size = 0;
+};
+
+struct Instance {
+  InstanceId id = 0;
+  SessionId session = 0;
+  uint64_t ns = 0;
+  std::string ns_name;
+  uint32_t rank = 0;
+  InstanceLayout layout;
+  std::vector<std::unique_ptr<HostRegion>> regions;
+  std::map<uint32_t, const GroupLayout*> groups;  // into layout.groups
+  std::map<uint32_t, std::shared_ptr<const GroupShape>> shapes;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  int inflight = 0;      // guarded by mu
+  bool closing = false;  // guarded by mu
+};
+
+// Holds an instance open for one operation; Unregister waits for all of them.
+class InstanceGuard {
+ public:
+  InstanceGuard() = default;
+  explicit InstanceGuard(std::shared_ptr<Instance> inst) : inst_(std::move(inst)) {}
+  InstanceGuard(InstanceGuard&& o) noexcept : inst_(std::move(o.inst_)) {}
+  InstanceGuard& operator=(InstanceGuard&& o) noexcept {
+    Reset();
+    inst_ = std::move(o.inst_);
+    return *this;
+  }
+  ~InstanceGuard() { Reset(); }
+  Instance* operator->() const { return inst_.get(); }
+  Instance& operator*() const { return *inst_; }
+  void Reset() {
+    if (!inst_) return;
+    {
+      std::lock_guard<std::mutex> l(inst_->mu);
+      --inst_->inflight;
+    }
+    inst_->cv.notify_all();
+    inst_.reset();
+  }
+
+ private:
+  std::shared_ptr<Instance> inst_;
+};
+
+struct QueryBlock {
+  ObjectId id;
+  Tier tier = Tier::kNone;
+  uint64_t size = 0;   // logical object bytes
+  DramView dram;       // kDram: the pinned entry this block holds
+  ExtentRef ref;       // kSsd
+  LeaseId lease = 0;   // kSsd: one interest
+  bool taken = false;  // moved into a restore or released
+};
+
+struct QueryRec {
+  QueryId id = 0;
+  SessionId session = 0;
+  InstanceId instance = 0;
+  uint32_t group = 0;
+  Clock::TimePoint deadline;
+  std::vector<QueryBlock> blocks;
+};
+
+struct RestoreBlock {
+  size_t result = 0;  // index into RestoreRec::results
+  QueryBlock src;
+  uint64_t page = 0;
+  DramView scratch;  // SSD route: where the object was read
+  bool submitted = false;
+};
+
+struct RestoreRec {
+  RestoreId id = 0;
+  SessionId session = 0;
+  InstanceGuard inst;
+  uint32_t group = 0;
+  Manager::RestoreDone done;
+  Clock::TimePoint start;
+  std::mutex mu;
+  std::vector<BlockResult> results;  // guarded by mu
+  size_t remaining = 0;              // guarded by mu
+};
+
+struct ReadJob {
+  std::shared_ptr<RestoreRec> restore;  // restore read, or
+  std::vector<RestoreBlock> blocks;
+  std::vector<QueryBlock> prepare;  // prepare (warm-up) reads
+  SessionId session = 0;
+};
+
+struct CopyJob {
+  std::shared_ptr<RestoreRec> restore;
+  std::vector<RestoreBlock> blocks;
+  std::vector<Status> read_status;
+};
+
+}  // namespace
+
+struct Manager::Impl {
+  ManagerConfig config;
+  MetricsRegistry* metrics;
+  std::unique_ptr<DramCache> dram;
+  std::unique_ptr<SsdStore> ssd;
+
+  // Lanes (null without SSD). Engines: one per lane thread.
+  std::vector<std::unique_ptr<IoEngine>> writeback_io, read_io;
+  std::unique_ptr<WorkQueue<ObjectId>> writeback;
+  std::unique_ptr<WorkQueue<ReadJob>> reader;
+  std::unique_ptr<WorkQueue<CopyJob>> host_restore;
+  std::atomic<int64_t> lane_work{0};
+  std::mutex drain_mu;
+  std::condition_variable drain_cv;
+
+  mutable std::mutex mu;
+  std::atomic<uint64_t> next_id{1};
+  std::unordered_map<SessionId, int> sessions;  // guarded by mu: pid
+  std::map<std::string, uint64_t> ns_ids;       // guarded by mu
+  std::map<std::pair<uint64_t, uint32_t>, std::shared_ptr<const GroupShape>> shapes;  // mu
+  std::unordered_map<InstanceId, std::shared_ptr<Instance>> instances;  // guarded by mu
+  std::unordered_map<QueryId, QueryRec> queries;                        // guarded by mu
+  std::unordered_map<RestoreId, std::weak_ptr<RestoreRec>> restores;    // guarded by mu
+  uint64_t budget_used = 0;                                             // guarded by mu
+  uint64_t budget = 0;
+
+  std::thread reaper;
+  std::mutex reaper_mu;
+  std::condition_variable reaper_cv;
+  bool stopping = false;  // guarded by reaper_mu
+
+  // Metrics.
+  Counter *hits_dram, *hits_ssd, *misses;
+  Counter *bytes_publish, *bytes_restore_dram, *bytes_restore_ssd, *bytes_writeback, *bytes_prepare;
+  Counter *publish_objects, *publish_skipped, *publish_pool_full, *writeback_queue_full,
+      *read_queue_full;
+  Counter *restore_blocks_ok, *restore_blocks_failed, *restore_cancelled, *queries_expired;
+  Histogram *publish_seconds, *restore_seconds, *query_seconds;
+  uint64_t collector = 0;
+
+  // ---- helpers -----------------------------------------------------------
+  void LaneStarted() { lane_work.fetch_add(1); }
+  void LaneDone() {
+    if (lane_work.fetch_sub(1) == 1) {
+      std::lock_guard<std::mutex> l(drain_mu);
+      drain_cv.notify_all();
+    }
+  }
+
+  Result<InstanceGuard> Acquire(SessionId session, InstanceId id) {
+    std::shared_ptr<Instance> inst;
+    {
+      std::lock_guard<std::mutex> l(mu);
+      auto it = instances.find(id);
+      if (it == instances.end() || it->second->session != session) {
+        return Status::NotFound("instance " + std::to_string(id) + " is not registered");
+      }
+      inst = it->second;
+    }
+    std::lock_guard<std::mutex> l(inst->mu);
+    if (inst->closing) return Status::Cancelled("instance is unregistering");
+    ++inst->inflight;
+    return InstanceGuard(inst);
+  }
+
+  // Releases a query block's source (pin or lease). REQUIRES: !b.taken.
+  void ReleaseSource(QueryBlock& b) {
+    if (b.tier == Tier::kDram) dram->Unpin(b.dram.id);
+    if (b.tier == Tier::kSsd) ssd->catalog().Cancel(b.lease);
+    b.taken = true;
+  }
+
+  // REQUIRES: mu held. Releases every untaken block and forgets the query.
+  void DropQueryLocked(QueryRec& q) {
+    for (QueryBlock& b : q.blocks) {
+      if (b.taken) continue;
+      budget_used -= b.size;
+      ReleaseSource(b);
+    }
+  }
+
+  void FinishBlock(const std::shared_ptr<RestoreRec>& r, size_t result, Tier tier, Status st) {
+    bool last = false;
+    {
+      std::lock_guard<std::mutex> l(r->mu);
+      r->results[result].source = tier;
+      r->results[result].status = std::move(st);
+      (r->results[result].status.ok() ? restore_blocks_ok : restore_blocks_failed)->Inc();
+      last = --r->remaining == 0;
+    }
+    if (!last) return;
+    restore_seconds->Observe(Seconds(config.clock->Now() - r->start));
+    RestoreResult res;
+    {
+      std::lock_guard<std::mutex> l(r->mu);
+      res.blocks = r->results;
+    }
+    RestoreDone done = std::move(r->done);
+    {
+      std::lock_guard<std::mutex> l(mu);
+      restores.erase(r->id);
+    }
+    r->inst.Reset();  // the instance may unregister now
+    done(std::move(res));
+  }
+
+  // Copies one object's segments into the instance's pages for every slot it holds.
+  Status CopyObjectToPages(Instance& inst, uint32_t group, const uint8_t* object, uint64_t size,
+                           const ObjectId& id, uint64_t page) {
+    const GroupLayout* g = inst.groups.at(group);
+    const GroupShape& shape = *inst.shapes.at(group);
+    ORBITKV_ASSIGN_OR_RETURN(ParsedHeader h,
+                             ParseObjectHeader({object, std::min(size, shape.header_bytes)}, size));
+    ORBITKV_RETURN_IF_ERROR(CheckObjectMatches(h, id, shape.slot_bytes));
+    for (const SlotLayout& s : g->slots) {
+      uint8_t* dst = inst.regions[s.region]->data() + SlotPageOffset(s, page);
+      std::memcpy(dst, object + h.segments[s.slot_id].offset, s.bytes_per_page);
+    }
+    return Status::OK();
+  }
+
+  void CopyLane(CopyJob& job) {
+    const auto& r = job.restore;
+    Instance& inst = *r->inst;
+    for (size_t i = 0; i < job.blocks.size(); ++i) {
+      RestoreBlock& b = job.blocks[i];
+      Status st = job.read_status[i];
+      if (st.ok()) {
+        st = CopyObjectToPages(inst, r->group, b.scratch.data, b.src.ref.object_size, b.src.id,
+                               b.page);
+      }
+      if (st.ok()) {
+        bytes_restore_ssd->Inc(b.src.ref.object_size);
+        if (config.admission == AdmissionPolicy::kAll && !dram->Contains(b.src.id)) {
+          dram->InsertSealed(b.src.id, {b.scratch.data, b.src.ref.object_size})
+              .IgnoreError("promotion to DRAM is best effort");
+        }
+      }
+      if (b.scratch.data) dram->ReleaseScratch(b.scratch);
+      ssd->catalog().Complete(b.src.lease);
+      FinishBlock(r, b.result, Tier::kSsd, std::move(st));
+    }
+    LaneDone();
+  }
+
+  // Reads the extents of a job into DRAM scratch. Returns a status per block.
+  std::vector<Status> ReadIntoScratch(IoEngine& io, std::vector<QueryBlock*>& srcs,
+                                      std::vector<DramView*>& scratch) {
+    std::vector<Status> out(srcs.size());
+    std::vector<ExtentRead> reads;
+    std::vector<size_t> owner;
+    for (size_t i = 0; i < srcs.size(); ++i) {
+      Status st = ssd->catalog().Submit(srcs[i]->lease);
+      if (!st.ok()) {
+        out[i] = Status::NotFound("SSD lease expired before the read was submitted");
+        continue;
+      }
+      Result<DramView> v = dram->AllocateScratch(srcs[i]->ref.length);
+      if (!v.ok()) {
+        ssd->catalog().Complete(srcs[i]->lease);
+        srcs[i]->lease = 0;
+        out[i] = v.status();
+        continue;
+      }
+      *scratch[i] = *v;
+      reads.push_back({srcs[i]->ref, v->data, {}});
+      owner.push_back(i);
+    }
+    if (!reads.empty()) {
+      ssd->ReadExtents(io, reads).IgnoreError("statuses are per extent");
+      for (size_t k = 0; k < reads.size(); ++k) out[owner[k]] = reads[k].status;
+    }
+    return out;
+  }
+
+  void ReadLane(size_t worker, ReadJob& job) {
+    IoEngine& io = *read_io[worker];
+    if (job.restore) {
+      std::vector<QueryBlock*> srcs;
+      std::vector<DramView*> scratch;
+      for (RestoreBlock& b : job.blocks) {
+        srcs.push_back(&b.src);
+        scratch.push_back(&b.scratch);
+      }
+      CopyJob copy{job.restore, std::move(job.blocks), ReadIntoScratch(io, srcs, scratch)};
+      if (!host_restore->TryPush(copy)) CopyLane(copy);  // lane full: copy here
+      return;
+    }
+    // Prepare: warm SSD objects into DRAM.
+    std::vector<QueryBlock*> srcs;
+    std::vector<DramView> views(job.prepare.size());
+    std::vector<DramView*> scratch;
+    for (size_t i = 0; i < job.prepare.size(); ++i) {
+      srcs.push_back(&job.prepare[i]);
+      scratch.push_back(&views[i]);
+    }
+    std::vector<Status> st = ReadIntoScratch(io, srcs, scratch);
+    for (size_t i = 0; i < job.prepare.size(); ++i) {
+      QueryBlock& b = job.prepare[i];
+      if (st[i].ok()) {
+        auto h = ParseObjectHeader({views[i].data, b.ref.object_size}, b.ref.object_size);
+        if (h.ok() && h->id == b.id &&
+            dram->InsertSealed(b.id, {views[i].data, b.ref.object_size}).ok()) {
+          bytes_prepare->Inc(b.ref.object_size);
+        }
+      }
+      if (views[i].data) dram->ReleaseScratch(views[i]);
+      if (b.lease != 0) ssd->catalog().Complete(b.lease);
+    }
+    LaneDone();
+  }
+
+  void WritebackLane(size_t worker, ObjectId& id) {
+    std::optional<DramView> v = dram->TakeWriteback(id);
+    if (v) {
+      Result<ExtentRef> ref =
+          ssd->WriteObject(*writeback_io[worker], StoreKey(id), v->data, v->size);
+      if (ref.ok()) bytes_writeback->Inc(v->size);
+      dram->FinishWriteback(*v, ref.ok());
+    }
+    LaneDone();
+  }
+
+  void ReaperLoop() {
+    std::unique_lock<std::mutex> l(reaper_mu);
+    while (!stopping) {
+      reaper_cv.wait_for(l, std::chrono::milliseconds(50));
+      if (stopping) break;
+      l.unlock();
+      ExpireQueries();
+      if (ssd) ssd->catalog().ExpireLeases();
+      dram->ExpireAssemblies();
+      l.lock();
+    }
+  }
+
+  void ExpireQueries() {
+    const Clock::TimePoint now = config.clock->Now();
+    std::lock_guard<std::mutex> l(mu);
+    for (auto it = queries.begin(); it != queries.end();) {
+      if (it->second.deadline <= now) {
+        DropQueryLocked(it->second);
+        queries_expired->Inc();
+        it = queries.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  void RegisterMetrics();
+};
+
+// ---- construction ----------------------------------------------------------
+
+Result<std::unique_ptr<Manager>> Manager::Create(const ManagerConfig& config) {
+  if (config.metrics == nullptr)
+    return Status::InvalidArgument("ManagerConfig.metrics is required");
+  ORBITKV_RETURN_IF_ERROR(config.options.Validate());
+  auto impl = std::make_unique<Impl>();
+  impl->config = config;
+  impl->metrics = config.metrics;
+  DramCacheOptions d;
+  d.capacity = AlignDown(config.options.pool_size, 4096);
+  d.lock_memory = config.lock_memory;
+  d.admission = config.admission;
+  d.clock = config.clock;
+  ORBITKV_ASSIGN_OR_RETURN(impl->dram, DramCache::Create(d));
+  impl->budget = config.query_budget_bytes ? config.query_budget_bytes : d.capacity;
+
+  const ManagerOptions& o = config.options;
+  if (!o.ssd_cache_path.empty()) {
+    if (o.ssd_backend == SsdBackend::kCufile) {
+      return Status::Unavailable("--ssd-backend cufile: this build has no cuFile support");
+    }
+    if (o.ssd_read_path == SsdReadPath::kCufile) {
+      return Status::Unavailable("--ssd-read-path cufile: this build has no cuFile support");
+    }
+    SsdStoreOptions so;
+    so.path = o.ssd_cache_path;
+    so.capacity = o.ssd_cache_capacity;
+    so.shards = o.ssd_shards;
+    so.reserve_capacity = false;  // io_uring: logical sizing
+    so.fs = config.fs;
+    so.clock = config.clock;
+    so.metrics = config.metrics;
+    ORBITKV_ASSIGN_OR_RETURN(impl->ssd, SsdStore::Open(so));
+    const uint32_t workers = o.ssd_io_workers;
+    for (uint32_t i = 0; i < workers; ++i) {
+      ORBITKV_ASSIGN_OR_RETURN(auto w, CreateUringEngine({o.ssd_queue_depth, config.io_faults}));
+      impl->writeback_io.push_back(std::move(w));
+      ORBITKV_ASSIGN_OR_RETURN(auto r, CreateUringEngine({o.ssd_queue_depth, config.io_faults}));
+      impl->read_io.push_back(std::move(r));
+    }
+    Impl* p = impl.get();
+    impl->writeback = std::make_unique<WorkQueue<ObjectId>>(
+        config.writeback_queue, workers, [p](size_t w, ObjectId& id) { p->WritebackLane(w, id); });
+    impl->reader = std::make_unique<WorkQueue<ReadJob>>(
+        config.read_queue, workers, [p](size_t w, ReadJob& j) { p->ReadLane(w, j); });
+    impl->host_restore = std::make_unique<WorkQueue<CopyJob>>(
+        config.read_queue, 1, [p](size_t, CopyJob& j) { p->CopyLane(j); });
+  }
+  impl->RegisterMetrics();
+  Impl* p = impl.get();
+  impl->reaper = std::thread([p] { p->ReaperLoop(); });
+  return std::unique_ptr<Manager>(new Manager(std::move(impl)));
+}
+
+Manager::Manager(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Manager::~Manager() {
+  std::vector<SessionId> sessions;
+  {
+    std::lock_guard<std::mutex> l(impl_->mu);
+    for (auto& [id, pid] : impl_->sessions) sessions.push_back(id);
+  }
+  for (SessionId s : sessions) CloseSession(s);
+  {
+    std::lock_guard<std::mutex> l(impl_->reaper_mu);
+    impl_->stopping = true;
+  }
+  impl_->reaper_cv.notify_all();
+  impl_->reaper.join();
+  // Readers feed the host-restore lane: close them first.
+  if (impl_->reader) impl_->reader->Close();
+  if (impl_->host_restore) impl_->host_restore->Close();
+  if (impl_->writeback) impl_->writeback->Close();
+  impl_->metrics->RemoveCollector(impl_->collector);
+}
+
+void Manager::Impl::RegisterMetrics() {
+  MetricsRegistry& m = *metrics;
+  const char* hits = "Queried blocks found, by tier.";
+  hits_dram = m.GetCounter("orbitkv_cache_hits_total", hits, {{"tier", "dram"}});
+  hits_ssd = m.GetCounter("orbitkv_cache_hits_total", hits, {{"tier", "ssd"}});
+  misses = m.GetCounter("orbitkv_cache_misses_total", "Queried blocks not found (chain ends).");
+  const char* bytes = "Object bytes moved, by route.";
+  bytes_publish = m.GetCounter("orbitkv_bytes_total", bytes, {{"route", "publish_dram"}});
+  bytes_restore_dram = m.GetCounter("orbitkv_bytes_total", bytes, {{"route", "restore_dram"}});
+  bytes_restore_ssd = m.GetCounter("orbitkv_bytes_total", bytes, {{"route", "restore_ssd_uring"}});
+  bytes_writeback = m.GetCounter("orbitkv_bytes_total", bytes, {{"route", "writeback_ssd"}});
+  bytes_prepare = m.GetCounter("orbitkv_bytes_total", bytes, {{"route", "prepare_ssd"}});
+  publish_objects = m.GetCounter("orbitkv_publish_objects_total", "Objects sealed in DRAM.");
+  publish_skipped = m.GetCounter("orbitkv_publish_skipped_total",
+                                 "Published blocks already cached (DRAM or SSD).");
+  publish_pool_full = m.GetCounter("orbitkv_publish_dropped_total",
+                                   "Published blocks dropped: the DRAM pool had no room.");
+  writeback_queue_full = m.GetCounter("orbitkv_writeback_queue_full_total",
+                                      "Sealed objects not written to SSD: writeback queue full.");
+  read_queue_full = m.GetCounter("orbitkv_read_queue_full_total",
+                                 "SSD reads refused: the host-reader queue was full.");
+  restore_blocks_ok = m.GetCounter("orbitkv_restore_blocks_total", "Restored blocks by outcome.",
+                                   {{"outcome", "ok"}});
+  restore_blocks_failed = m.GetCounter("orbitkv_restore_blocks_total",
+                                       "Restored blocks by outcome.", {{"outcome", "error"}});
+  restore_cancelled = m.GetCounter("orbitkv_restore_cancelled_blocks_total",
+                                   "Blocks released by cancellation before submission.");
+  queries_expired = m.GetCounter("orbitkv_queries_expired_total", "Queries whose TTL passed.");
+  publish_seconds = m.GetHistogram("orbitkv_publish_seconds", "Latency of one Publish call.");
+  restore_seconds =
+      m.GetHistogram("orbitkv_restore_seconds", "Latency of one restore, start to last block.");
+  query_seconds = m.GetHistogram("orbitkv_query_seconds", "Latency of one Query call.");
+  // The GPU storage tier's series exist from the start (zero while idle).
+  for (const char* c :
+       {"orbitkv_ssd_cufile_read_bytes_total", "orbitkv_ssd_cufile_write_bytes_total",
+        "orbitkv_ssd_gpu_write_fallbacks_total", "orbitkv_ssd_cufile_read_failures_total",
+        "orbitkv_ssd_cufile_write_failures_total", "orbitkv_ssd_backend_fallbacks_total"}) {
+    m.GetCounter(c, "GPU storage tier (see the spec's Metrics section).");
+  }
+  m.GetGauge("orbitkv_ssd_cufile_inflight_batches",
+             "cuFile slots occupied through I/O and scatter.");
+  m.GetGauge("orbitkv_ssd_gpu_staging_bytes", "Allocated registered GPU staging memory.");
+  m.GetHistogram("orbitkv_ssd_cufile_read_seconds",
+                 "cuFile read submission-to-completion latency.");
+  m.GetHistogram("orbitkv_ssd_cufile_write_seconds",
+                 "cuFile write submission-to-completion latency.");
+  if (!ssd) {
+    // Keep the SSD series on /metrics even with SSD caching off.
+    m.GetGauge("orbitkv_ssd_read_pinned_bytes", "SSD bytes held by restore leases.");
+    m.GetCounter("orbitkv_ssd_pinned_write_skips_total",
+                 "Reservations rejected to protect reads or in-flight writes.");
+  }
+  collector = m.AddCollector([this](MetricWriter& w) {
+    DramStats s = dram->stats();
+    auto g = [&](std::string_view name, std::string_view help, double v) {
+      w.Family(name, help, "gauge");
+      w.Sample(name, {}, v);
+    };
+    auto c = [&](std::string_view name, std::string_view help, double v) {
+      w.Family(name, help, "counter");
+      w.Sample(name, {}, v);
+    };
+    g("orbitkv_pool_capacity_bytes", "DRAM pool size (--pool-size).", double(s.capacity));
+    g("orbitkv_pool_used_bytes", "DRAM pool bytes allocated (objects, assemblies, scratch).",
+      double(s.used_bytes));
+    g("orbitkv_pool_objects", "Sealed objects in DRAM.", double(s.sealed_entries));
+    g("orbitkv_pool_assembling_objects", "Objects being assembled from fragments.",
+      double(s.assembling_entries));
+    g("orbitkv_pool_pinned_bytes", "DRAM bytes pinned by queries, restores and writeback.",
+      double(s.pinned_bytes));
+    g("orbitkv_pool_writeback_pending", "Sealed objects waiting for SSD writeback.",
+      double(s.writeback_pending));
+    c("orbitkv_pool_evictions_total", "DRAM objects evicted (LRU).", double(s.evictions));
+    c("orbitkv_pool_evicted_bytes_total", "DRAM bytes evicted.", double(s.evicted_bytes));
+    c("orbitkv_pool_admission_rejects_total", "Objects not kept in DRAM by the reuse policy.",
+      double(s.admission_rejects));
+    std::lock_guard<std::mutex> l(mu);
+    g("orbitkv_sessions", "Connected sessions.", double(sessions.size()));
+    g("orbitkv_instances", "Registered instances.", double(instances.size()));
+    g("orbitkv_queries_active", "Queries holding sources.", double(queries.size()));
+    g("orbitkv_query_budget_used_bytes", "Logical bytes charged by live queries.",
+      double(budget_used));
+    g("orbitkv_restores_inflight", "Restores not yet complete.", double(restores.size()));
+  });
+}
+
+// ---- sessions and instances ------------------------------------------------
+
+SessionId Manager::OpenSession(int peer_pid) {
+  SessionId id = impl_->next_id.fetch_add(1);
+  std::lock_guard<std::mutex> l(impl_->mu);
+  impl_->sessions[id] = peer_pid;
+  return id;
+}
+
+void Manager::CloseSession(SessionId session) {
+  std::vector<InstanceId> ids;
+  {
+    std::lock_guard<std::mutex> l(impl_->mu);
+    if (!impl_->sessions.count(session)) return;
+    for (auto& [id, inst] : impl_->instances) {
+      if (inst->session == session) ids.push_back(id);
+    }
+  }
+  // Cancel what has not started, then unregister (waits for the rest).
+  std::vector<RestoreId> restores;
+  {
+    std::lock_guard<std::mutex> l(impl_->mu);
+    for (auto& [id, weak] : impl_->restores) {
+      if (auto r = weak.lock(); r && r->session == session) restores.push_back(id);
+    }
+  }
+  for (RestoreId r : restores) CancelRestore(session, r).IgnoreError("session closing");
+  for (InstanceId id : ids) UnregisterInstance(session, id).IgnoreError("session closing");
+  {
+    std::lock_guard<std::mutex> l(impl_->mu);
+    for (auto it = impl_->queries.begin(); it != impl_->queries.end();) {
+      if (it->second.session == session) {
+        impl_->DropQueryLocked(it->second);
+        it = impl_->queries.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    impl_->sessions.erase(session);
+  }
+  if (impl_->ssd) impl_->ssd->catalog().ReleaseSession(session);
+}
+
+Result<InstanceId> Manager::RegisterInstance(SessionId session, const RegisterRequest& req,
+                                             std::vector<int> region_fds) {
+  auto close_fds = [&] {
+    for (int fd : region_fds) {
+      if (fd >= 0) ::close(fd);
+    }
+    region_fds.clear();
+  };
+  if (req.ns.empty() || req.ns.size() > 4096) {
+    close_fds();
+    return Status::InvalidArgument("namespace must be 1..4096 bytes");
+  }
+  if (req.device != "host") {
+    close_fds();
+    return Status::Unavailable("device '" + req.device + "': this Manager serves host pages only");
+  }
+  if (Status st = ValidateLayout(req.layout); !st.ok()) {
+    close_fds();
+    return st;
+  }
+  if (region_fds.size() != req.layout.region_bytes.size()) {
+    close_fds();
+    return Status::InvalidArgument("layout declares " +
+                                   std::to_string(req.layout.region_bytes.size()) +
+                                   " regions, got " + std::to_string(region_fds.size()) + " fds");
+  }
+  auto inst = std::make_shared<Instance>();
+  inst->session = session;
+  inst->rank = req.rank;
+  inst->ns_name = req.ns;
+  inst->layout = req.layout;
+  for (size_t i = 0; i < region_fds.size(); ++i) {
+    Result<std::unique_ptr<HostRegion>> r =
+        HostRegion::Map(region_fds[i], req.layout.region_bytes[i]);
+    region_fds[i] = -1;  // Map owns it now
+    if (!r.ok()) {
+      close_fds();
+      return r.status().WithContext("region " + std::to_string(i));
+    }
+    inst->regions.push_back(std::move(r).value());
+  }
+  std::lock_guard<std::mutex> l(impl_->mu);
+  if (!impl_->sessions.count(session)) return Status::NotFound("unknown session");
+  auto [ns_it, fresh] = impl_->ns_ids.emplace(req.ns, impl_->next_id.load());
+  if (fresh) impl_->next_id.fetch_add(1);
+  inst->ns = ns_it->second;
+  // Every instance of a namespace must agree on each group's shape.
+  std::vector<std::pair<uint32_t, std::shared_ptr<const GroupShape>>> new_shapes;
+  for (const GroupLayout& g : inst->layout.groups) {
+    auto key = std::make_pair(inst->ns, g.group_id);
+    auto it = impl_->shapes.find(key);
+    if (it != impl_->shapes.end()) {
+      if (it->second->slot_bytes != g.slot_bytes) {
+        return Status::InvalidArgument("group " + std::to_string(g.group_id) +
+                                       ": slot sizes differ from another instance of namespace '" +
+                                       req.ns + "'");
+      }
+      inst->shapes[g.group_id] = it->second;
+    } else {
+      auto shape = std::make_shared<GroupShape>();
+      shape->slot_bytes = g.slot_bytes;
+      shape->segments = SegmentLayout(g.slot_bytes);
+      shape->header_bytes = ObjectHeaderSize(g.num_slots);
+      shape->object_size = ObjectSize(g.slot_bytes);
+      inst->shapes[g.group_id] = shape;
+      new_shapes.emplace_back(g.group_id, shape);
+    }
+    inst->groups[g.group_id] = &g;
+  }
+  for (auto& [gid, shape] : new_shapes) impl_->shapes[{inst->ns, gid}] = shape;
+  inst->id = impl_->next_id.fetch_add(1);
+  impl_->instances[inst->id] = inst;
+  OKV_LOG_INFO("registered instance {} (namespace '{}', rank {}, {} pages, {} groups)", inst->id,
+               req.ns, req.rank, req.layout.num_pages, req.layout.groups.size());
+  return inst->id;
+}
+
+Status Manager::UnregisterInstance(SessionId session, InstanceId id) {
+  std::shared_ptr<Instance> inst;
+  {
+    std::lock_guard<std::mutex> l(impl_->mu);
+    auto it = impl_->instances.find(id);
+    if (it == impl_->instances.end() || it->second->session != session) {
+      return Status::NotFound("instance " + std::to_string(id) + " is not registered");
+    }
+    inst = it->second;
+  }
+  {
+    std::unique_lock<std::mutex> l(inst->mu);
+    inst->closing = true;
+    inst->cv.wait(l, [&] { return inst->inflight == 0; });
+  }
+  std::lock_guard<std::mutex> l(impl_->mu);
+  for (auto it = impl_->queries.begin(); it != impl_->queries.end();) {
+    if (it->second.instance == id) {
+      impl_->DropQueryLocked(it->second);
+      it = impl_->queries.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  impl_->instances.erase(id);  // mappings go when the last reference does
+  OKV_LOG_INFO("unregistered instance {}", id);
+  return Status::OK();
+}
+
+// ---- publish -----------------------------------------------------------------
+
+Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& req) {
+  const Clock::TimePoint start = impl_->config.clock->Now();
+  ORBITKV_ASSIGN_OR_RETURN(InstanceGuard inst, impl_->Acquire(session, req.instance));
+  auto git = inst->groups.find(req.group_id);
+  if (git == inst->groups.end()) {
+    return Status::InvalidArgument("group " + std::to_string(req.group_id) +
+                                   " is not in this instance's layout");
+  }
+  const GroupLayout& g = *git->second;
+  const GroupShape& shape = *inst->shapes.at(req.group_id);
+  if (req.keys.size() != req.pages.size()) {
+    return Status::InvalidArgument("publish: " + std::to_string(req.keys.size()) + " keys but " +
+                                   std::to_string(req.pages.size()) + " pages");
+  }
+  for (uint64_t p : req.pages) {
+    if (p >= inst->layout.num_pages) {
+      return Status::InvalidArgument("publish: page " + std::to_string(p) + " out of range (" +
+                                     std::to_string(inst->layout.num_pages) + " pages)");
+    }
+  }
+  // The slots written by this call.
+  std::vector<const SlotLayout*> slots;
+  if (req.slot_ids.empty()) {
+    for (const SlotLayout& s : g.slots) slots.push_back(&s);
+  } else {
+    for (uint32_t id : req.slot_ids) {
+      auto it = std::find_if(g.slots.begin(), g.slots.end(),
+                             [&](const SlotLayout& s) { return s.slot_id == id; });
+      if (it == g.slots.end()) {
+        return Status::InvalidArgument("publish: slot " + std::to_string(id) +
+                                       " is not held by this instance");
+      }
+      if (std::count(req.slot_ids.begin(), req.slot_ids.end(), id) > 1) {
+        return Status::InvalidArgument("publish: slot " + std::to_string(id) + " given twice");
+      }
+      slots.push_back(&*it);
+    }
+  }
+  std::vector<uint32_t> parts;
+  for (const SlotLayout* s : slots) parts.push_back(s->slot_id);
+  std::vector<uint8_t> header(shape.header_bytes);
+
+  PublishResult out;
+  for (size_t i = 0; i < req.keys.size(); ++i) {
+    ObjectId id{inst->ns, req.group_id, ToKey(req.keys[i])};
+    if (impl_->dram->Contains(id) ||
+        (impl_->ssd && impl_->ssd->catalog().Lookup(StoreKey(id)).has_value())) {
+      ++out.skipped;
+      impl_->publish_skipped->Inc();
+      continue;
+    }
+    WriteObjectHeader(id, shape.slot_bytes, /*codec=*/0, header);
+    Result<DramView> v = impl_->dram->BeginAssembly(id, shape.object_size, g.num_slots, header);
+    if (!v.ok()) {
+      ++out.skipped;
+      (v.status().code() == StatusCode::kAlreadyExists ? impl_->publish_skipped
+                                                       : impl_->publish_pool_full)
+          ->Inc();
+      continue;
+    }
+    uint64_t copied = 0;
+    for (const SlotLayout* s : slots) {
+      const SegmentPos& seg = shape.segments[s->slot_id];
+      const uint8_t* src = inst->regions[s->region]->data() + SlotPageOffset(*s, req.pages[i]);
+      std::memcpy(v->data + seg.offset, src, s->bytes_per_page);
+      const uint64_t padded = AlignUp(s->bytes_per_page, 512);
+      std::memset(v->data + seg.offset + s->bytes_per_page, 0, padded - s->bytes_per_page);
+      copied += s->bytes_per_page;
+    }
+    impl_->bytes_publish->Inc(copied);
+    const bool ssd_on = impl_->ssd != nullptr;
+    Result<bool> sealed = impl_->dram->CompleteParts(*v, parts, /*writeback=*/ssd_on);
+    if (!sealed.ok()) return sealed.status();
+    ++out.stored;
+    if (!*sealed) continue;
+    ++out.sealed;
+    impl_->publish_objects->Inc();
+    if (ssd_on) {
+      impl_->LaneStarted();
+      if (!impl_->writeback->TryPush(id)) {
+        impl_->writeback_queue_full->Inc();
+        if (auto w = impl_->dram->TakeWriteback(id)) impl_->dram->FinishWriteback(*w, false);
+        impl_->LaneDone();
+      }
+    }
+  }
+  impl_->publish_seconds->Observe(Seconds(impl_->config.clock->Now() - start));
+  return out;
+}
+
+// ---- query -------------------------------------------------------------------
+
+Result<QueryResult> Manager::Query(SessionId session, const QueryRequest& req) {
+  const Clock::TimePoint start = impl_->config.clock->Now();
+  ORBITKV_ASSIGN_OR_RETURN(InstanceGuard inst, impl_->Acquire(session, req.instance));
+  if (!inst->groups.count(req.group_id)) {
+    return Status::InvalidArgument("group " + std::to_string(req.group_id) +
+                                   " is not in this instance's layout");
+  }
+  if (req.ttl_ms == 0 || req.ttl_ms > 600000) {
+    return Status::InvalidArgument("query ttl_ms must be in (0, 600000]");
+  }
+  const Clock::TimePoint deadline = start + std::chrono::milliseconds(req.ttl_ms);
+  QueryRec q;
+  q.session = session;
+  q.instance = req.instance;
+  q.group = req.group_id;
+  q.deadline = deadline;
+  uint64_t charged = 0;
+  {
+    std::lock_guard<std::mutex> l(impl_->mu);
+    for (const BlockKey& k : req.keys) {
+      QueryBlock b;
+      b.id = ObjectId{inst->ns, req.group_id, ToKey(k)};
+      if (std::optional<DramView> v = impl_->dram->Pin(b.id)) {
+        b.tier = Tier::kDram;
+        b.dram = *v;
+        b.size = v->size;
+      } else if (impl_->ssd) {
+        std::optional<ExtentRef> ref = impl_->ssd->catalog().Lookup(StoreKey(b.id));
+        if (!ref) break;
+        LeaseSpec spec{session, 1, deadline};
+        Result<LeaseId> lease = impl_->ssd->catalog().AcquireLease({&*ref, 1}, spec);
+        if (!lease.ok()) break;
+        b.tier = Tier::kSsd;
+        b.ref = *ref;
+        b.lease = *lease;
+        b.size = ref->object_size;
+      } else {
+        break;
+      }
+      if (impl_->budget_used + b.size > impl_->budget) {
+        impl_->ReleaseSource(b);  // over the query budget: the prefix ends here
+        break;
+      }
+      impl_->budget_used += b.size;
+      charged += b.size;
+      q.blocks.push_back(b);
+    }
+    QueryResult res;
+    res.prefix = static_cast<uint32_t>(q.blocks.size());
+    res.logical_bytes = charged;
+    for (const QueryBlock& b : q.blocks) {
+      res.sources.push_back(b.tier);
+      (b.tier == Tier::kDram ? impl_->hits_dram : impl_->hits_ssd)->Inc();
+    }
+    impl_->misses->Inc(req.keys.size() - q.blocks.size());
+    if (!q.blocks.empty()) {
+      q.id = impl_->next_id.fetch_add(1);
+      res.query = q.id;
+      impl_->queries.emplace(q.id, std::move(q));
+    }
+    impl_->query_seconds->Observe(Seconds(impl_->config.clock->Now() - start));
+    return res;
+  }
+}
+
+Status Manager::ReleaseQuery(SessionId session, QueryId query) {
+  std::lock_guard<std::mutex> l(impl_->mu);
+  auto it = impl_->queries.find(query);
+  if (it == impl_->queries.end() || it->second.session != session) {
+    return Status::NotFound("query " + std::to_string(query) + " is not live");
+  }
+  impl_->DropQueryLocked(it->second);
+  impl_->queries.erase(it);
+  return Status::OK();
+}
+
+// ---- restore -----------------------------------------------------------------
+
+Result<RestoreId> Manager::StartRestore(SessionId session, const RestoreRequest& req,
+                                        RestoreDone done) {
+  ORBITKV_ASSIGN_OR_RETURN(InstanceGuard inst, impl_->Acquire(session, req.instance));
+  if (req.blocks.size() != req.pages.size()) {
+    return Status::InvalidArgument("restore: " + std::to_string(req.blocks.size()) +
+                                   " blocks but " + std::to_string(req.pages.size()) + " pages");
+  }
+  if (req.blocks.empty()) return Status::InvalidArgument("restore: no blocks");
+  for (uint64_t p : req.pages) {
+    if (p >= inst->layout.num_pages) {
+      return Status::InvalidArgument("restore: page " + std::to_string(p) + " out of range (" +
+                                     std::to_string(inst->layout.num_pages) + " pages)");
+    }
+  }
+  auto r = std::make_shared<RestoreRec>();
+  r->session = session;
+  r->done = std::move(done);
+  r->start = impl_->config.clock->Now();
+  std::vector<RestoreBlock> dram_blocks, ssd_blocks;
+  {
+    std::lock_guard<std::mutex> l(impl_->mu);
+    auto it = impl_->queries.find(req.query);
+    if (it == impl_->queries.end() || it->second.session != session ||
+        it->second.instance != req.instance) {
+      return Status::NotFound("query " + std::to_string(req.query) +
+                              " is not live for this instance (expired or released)");
+    }
+    QueryRec& q = it->second;
+    for (uint32_t b : req.blocks) {
+      if (b >= q.blocks.size()) {
+        return Status::InvalidArgument("restore: block " + std::to_string(b) +
+                                       " is beyond the query's prefix of " +
+                                       std::to_string(q.blocks.size()));
+      }
+      if (q.blocks[b].taken) {
+        return Status::InvalidArgument("restore: block " + std::to_string(b) +
+                                       " was already restored or released");
+      }
+      if (std::count(req.blocks.begin(), req.blocks.end(), b) > 1) {
+        return Status::InvalidArgument("restore: block " + std::to_string(b) + " given twice");
+      }
+    }
+    // Validated: take the blocks out of the query.
+    r->id = impl_->next_id.fetch_add(1);
+    r->group = q.group;
+    r->results.resize(req.blocks.size());
+    r->remaining = req.blocks.size();
+    for (size_t i = 0; i < req.blocks.size(); ++i) {
+      QueryBlock& src = q.blocks[req.blocks[i]];
+      r->results[i].block = req.blocks[i];
+      RestoreBlock rb;
+      rb.result = i;
+      rb.src = src;
+      rb.page = req.pages[i];
+      src.taken = true;
+      impl_->budget_used -= src.size;
+      (src.tier == Tier::kDram ? dram_blocks : ssd_blocks).push_back(rb);
+    }
+    if (std::all_of(q.blocks.begin(), q.blocks.end(), [](auto& b) { return b.taken; })) {
+      impl_->queries.erase(it);
+    }
+    impl_->restores[r->id] = r;
+  }
+  r->inst = std::move(inst);
+  const RestoreId id = r->id;
+  if (!ssd_blocks.empty()) {
+    ReadJob job;
+    job.restore = r;
+    job.blocks = std::move(ssd_blocks);
+    job.session = session;
+    impl_->LaneStarted();
+    if (!impl_->reader->TryPush(job)) {
+      impl_->LaneDone();
+      impl_->read_queue_full->Inc();
+      for (RestoreBlock& b : job.blocks) {
+        impl_->ssd->catalog().Cancel(b.src.lease);
+        impl_->FinishBlock(r, b.result, Tier::kSsd,
+                           Status::ResourceExhausted("SSD read queue is full"));
+      }
+    }
+  }
+  // DRAM blocks copy here, on the caller's thread, from the entry the query pinned.
+  for (RestoreBlock& b : dram_blocks) {
+    const DramView& v = b.src.dram;
+    Status st = impl_->CopyObjectToPages(*r->inst, r->group, v.data, v.size, b.src.id, b.page);
+    if (st.ok()) impl_->bytes_restore_dram->Inc(v.size);
+    impl_->dram->Unpin(v.id);
+    impl_->FinishBlock(r, b.result, Tier::kDram, std::move(st));
+  }
+  return id;
+}
+
+Result<RestoreResult> Manager::Restore(SessionId session, const RestoreRequest& req) {
+  std::mutex m;
+  std::condition_variable cv;
+  std::optional<Result<RestoreResult>> out;
+  Result<RestoreId> id = StartRestore(session, req, [&](Result<RestoreResult> r) {
+    std::lock_guard<std::mutex> l(m);
+    out.emplace(std::move(r));
+    cv.notify_all();
+  });
+  if (!id.ok()) return id.status();
+  std::unique_lock<std::mutex> l(m);
+  cv.wait(l, [&] { return out.has_value(); });
+  return std::move(*out);
+}
+
+Status Manager::CancelRestore(SessionId session, RestoreId id) {
+  std::shared_ptr<RestoreRec> r;
+  {
+    std::lock_guard<std::mutex> l(impl_->mu);
+    auto it = impl_->restores.find(id);
+    if (it == impl_->restores.end()) return Status::NotFound("restore is not in flight");
+    r = it->second.lock();
+    if (!r || r->session != session) return Status::NotFound("restore is not in flight");
+  }
+  if (!impl_->reader) return Status::OK();
+  std::vector<ReadJob> jobs =
+      impl_->reader->RemoveIf([&](const ReadJob& j) { return j.restore == r; });
+  for (ReadJob& j : jobs) {
+    for (RestoreBlock& b : j.blocks) {
+      impl_->ssd->catalog().Cancel(b.src.lease);
+      impl_->restore_cancelled->Inc();
+      impl_->FinishBlock(r, b.result, Tier::kSsd, Status::Cancelled("restore cancelled"));
+    }
+    impl_->LaneDone();
+  }
+  return Status::OK();
+}
+
+// ---- prepare -----------------------------------------------------------------
+
+Result<uint32_t> Manager::Prepare(SessionId session, const PrepareRequest& req) {
+  ORBITKV_ASSIGN_OR_RETURN(InstanceGuard inst, impl_->Acquire(session, req.instance));
+  if (!inst->groups.count(req.group_id)) {
+    return Status::InvalidArgument("group " + std::to_string(req.group_id) +
+                                   " is not in this instance's layout");
+  }
+  if (!impl_->ssd) return 0u;
+  ReadJob job;
+  job.session = session;
+  const Clock::TimePoint deadline = impl_->config.clock->Now() + std::chrono::seconds(30);
+  for (const BlockKey& k : req.keys) {
+    QueryBlock b;
+    b.id = ObjectId{inst->ns, req.group_id, ToKey(k)};
+    if (impl_->dram->Contains(b.id)) continue;
+    std::optional<ExtentRef> ref = impl_->ssd->catalog().Lookup(StoreKey(b.id));
+    if (!ref) continue;
+    Result<LeaseId> lease = impl_->ssd->catalog().AcquireLease({&*ref, 1}, {session, 1, deadline});
+    if (!lease.ok()) continue;
+    b.tier = Tier::kSsd;
+    b.ref = *ref;
+    b.lease = *lease;
+    b.size = ref->object_size;
+    job.prepare.push_back(b);
+  }
+  const uint32_t n = static_cast<uint32_t>(job.prepare.size());
+  if (n == 0) return 0u;
+  impl_->LaneStarted();
+  if (!impl_->reader->TryPush(job)) {
+    for (QueryBlock& b : job.prepare) impl_->ssd->catalog().Cancel(b.lease);
+    impl_->read_queue_full->Inc();
+    impl_->LaneDone();
+    return 0u;
+  }
+  return n;
+}
+
+void Manager::Drain() {
+  std::unique_lock<std::mutex> l(impl_->drain_mu);
+  impl_->drain_cv.wait(l, [&] { return impl_->lane_work.load() == 0; });
+}
+
+Manager::Gauges Manager::gauges() const {
+  Gauges g;
+  {
+    std::lock_guard<std::mutex> l(impl_->mu);
+    g.sessions = impl_->sessions.size();
+    g.instances = impl_->instances.size();
+    g.queries = impl_->queries.size();
+    g.restores_inflight = impl_->restores.size();
+    g.query_budget_used = impl_->budget_used;
+  }
+  g.dram = impl_->dram->stats();
+  if (impl_->ssd) {
+    CatalogStats s = impl_->ssd->catalog().stats();
+    g.ssd_leases = s.active_leases;
+    g.ssd_pinned_bytes = s.pinned_bytes;
+    g.ssd_reservations = s.writing_extents;
+  }
+  return g;
+}
+
+}  // namespace orbitkv

@@ -1,0 +1,103 @@
+// Manager: the cache service. Owns the DRAM tier, the SSD store and the lanes
+// that move bytes between them and engine pages; implements the cache API for
+// sessions (one per client connection) and their instances.
+//
+// Threads: any number of session threads call in concurrently. Publish and
+// DRAM restores copy on the caller's thread. SSD work runs on lanes: the
+// writeback lane (io_uring, bounded queue; a full queue drops the SSD copy and
+// counts it), the host-reader lane (io_uring reads into pinned DRAM scratch,
+// bounded queue) and the SSD host-restore lane (copies read objects into
+// engine pages, then releases leases and scratch). A reaper expires queries,
+// lease interests and stale assemblies.
+//
+// Ownership: a query pins its DRAM sources and leases its SSD extents until it
+// is restored, released, expires, or its session ends. A restore owns what it
+// took from its query until every block completes; cancelling before
+// submission releases them at once, after submission at completion.
+// UnregisterInstance and CloseSession wait for in-flight work of the instance
+// before unmapping its memory.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "io/file_system.h"
+#include "io/io_engine.h"
+#include "orbitkv/cache_api.h"
+#include "orbitkv/clock.h"
+#include "orbitkv/metrics.h"
+#include "orbitkv/options.h"
+#include "orbitkv/status.h"
+#include "store/dram_cache.h"
+
+namespace orbitkv {
+
+using SessionId = uint64_t;
+
+struct ManagerConfig {
+  ManagerOptions options;
+  AdmissionPolicy admission = AdmissionPolicy::kAll;
+  uint64_t query_budget_bytes = 0;  // 0: the pool size
+  bool lock_memory = true;
+  uint32_t writeback_queue = 4096;  // objects waiting for SSD writeback
+  uint32_t read_queue = 1024;       // SSD read jobs waiting for a reader
+  FileSystem* fs = FileSystem::Default();
+  Clock* clock = Clock::Real();
+  MetricsRegistry* metrics = nullptr;    // required
+  IoFaultInjector* io_faults = nullptr;  // tests
+};
+
+class Manager {
+ public:
+  static Result<std::unique_ptr<Manager>> Create(const ManagerConfig& config);
+  // Closes every session (draining their work) and stops the lanes.
+  ~Manager();
+
+  SessionId OpenSession(int peer_pid);
+  // Unregisters the session's instances (waiting for their in-flight work) and
+  // releases every query, lease, pin and reservation the session held.
+  void CloseSession(SessionId session);
+
+  // Host instances pass one sealed memfd per layout region (ownership moves in).
+  Result<InstanceId> RegisterInstance(SessionId session, const RegisterRequest& request,
+                                      std::vector<int> region_fds);
+  Status UnregisterInstance(SessionId session, InstanceId instance);
+
+  Result<PublishResult> Publish(SessionId session, const PublishRequest& request);
+  Result<QueryResult> Query(SessionId session, const QueryRequest& request);
+  // Releases a query's remaining sources (the engine chose not to restore them).
+  Status ReleaseQuery(SessionId session, QueryId query);
+
+  using RestoreDone = std::function<void(Result<RestoreResult>)>;
+  // Starts a restore; `done` runs exactly once, possibly before this returns
+  // (DRAM-only restores complete inline) or later on a lane thread.
+  Result<RestoreId> StartRestore(SessionId session, const RestoreRequest& request,
+                                 RestoreDone done);
+  // Blocking convenience wrapper around StartRestore.
+  Result<RestoreResult> Restore(SessionId session, const RestoreRequest& request);
+  // Cancels what has not been submitted; submitted blocks complete normally.
+  Status CancelRestore(SessionId session, RestoreId restore);
+
+  // Queues SSD objects for warm-up into DRAM; returns how many were queued.
+  Result<uint32_t> Prepare(SessionId session, const PrepareRequest& request);
+
+  // Waits until the SSD writeback and read lanes are idle (tests, demo).
+  void Drain();
+
+  struct Gauges {
+    uint64_t sessions = 0, instances = 0, queries = 0, restores_inflight = 0;
+    uint64_t query_budget_used = 0;
+    DramStats dram;
+    uint64_t ssd_leases = 0, ssd_pinned_bytes = 0, ssd_reservations = 0;
+  };
+  Gauges gauges() const;
+
+ private:
+  struct Impl;
+  explicit Manager(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace orbitkv

@@ -1,0 +1,154 @@
+#include "protocol/connection.h"
+
+#include <errno.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include <cstring>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "orbitkv/logging.h"
+#include "protocol/wire.h"
+
+namespace orbitkv::protocol {
+
+ClientConnection::ClientConnection(UniqueFd fd, ClientOptions options)
+    : fd_(std::move(fd)), options_(std::move(options)) {}
+
+ClientConnection::~ClientConnection() { Close(); }
+
+Result<std::unique_ptr<ClientConnection>> ClientConnection::Connect(const std::string& path,
+                                                                    ClientOptions options) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.empty() || path.size() >= sizeof(addr.sun_path)) {
+    return Status::InvalidArgument("socket path '" + path + "' is empty or too long");
+  }
+  std::memcpy(addr.sun_path, path.data(), path.size());
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd) return Status::IOError("socket(AF_UNIX)", errno);
+  int rc;
+  // An AF_UNIX connect interrupted while waiting for backlog room has not
+  // connected, so retrying is safe.
+  do {
+    rc = ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr));
+  } while (rc != 0 && errno == EINTR);
+  if (rc != 0) {
+    const int err = errno;
+    if (err == ENOENT || err == ECONNREFUSED) {
+      return Status::Unavailable("no OrbitKV server listens on " + path + ": " +
+                                 std::strerror(err));
+    }
+    if (err == EACCES || err == EPERM) {
+      return Status::PermissionDenied("connect " + path + ": " + std::strerror(err));
+    }
+    return Status::IOError("connect " + path, err);
+  }
+  if (!options.reply_id) options.reply_id = PeekEnvelopeId;
+  std::unique_ptr<ClientConnection> conn(new ClientConnection(std::move(fd), std::move(options)));
+  try {
+    conn->reader_ = std::thread(&ClientConnection::ReadLoop, conn.get());
+  } catch (const std::system_error& e) {
+    return Status::Internal(std::string("cannot start the reader thread: ") + e.what());
+  }
+  return conn;
+}
+
+Result<Frame> ClientConnection::Call(std::span<const uint8_t> request, std::span<const int> fds,
+                                     uint64_t id, std::chrono::milliseconds timeout) {
+  if (id == 0) return Status::InvalidArgument("envelope id 0 is reserved");
+  auto waiter = std::make_shared<Waiter>();
+  {
+    std::lock_guard lock(mu_);
+    if (!broken_.ok()) return broken_;
+    if (!waiters_.emplace(id, waiter).second) {
+      return Status::InvalidArgument("envelope id " + std::to_string(id) +
+                                     " is already waiting for a reply");
+    }
+  }
+  // Registered before sending, so that even an immediate reply finds us.
+  Status sent;
+  {
+    std::lock_guard lock(send_mu_);
+    sent = SendFrame(fd_.get(), request, fds);
+  }
+  if (!sent.ok()) {
+    // A half-written frame leaves the stream unusable: break the connection
+    // (the reader then fails every other waiter too).
+    ::shutdown(fd_.get(), SHUT_RDWR);
+    std::lock_guard lock(mu_);
+    waiters_.erase(id);
+    if (!broken_.ok()) return broken_;
+    return sent;
+  }
+  std::unique_lock lock(mu_);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!waiter->result.has_value()) {
+    if (waiter->cv.wait_until(lock, deadline) == std::cv_status::timeout &&
+        !waiter->result.has_value()) {
+      waiters_.erase(id);
+      return Status::DeadlineExceeded("no reply to request " + std::to_string(id) + " within " +
+                                      std::to_string(timeout.count()) + " ms");
+    }
+  }
+  return std::move(*waiter->result);
+}
+
+void ClientConnection::Close() {
+  std::lock_guard close_lock(close_mu_);
+  {
+    std::lock_guard lock(mu_);
+    if (broken_.ok()) broken_ = Status::Cancelled("connection closed");
+  }
+  ::shutdown(fd_.get(), SHUT_RDWR);
+  if (reader_.joinable()) reader_.join();
+  FailAll(Status::Cancelled("connection closed"));
+}
+
+bool ClientConnection::closed() const {
+  std::lock_guard lock(mu_);
+  return !broken_.ok();
+}
+
+void ClientConnection::FailAll(const Status& why) {
+  std::lock_guard lock(mu_);
+  if (broken_.ok()) broken_ = why;
+  for (auto& [id, waiter] : waiters_) {
+    waiter->result.emplace(broken_);
+    waiter->cv.notify_one();
+  }
+  waiters_.clear();
+}
+
+void ClientConnection::ReadLoop() {
+  for (;;) {
+    Result<Frame> frame =
+        RecvFrame(fd_.get(), options_.max_frame_payload, options_.max_fds_per_frame);
+    if (!frame.ok()) {
+      FailAll(frame.status().IsCancelled()
+                  ? frame.status()
+                  : frame.status().WithContext("protocol connection broken"));
+      return;
+    }
+    const std::optional<uint64_t> id = options_.reply_id(frame->payload);
+    if (!id.has_value() || *id == 0) {
+      OKV_LOG_WARN("dropping a {}-byte reply without a readable envelope id",
+                   frame->payload.size());
+      continue;
+    }
+    std::lock_guard lock(mu_);
+    auto it = waiters_.find(*id);
+    if (it == waiters_.end()) {
+      // Its caller gave up (timeout); the frame and its fds go away here.
+      OKV_LOG_DEBUG("dropping a late reply to request {}", *id);
+      continue;
+    }
+    it->second->result.emplace(std::move(frame).value());
+    it->second->cv.notify_one();
+    waiters_.erase(it);
+  }
+}
+
+}  // namespace orbitkv::protocol

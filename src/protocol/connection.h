@@ -1,0 +1,96 @@
+// ClientConnection: the engine's end of the protocol socket. Call sends one
+// request frame and waits for the reply frame that carries the same envelope
+// id; many threads may Call at once and replies may come in any order, so a
+// Restore blocked in one thread does not hold up a CancelRestore sent from
+// another. One reader thread receives every reply and hands it to its caller.
+//
+// Thread-safe: every method may be called from any thread, except that the
+// destructor must not race other calls. A reply for an id nobody waits for
+// (its caller timed out) is dropped, its fds closed. When the connection
+// breaks (server gone, oversized or undecodable frame), every waiter and every
+// later Call fails: Cancelled when the peer closed or Close was called, the
+// error that broke it otherwise.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <thread>
+#include <unordered_map>
+
+#include "orbitkv/status.h"
+#include "protocol/frame.h"
+#include "protocol/unique_fd.h"
+
+namespace orbitkv::protocol {
+
+struct ClientOptions {
+  uint32_t max_frame_payload = kDefaultMaxFramePayload;
+  // Replies carry no fds today; a reply with more breaks the connection.
+  uint32_t max_fds_per_frame = 0;
+  // Reads the envelope id of a reply; nullopt for an unreadable one (dropped
+  // and logged). Default: PeekEnvelopeId (wire.h).
+  std::function<std::optional<uint64_t>(std::span<const uint8_t>)> reply_id;
+};
+
+class ClientConnection {
+ public:
+  // Connects to the server socket at `path`. Unavailable when nobody listens
+  // there (ENOENT, ECONNREFUSED); PermissionDenied on EACCES; InvalidArgument
+  // for a bad path; IOError otherwise.
+  static Result<std::unique_ptr<ClientConnection>> Connect(const std::string& path,
+                                                           ClientOptions options = {});
+  ~ClientConnection();  // Close()
+  ClientConnection(const ClientConnection&) = delete;
+  ClientConnection& operator=(const ClientConnection&) = delete;
+
+  // An id no other Call on this connection has used (1, 2, 3, ...).
+  uint64_t NextId() { return next_id_.fetch_add(1, std::memory_order_relaxed); }
+
+  // Sends `request` (whose envelope id must be `id`) with `fds` attached and
+  // waits up to `timeout` for the reply with the same id.
+  //   InvalidArgument: id 0, or `id` is already waiting for a reply.
+  //   DeadlineExceeded: no reply in time (the server may still act on the
+  //                     request; a late reply is dropped).
+  //   Cancelled / other: the connection is closed or broke (see above).
+  Result<Frame> Call(std::span<const uint8_t> request, std::span<const int> fds, uint64_t id,
+                     std::chrono::milliseconds timeout);
+
+  // Shuts the socket down, joins the reader and fails every waiter with
+  // Cancelled. Idempotent.
+  void Close();
+  bool closed() const;
+
+ private:
+  struct Waiter {
+    std::condition_variable cv;
+    std::optional<Result<Frame>> result;  // guarded by ClientConnection::mu_
+  };
+
+  ClientConnection(UniqueFd fd, ClientOptions options);
+  void ReadLoop();
+  // Marks the connection broken with `why` and fails every waiter with it.
+  void FailAll(const Status& why);
+
+  // Constant after construction; the fd is closed only by the destructor.
+  const UniqueFd fd_;
+  const ClientOptions options_;
+  std::thread reader_;
+
+  std::atomic<uint64_t> next_id_{1};
+  std::mutex send_mu_;   // one frame at a time on the socket
+  std::mutex close_mu_;  // serialises Close (joins the reader)
+
+  mutable std::mutex mu_;
+  Status broken_;  // guarded by mu_: OK while the connection is usable
+  std::unordered_map<uint64_t, std::shared_ptr<Waiter>> waiters_;  // guarded by mu_
+};
+
+}  // namespace orbitkv::protocol

@@ -1,0 +1,303 @@
+#include "protocol/connection.h"
+
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "protocol/protocol_test_util.h"
+#include "protocol/server.h"
+#include "protocol/wire.h"
+#include "testing/temp_dir.h"
+
+namespace orbitkv::protocol {
+namespace {
+
+using orbitkv::testing::TempDir;
+using testing::MemfdWith;
+using testing::RecordingHandler;
+using namespace std::chrono_literals;
+
+template <typename T>
+T Decode(const Result<Frame>& frame, uint64_t want_id) {
+  EXPECT_TRUE(frame.ok()) << frame.status().ToString();
+  if (!frame.ok()) return T{};
+  auto d = DecodeMessage(frame->payload);
+  EXPECT_TRUE(d.ok()) << d.status().ToString();
+  if (!d.ok()) return T{};
+  EXPECT_EQ(d->id, want_id);
+  const T* m = std::get_if<T>(&d->body);
+  EXPECT_NE(m, nullptr) << MessageName(d->body);
+  return m ? *m : T{};
+}
+
+struct Fixture {
+  TempDir dir;
+  RecordingHandler handler;
+  std::unique_ptr<SocketServer> server;
+  std::unique_ptr<ClientConnection> client;
+
+  void Start() {
+    ServerOptions o;
+    o.path = dir.File("m.sock");
+    auto s = SocketServer::Start(o, &handler);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    server = std::move(s).value();
+    auto c = ClientConnection::Connect(o.path);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    client = std::move(c).value();
+  }
+};
+
+TEST(ClientConnectionTest, ConnectToNothingIsUnavailable) {
+  TempDir dir;
+  auto c = ClientConnection::Connect(dir.File("nobody.sock"));
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kUnavailable);
+}
+
+TEST(ClientConnectionTest, ConcurrentCallsGetTheirOwnRepliesOutOfOrder) {
+  Fixture f;
+  constexpr int kThreads = 8;
+  constexpr int kCallsPerThread = 25;
+  // The server holds requests until a batch of kThreads is in, then answers
+  // the batch in reverse order of arrival.
+  std::mutex mu;
+  std::vector<std::pair<std::shared_ptr<Session>, DecodedMessage>> batch;
+  f.handler.on_frame = [&](Session& s, Frame&& frame) {
+    auto d = DecodeMessage(frame.payload);
+    ASSERT_TRUE(d.ok()) << d.status().ToString();
+    std::vector<std::pair<std::shared_ptr<Session>, DecodedMessage>> ready;
+    {
+      std::lock_guard lock(mu);
+      batch.emplace_back(s.Ref(), std::move(d).value());
+      if (batch.size() < kThreads) return;
+      ready.swap(batch);
+    }
+    std::reverse(ready.begin(), ready.end());
+    for (auto& [session, msg] : ready) {
+      const auto& q = std::get<QueryRequest>(msg.body);
+      QueryResult r;
+      r.query = msg.id * 1000 + q.group_id;  // proves which request this answers
+      ASSERT_TRUE(session->Send(EncodeReply(msg.id, r)).ok());
+    }
+  };
+  f.Start();
+  std::atomic<int> good{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kCallsPerThread; ++i) {
+        const uint64_t id = f.client->NextId();
+        QueryRequest q;
+        q.group_id = static_cast<uint32_t>(t);
+        auto reply = f.client->Call(EncodeRequest(id, q), {}, id, 10s);
+        auto r = Decode<QueryResult>(reply, id);
+        if (r.query == id * 1000 + static_cast<uint64_t>(t)) good++;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(good.load(), kThreads * kCallsPerThread);
+}
+
+TEST(ClientConnectionTest, CancelRestoreOvertakesABlockedRestore) {
+  Fixture f;
+  std::mutex mu;
+  std::condition_variable cv;
+  uint64_t held_restore = 0;  // envelope id of the restore the server holds
+  bool released = false;
+  std::thread restore_worker;
+  f.handler.on_frame = [&](Session& s, Frame&& frame) {
+    auto d = DecodeMessage(frame.payload);
+    ASSERT_TRUE(d.ok());
+    if (auto* r = std::get_if<RestoreRequest>(&d->body)) {
+      // A restore replies from a worker once it is done (here: cancelled).
+      std::lock_guard lock(mu);
+      held_restore = d->id;
+      restore_worker = std::thread([&, session = s.Ref(), id = d->id, n = r->blocks.size()] {
+        {
+          std::unique_lock lock(mu);
+          cv.wait(lock, [&] { return released; });
+        }
+        RestoreResult res;
+        for (uint32_t b = 0; b < n; ++b) {
+          res.blocks.push_back({b, Tier::kSsd, Status::Cancelled("restore cancelled")});
+        }
+        EXPECT_TRUE(session->Send(EncodeReply(id, res)).ok());
+      });
+    } else if (auto* c = std::get_if<CancelRestoreRequest>(&d->body)) {
+      std::lock_guard lock(mu);
+      // Reply to the cancel first, then release the restore.
+      EXPECT_TRUE(s.Send(EncodeReply(d->id, CancelRestoreReply{c->restore_id == held_restore}))
+                      .ok());
+      released = true;
+      cv.notify_all();
+    }
+  };
+  f.Start();
+  const uint64_t rid = f.client->NextId();
+  RestoreRequest rr;
+  rr.blocks = {0, 1};
+  rr.pages = {5, 6};
+  std::thread restorer([&] {
+    auto reply = f.client->Call(EncodeRequest(rid, rr), {}, rid, 10s);
+    auto r = Decode<RestoreResult>(reply, rid);
+    ASSERT_EQ(r.blocks.size(), 2u);
+    EXPECT_TRUE(r.blocks[1].status.IsCancelled());
+  });
+  // Wait until the server holds the restore, then cancel it from this thread.
+  for (int i = 0; i < 5000; ++i) {
+    {
+      std::lock_guard lock(mu);
+      if (held_restore != 0) break;
+    }
+    std::this_thread::sleep_for(2ms);
+  }
+  const uint64_t cid = f.client->NextId();
+  auto cancel = f.client->Call(EncodeRequest(cid, CancelRestoreRequest{rid}), {}, cid, 10s);
+  EXPECT_TRUE(Decode<CancelRestoreReply>(cancel, cid).cancelled);
+  restorer.join();
+  restore_worker.join();
+}
+
+TEST(ClientConnectionTest, TimeoutThenLateReplyIsDropped) {
+  Fixture f;
+  std::mutex mu;
+  std::vector<std::pair<std::shared_ptr<Session>, uint64_t>> held;
+  f.handler.on_frame = [&](Session& s, Frame&& frame) {
+    auto d = DecodeMessage(frame.payload);
+    ASSERT_TRUE(d.ok());
+    const auto& u = std::get<UnregisterRequest>(d->body);
+    if (u.instance == 1) {  // "slow": answered only with the next request
+      std::lock_guard lock(mu);
+      held.emplace_back(s.Ref(), d->id);
+      return;
+    }
+    std::lock_guard lock(mu);
+    for (auto& [session, id] : held) {
+      EXPECT_TRUE(session->Send(EncodeReply(id, UnregisterReply{})).ok());
+    }
+    held.clear();
+    EXPECT_TRUE(s.Send(EncodeReply(d->id, RegisterReply{42})).ok());
+  };
+  f.Start();
+  const uint64_t slow = f.client->NextId();
+  auto r = f.client->Call(EncodeRequest(slow, UnregisterRequest{1}), {}, slow, 50ms);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded);
+  const uint64_t fast = f.client->NextId();
+  auto r2 = f.client->Call(EncodeRequest(fast, UnregisterRequest{2}), {}, fast, 10s);
+  EXPECT_EQ(Decode<RegisterReply>(r2, fast).instance, 42u);
+}
+
+TEST(ClientConnectionTest, BadIds) {
+  Fixture f;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool got = false;
+  f.handler.on_frame = [&](Session&, Frame&&) {
+    std::lock_guard lock(mu);
+    got = true;
+    cv.notify_all();
+  };  // never replies
+  f.Start();
+  EXPECT_EQ(f.client->Call(EncodeRequest(0, UnregisterRequest{}), {}, 0, 10ms).status().code(),
+            StatusCode::kInvalidArgument);
+  std::thread waiter([&] {
+    auto r = f.client->Call(EncodeRequest(5, UnregisterRequest{}), {}, 5, 10s);
+    EXPECT_TRUE(r.status().IsCancelled()) << r.status().ToString();
+  });
+  {
+    std::unique_lock lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, 10s, [&] { return got; }));
+  }
+  EXPECT_EQ(f.client->Call(EncodeRequest(5, UnregisterRequest{}), {}, 5, 10ms).status().code(),
+            StatusCode::kInvalidArgument);
+  f.client->Close();  // fails the waiter with Cancelled
+  waiter.join();
+  EXPECT_TRUE(f.client->Call(EncodeRequest(6, UnregisterRequest{}), {}, 6, 10ms)
+                  .status()
+                  .IsCancelled());
+}
+
+TEST(ClientConnectionTest, ServerStopCancelsCallers) {
+  Fixture f;
+  std::atomic<int> arrived{0};
+  f.handler.on_frame = [&](Session&, Frame&&) { arrived++; };  // never replies
+  f.Start();
+  std::vector<std::thread> callers;
+  std::atomic<int> cancelled{0};
+  for (int i = 0; i < 4; ++i) {
+    callers.emplace_back([&] {
+      const uint64_t id = f.client->NextId();
+      auto r = f.client->Call(EncodeRequest(id, QueryRequest{}), {}, id, 30s);
+      if (r.status().IsCancelled()) cancelled++;
+    });
+  }
+  for (int i = 0; i < 1000 && arrived.load() < 4; ++i) std::this_thread::sleep_for(2ms);
+  ASSERT_EQ(arrived.load(), 4);
+  f.server->Stop();
+  for (auto& t : callers) t.join();
+  EXPECT_EQ(cancelled.load(), 4);
+  EXPECT_TRUE(f.client->closed());
+  const uint64_t id = f.client->NextId();
+  EXPECT_TRUE(
+      f.client->Call(EncodeRequest(id, QueryRequest{}), {}, id, 1s).status().IsCancelled());
+}
+
+TEST(ClientConnectionTest, RegisterWithMemfdsEndToEnd) {
+  Fixture f;
+  f.handler.on_frame = [&](Session& s, Frame&& frame) {
+    auto d = DecodeMessage(frame.payload);
+    ASSERT_TRUE(d.ok());
+    Status fds_ok = CheckAttachedFds(d->body, frame.fds.size());
+    if (!fds_ok.ok()) {
+      EXPECT_TRUE(s.Send(EncodeError(d->id, fds_ok)).ok());
+      return;
+    }
+    const auto& reg = std::get<RegisterRequest>(d->body);
+    // Map each region and check what the engine wrote there.
+    bool all_good = true;
+    for (size_t i = 0; i < frame.fds.size(); ++i) {
+      const size_t len = reg.layout.region_bytes[i];
+      void* p = ::mmap(nullptr, len, PROT_READ, MAP_SHARED, frame.fds[i].get(), 0);
+      ASSERT_NE(p, MAP_FAILED);
+      all_good &= static_cast<const char*>(p)[len - 1] == static_cast<char>('A' + i);
+      ::munmap(p, len);
+    }
+    EXPECT_TRUE(s.Send(EncodeReply(d->id, RegisterReply{all_good ? 7u : 0u})).ok());
+  };
+  f.Start();
+  RegisterRequest reg;
+  reg.ns = "test";
+  reg.layout.num_pages = 1;
+  std::vector<UniqueFd> mems;
+  std::vector<int> raw;
+  for (int i = 0; i < 3; ++i) {
+    const size_t len = 4096 * (i + 1);
+    std::string data(len, '\0');
+    data[len - 1] = static_cast<char>('A' + i);
+    mems.push_back(MemfdWith(data));
+    raw.push_back(mems.back().get());
+    reg.layout.region_bytes.push_back(len);
+  }
+  uint64_t id = f.client->NextId();
+  auto reply = f.client->Call(EncodeRequest(id, reg), raw, id, 10s);
+  EXPECT_EQ(Decode<RegisterReply>(reply, id).instance, 7u);
+  // Wrong fd count: a clean ErrorReply.
+  id = f.client->NextId();
+  auto bad = f.client->Call(EncodeRequest(id, reg), std::span(raw).first(2), id, 10s);
+  auto err = Decode<ErrorReply>(bad, id);
+  EXPECT_EQ(err.status.code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace orbitkv::protocol

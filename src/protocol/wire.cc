@@ -1,0 +1,713 @@
+#include "protocol/wire.h"
+
+#include <fmt/format.h>
+#include <flatbuffers/flatbuffers.h>
+
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <type_traits>
+#include <utility>
+
+#include "protocol/orbitkv_generated.h"
+
+namespace orbitkv::protocol {
+namespace {
+
+namespace fb = flatbuffers;
+namespace w = orbitkv::wire;
+
+// StatusCode and Tier values are on the wire: append only, never renumber.
+static_assert(static_cast<int>(StatusCode::kOk) == 0);
+static_assert(static_cast<int>(StatusCode::kInvalidArgument) == 1);
+static_assert(static_cast<int>(StatusCode::kIOError) == 3);
+static_assert(static_cast<int>(StatusCode::kNoSpace) == 4);
+static_assert(static_cast<int>(StatusCode::kCancelled) == 7);
+static_assert(static_cast<int>(StatusCode::kInternal) == 14);
+constexpr uint8_t kMaxStatusCode = static_cast<uint8_t>(StatusCode::kInternal);
+static_assert(static_cast<int>(Tier::kNone) == 0 && static_cast<int>(Tier::kDram) == 1 &&
+              static_cast<int>(Tier::kSsd) == 2);
+constexpr uint8_t kMaxTier = static_cast<uint8_t>(Tier::kSsd);
+static_assert(sizeof(BlockKey) == 32);
+static_assert(w::Body_MAX == std::variant_size_v<Message>,
+              "every Body union member has a Message alternative");
+
+// The Body union member of each Message alternative: Body_X == index + 1.
+template <typename T, size_t I = 0>
+constexpr size_t MessageIndex() {
+  if constexpr (std::is_same_v<std::variant_alternative_t<I, Message>, T>) {
+    return I;
+  } else {
+    return MessageIndex<T, I + 1>();
+  }
+}
+template <typename T>
+constexpr w::Body BodyOf() {
+  return static_cast<w::Body>(MessageIndex<T>() + 1);
+}
+static_assert(BodyOf<HelloRequest>() == w::Body_Hello);
+static_assert(BodyOf<RegisterRequest>() == w::Body_RegisterInstance);
+static_assert(BodyOf<RestoreResult>() == w::Body_RestoreReply);
+static_assert(BodyOf<CancelRestoreReply>() == w::Body_CancelReply);
+static_assert(BodyOf<ErrorReply>() == w::Body_ErrorReply);
+
+// ---- encoding -----------------------------------------------------------------
+
+template <typename T, typename BodyT>
+std::vector<uint8_t> Finish(fb::FlatBufferBuilder& fbb, uint64_t id, fb::Offset<BodyT> body) {
+  auto env = w::CreateEnvelope(fbb, kProtocolVersion, id, BodyOf<T>(), body.Union());
+  w::FinishEnvelopeBuffer(fbb, env);
+  const uint8_t* p = fbb.GetBufferPointer();
+  return std::vector<uint8_t>(p, p + fbb.GetSize());
+}
+
+fb::Offset<fb::Vector<uint8_t>> KeysVector(fb::FlatBufferBuilder& fbb,
+                                           const std::vector<BlockKey>& keys) {
+  // BlockKey is std::array<uint8_t, 32>: a vector of them is 32 * n contiguous bytes.
+  return fbb.CreateVector(reinterpret_cast<const uint8_t*>(keys.data()), keys.size() * 32);
+}
+
+std::string_view Truncated(std::string_view s) {
+  return s.size() > kMaxStringBytes ? s.substr(0, kMaxStringBytes) : s;
+}
+
+// ---- decoding helpers ---------------------------------------------------------
+
+Status Invalid(std::string_view field, std::string_view what) {
+  return Status::InvalidArgument(fmt::format("{}: {}", field, what));
+}
+
+template <typename V>
+Status CheckCount(const V* v, size_t max, std::string_view field) {
+  if (v != nullptr && v->size() > max) {
+    return Invalid(field, fmt::format("{} entries, more than the limit {}", v->size(), max));
+  }
+  return Status::OK();
+}
+
+Status GetString(const fb::String* s, std::string_view field, std::string* out) {
+  if (s == nullptr) {
+    out->clear();
+    return Status::OK();
+  }
+  if (s->size() > kMaxStringBytes) {
+    return Invalid(field,
+                   fmt::format("{} bytes, longer than the limit {}", s->size(), kMaxStringBytes));
+  }
+  out->assign(s->data(), s->size());
+  return Status::OK();
+}
+
+template <typename T>
+Status GetScalars(const fb::Vector<T>* v, size_t max, std::string_view field, std::vector<T>* out) {
+  ORBITKV_RETURN_IF_ERROR(CheckCount(v, max, field));
+  out->clear();
+  if (v == nullptr) return Status::OK();
+  out->reserve(v->size());
+  for (fb::uoffset_t i = 0; i < v->size(); ++i) out->push_back(v->Get(i));
+  return Status::OK();
+}
+
+Status GetKeys(const fb::Vector<uint8_t>* v, std::string_view field, std::vector<BlockKey>* out) {
+  out->clear();
+  if (v == nullptr) return Status::OK();
+  if (v->size() % 32 != 0) {
+    return Invalid(field, fmt::format("{} bytes, not a multiple of 32", v->size()));
+  }
+  const size_t n = v->size() / 32;
+  if (n > kMaxKeysPerMessage) {
+    return Invalid(field, fmt::format("{} keys, more than the limit {}", n, kMaxKeysPerMessage));
+  }
+  out->resize(n);
+  if (n > 0) std::memcpy(out->data(), v->data(), n * 32);
+  return Status::OK();
+}
+
+Status CheckSameCount(size_t a, std::string_view field_a, size_t b, std::string_view field_b) {
+  if (a != b) {
+    return Invalid(field_b, fmt::format("{} entries, but {} has {}", b, field_a, a));
+  }
+  return Status::OK();
+}
+
+Status GetTier(uint8_t v, std::string_view field, Tier* out) {
+  if (v > kMaxTier) return Invalid(field, fmt::format("unknown tier {}", v));
+  *out = static_cast<Tier>(v);
+  return Status::OK();
+}
+
+// ---- per-body decoders ------------------------------------------------------------
+// Each takes a verified, non-null table.
+
+Status Decode(const w::Hello& t, HelloRequest* m) {
+  m->protocol_version = t.protocol_version();
+  m->client_pid = t.client_pid();
+  return GetString(t.client_name(), "Hello.client_name", &m->client_name);
+}
+
+Status Decode(const w::HelloReply& t, HelloReply* m) {
+  m->protocol_version = t.protocol_version();
+  m->server_pid = t.server_pid();
+  m->max_frame_bytes = t.max_frame_bytes();
+  m->max_fds_per_frame = t.max_fds_per_frame();
+  m->max_keys_per_message = t.max_keys_per_message();
+  m->max_connections = t.max_connections();
+  return Status::OK();
+}
+
+Status DecodeGroup(const w::Group& g, size_t gi, GroupLayout* out) {
+  out->group_id = g.group_id();
+  out->num_slots = g.num_slots();
+  const std::string field = fmt::format("RegisterInstance.layout.groups[{}]", gi);
+  ORBITKV_RETURN_IF_ERROR(
+      GetScalars(g.slot_bytes(), kMaxSlotsPerGroup, field + ".slot_bytes", &out->slot_bytes));
+  ORBITKV_RETURN_IF_ERROR(CheckCount(g.slots(), kMaxSlotsPerGroup, field + ".slots"));
+  out->slots.clear();
+  if (g.slots() == nullptr) return Status::OK();
+  out->slots.reserve(g.slots()->size());
+  for (fb::uoffset_t i = 0; i < g.slots()->size(); ++i) {
+    const w::Slot* s = g.slots()->Get(i);
+    if (s == nullptr) return Invalid(fmt::format("{}.slots[{}]", field, i), "missing");
+    SlotLayout sl;
+    sl.slot_id = s->slot_id();
+    sl.region = s->region();
+    sl.offset = s->offset();
+    sl.page_stride = s->page_stride();
+    sl.bytes_per_page = s->bytes_per_page();
+    out->slots.push_back(sl);
+  }
+  return Status::OK();
+}
+
+Status Decode(const w::RegisterInstance& t, RegisterRequest* m) {
+  ORBITKV_RETURN_IF_ERROR(GetString(t.ns(), "RegisterInstance.ns", &m->ns));
+  m->rank = t.rank();
+  ORBITKV_RETURN_IF_ERROR(GetString(t.device(), "RegisterInstance.device", &m->device));
+  const w::Layout* l = t.layout();
+  if (l == nullptr) return Invalid("RegisterInstance.layout", "missing");
+  m->layout.num_pages = l->num_pages();
+  ORBITKV_RETURN_IF_ERROR(GetScalars(l->region_bytes(), kMaxRegions,
+                                     "RegisterInstance.layout.region_bytes",
+                                     &m->layout.region_bytes));
+  ORBITKV_RETURN_IF_ERROR(CheckCount(l->groups(), kMaxGroups, "RegisterInstance.layout.groups"));
+  m->layout.groups.clear();
+  if (l->groups() == nullptr) return Status::OK();
+  m->layout.groups.resize(l->groups()->size());
+  for (fb::uoffset_t i = 0; i < l->groups()->size(); ++i) {
+    const w::Group* g = l->groups()->Get(i);
+    if (g == nullptr) {
+      return Invalid(fmt::format("RegisterInstance.layout.groups[{}]", i), "missing");
+    }
+    ORBITKV_RETURN_IF_ERROR(DecodeGroup(*g, i, &m->layout.groups[i]));
+  }
+  return Status::OK();
+}
+
+Status Decode(const w::RegisterReply& t, RegisterReply* m) {
+  m->instance = t.instance();
+  return Status::OK();
+}
+
+Status Decode(const w::Publish& t, PublishRequest* m) {
+  m->instance = t.instance();
+  m->group_id = t.group_id();
+  ORBITKV_RETURN_IF_ERROR(GetKeys(t.keys(), "Publish.keys", &m->keys));
+  ORBITKV_RETURN_IF_ERROR(GetScalars(t.pages(), kMaxKeysPerMessage, "Publish.pages", &m->pages));
+  ORBITKV_RETURN_IF_ERROR(
+      CheckSameCount(m->keys.size(), "Publish.keys", m->pages.size(), "Publish.pages"));
+  return GetScalars(t.slot_ids(), kMaxSlotsPerGroup, "Publish.slot_ids", &m->slot_ids);
+}
+
+Status Decode(const w::PublishReply& t, PublishResult* m) {
+  m->stored = t.stored();
+  m->sealed = t.sealed();
+  m->skipped = t.skipped();
+  return Status::OK();
+}
+
+Status Decode(const w::Query& t, QueryRequest* m) {
+  m->instance = t.instance();
+  m->group_id = t.group_id();
+  m->ttl_ms = t.ttl_ms();
+  return GetKeys(t.keys(), "Query.keys", &m->keys);
+}
+
+Status Decode(const w::QueryReply& t, QueryResult* m) {
+  m->query = t.query();
+  m->prefix = t.prefix();
+  m->logical_bytes = t.logical_bytes();
+  if (m->prefix > kMaxKeysPerMessage) {
+    return Invalid("QueryReply.prefix",
+                   fmt::format("{}, more than the limit {}", m->prefix, kMaxKeysPerMessage));
+  }
+  ORBITKV_RETURN_IF_ERROR(CheckCount(t.sources(), kMaxKeysPerMessage, "QueryReply.sources"));
+  const size_t n = t.sources() ? t.sources()->size() : 0;
+  ORBITKV_RETURN_IF_ERROR(CheckSameCount(m->prefix, "QueryReply.prefix", n, "QueryReply.sources"));
+  m->sources.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    ORBITKV_RETURN_IF_ERROR(GetTier(t.sources()->Get(static_cast<fb::uoffset_t>(i)),
+                                    "QueryReply.sources", &m->sources[i]));
+  }
+  return Status::OK();
+}
+
+Status Decode(const w::Restore& t, RestoreRequest* m) {
+  m->instance = t.instance();
+  m->query = t.query();
+  ORBITKV_RETURN_IF_ERROR(GetScalars(t.blocks(), kMaxKeysPerMessage, "Restore.blocks", &m->blocks));
+  ORBITKV_RETURN_IF_ERROR(GetScalars(t.pages(), kMaxKeysPerMessage, "Restore.pages", &m->pages));
+  return CheckSameCount(m->blocks.size(), "Restore.blocks", m->pages.size(), "Restore.pages");
+}
+
+Status Decode(const w::RestoreReply& t, RestoreResult* m) {
+  ORBITKV_RETURN_IF_ERROR(CheckCount(t.blocks(), kMaxKeysPerMessage, "RestoreReply.blocks"));
+  m->blocks.clear();
+  if (t.blocks() == nullptr) return Status::OK();
+  m->blocks.resize(t.blocks()->size());
+  for (fb::uoffset_t i = 0; i < t.blocks()->size(); ++i) {
+    const w::BlockResult* b = t.blocks()->Get(i);
+    const std::string field = fmt::format("RestoreReply.blocks[{}]", i);
+    if (b == nullptr) return Invalid(field, "missing");
+    BlockResult& out = m->blocks[i];
+    out.block = b->block();
+    ORBITKV_RETURN_IF_ERROR(GetTier(b->source(), field + ".source", &out.source));
+    WireStatus ws;
+    ws.code = b->code();
+    ws.err_no = b->err_no();
+    ws.data_loss = b->data_loss();
+    ORBITKV_RETURN_IF_ERROR(GetString(b->message(), field + ".message", &ws.message));
+    ORBITKV_RETURN_IF_ERROR(StatusFromWire(ws, field, &out.status));
+  }
+  return Status::OK();
+}
+
+Status Decode(const w::CancelRestore& t, CancelRestoreRequest* m) {
+  m->restore_id = t.restore_id();
+  return Status::OK();
+}
+
+Status Decode(const w::CancelReply& t, CancelRestoreReply* m) {
+  m->cancelled = t.cancelled();
+  return Status::OK();
+}
+
+Status Decode(const w::Prepare& t, PrepareRequest* m) {
+  m->instance = t.instance();
+  m->group_id = t.group_id();
+  return GetKeys(t.keys(), "Prepare.keys", &m->keys);
+}
+
+Status Decode(const w::PrepareReply& t, PrepareReply* m) {
+  m->queued = t.queued();
+  m->skipped = t.skipped();
+  return Status::OK();
+}
+
+Status Decode(const w::Unregister& t, UnregisterRequest* m) {
+  m->instance = t.instance();
+  return Status::OK();
+}
+
+Status Decode(const w::UnregisterReply&, UnregisterReply*) { return Status::OK(); }
+
+Status Decode(const w::ErrorReply& t, ErrorReply* m) {
+  WireStatus ws;
+  ws.code = t.code();
+  ws.err_no = t.err_no();
+  ws.data_loss = t.data_loss();
+  ORBITKV_RETURN_IF_ERROR(GetString(t.message(), "ErrorReply.message", &ws.message));
+  if (ws.code == 0) return Invalid("ErrorReply.code", "0 (OK) in an error reply");
+  return StatusFromWire(ws, "ErrorReply", &m->status);
+}
+
+// Decodes the body of type T (a Message alternative) from its wire table W.
+template <typename T, typename W>
+Status DecodeBody(const w::Envelope& env, std::string_view name, Message* out) {
+  const W* table = env.body_as<W>();
+  if (table == nullptr) return Invalid(fmt::format("Envelope.body ({})", name), "missing");
+  T m;
+  ORBITKV_RETURN_IF_ERROR(Decode(*table, &m));
+  *out = std::move(m);
+  return Status::OK();
+}
+
+// An aligned copy of `bytes` when they are not 8-aligned: FlatBuffers reads
+// scalars in place, and the verifier checks alignment relative to the start.
+struct AlignedView {
+  std::span<const uint8_t> bytes;
+  std::unique_ptr<uint64_t[]> copy;
+};
+AlignedView Align(std::span<const uint8_t> bytes) {
+  AlignedView v;
+  if (reinterpret_cast<uintptr_t>(bytes.data()) % alignof(uint64_t) == 0) {
+    v.bytes = bytes;
+    return v;
+  }
+  v.copy = std::make_unique<uint64_t[]>((bytes.size() + 7) / 8);
+  std::memcpy(v.copy.get(), bytes.data(), bytes.size());
+  v.bytes = {reinterpret_cast<const uint8_t*>(v.copy.get()), bytes.size()};
+  return v;
+}
+
+}  // namespace
+
+std::string_view MessageName(const Message& body) {
+  const auto index = static_cast<w::Body>(body.index() + 1);
+  return w::EnumNameBody(index);
+}
+
+// ---- encoders ---------------------------------------------------------------------
+
+std::vector<uint8_t> EncodeRequest(uint64_t id, const HelloRequest& m) {
+  fb::FlatBufferBuilder fbb(128);
+  auto name = fbb.CreateString(m.client_name);
+  return Finish<HelloRequest>(fbb, id,
+                              w::CreateHello(fbb, m.protocol_version, m.client_pid, name));
+}
+
+std::vector<uint8_t> EncodeRequest(uint64_t id, const RegisterRequest& m) {
+  fb::FlatBufferBuilder fbb(1024);
+  auto ns = fbb.CreateString(m.ns);
+  auto device = fbb.CreateString(m.device);
+  auto region_bytes = fbb.CreateVector(m.layout.region_bytes);
+  std::vector<fb::Offset<w::Group>> groups;
+  groups.reserve(m.layout.groups.size());
+  for (const GroupLayout& g : m.layout.groups) {
+    auto slot_bytes = fbb.CreateVector(g.slot_bytes);
+    std::vector<fb::Offset<w::Slot>> slots;
+    slots.reserve(g.slots.size());
+    for (const SlotLayout& s : g.slots) {
+      slots.push_back(
+          w::CreateSlot(fbb, s.slot_id, s.region, s.offset, s.page_stride, s.bytes_per_page));
+    }
+    auto slots_vec = fbb.CreateVector(slots);
+    groups.push_back(w::CreateGroup(fbb, g.group_id, g.num_slots, slot_bytes, slots_vec));
+  }
+  auto groups_vec = fbb.CreateVector(groups);
+  auto layout = w::CreateLayout(fbb, m.layout.num_pages, region_bytes, groups_vec);
+  return Finish<RegisterRequest>(fbb, id,
+                                 w::CreateRegisterInstance(fbb, ns, m.rank, device, layout));
+}
+
+std::vector<uint8_t> EncodeRequest(uint64_t id, const PublishRequest& m) {
+  fb::FlatBufferBuilder fbb(64 + m.keys.size() * 40 + m.slot_ids.size() * 4);
+  auto keys = KeysVector(fbb, m.keys);
+  auto pages = fbb.CreateVector(m.pages);
+  auto slot_ids = fbb.CreateVector(m.slot_ids);
+  return Finish<PublishRequest>(
+      fbb, id, w::CreatePublish(fbb, m.instance, m.group_id, keys, pages, slot_ids));
+}
+
+std::vector<uint8_t> EncodeRequest(uint64_t id, const QueryRequest& m) {
+  fb::FlatBufferBuilder fbb(64 + m.keys.size() * 32);
+  auto keys = KeysVector(fbb, m.keys);
+  return Finish<QueryRequest>(fbb, id,
+                              w::CreateQuery(fbb, m.instance, m.group_id, keys, m.ttl_ms));
+}
+
+std::vector<uint8_t> EncodeRequest(uint64_t id, const RestoreRequest& m) {
+  fb::FlatBufferBuilder fbb(64 + m.blocks.size() * 12);
+  auto blocks = fbb.CreateVector(m.blocks);
+  auto pages = fbb.CreateVector(m.pages);
+  return Finish<RestoreRequest>(fbb, id,
+                                w::CreateRestore(fbb, m.instance, m.query, blocks, pages));
+}
+
+std::vector<uint8_t> EncodeRequest(uint64_t id, const CancelRestoreRequest& m) {
+  fb::FlatBufferBuilder fbb(64);
+  return Finish<CancelRestoreRequest>(fbb, id, w::CreateCancelRestore(fbb, m.restore_id));
+}
+
+std::vector<uint8_t> EncodeRequest(uint64_t id, const PrepareRequest& m) {
+  fb::FlatBufferBuilder fbb(64 + m.keys.size() * 32);
+  auto keys = KeysVector(fbb, m.keys);
+  return Finish<PrepareRequest>(fbb, id, w::CreatePrepare(fbb, m.instance, m.group_id, keys));
+}
+
+std::vector<uint8_t> EncodeRequest(uint64_t id, const UnregisterRequest& m) {
+  fb::FlatBufferBuilder fbb(64);
+  return Finish<UnregisterRequest>(fbb, id, w::CreateUnregister(fbb, m.instance));
+}
+
+std::vector<uint8_t> EncodeReply(uint64_t id, const HelloReply& m) {
+  fb::FlatBufferBuilder fbb(96);
+  return Finish<HelloReply>(
+      fbb, id,
+      w::CreateHelloReply(fbb, m.protocol_version, m.server_pid, m.max_frame_bytes,
+                          m.max_fds_per_frame, m.max_keys_per_message, m.max_connections));
+}
+
+std::vector<uint8_t> EncodeReply(uint64_t id, const RegisterReply& m) {
+  fb::FlatBufferBuilder fbb(64);
+  return Finish<RegisterReply>(fbb, id, w::CreateRegisterReply(fbb, m.instance));
+}
+
+std::vector<uint8_t> EncodeReply(uint64_t id, const PublishResult& m) {
+  fb::FlatBufferBuilder fbb(64);
+  return Finish<PublishResult>(fbb, id,
+                               w::CreatePublishReply(fbb, m.stored, m.sealed, m.skipped));
+}
+
+std::vector<uint8_t> EncodeReply(uint64_t id, const QueryResult& m) {
+  fb::FlatBufferBuilder fbb(64 + m.sources.size());
+  static_assert(sizeof(Tier) == 1);
+  auto sources =
+      fbb.CreateVector(reinterpret_cast<const uint8_t*>(m.sources.data()), m.sources.size());
+  return Finish<QueryResult>(
+      fbb, id, w::CreateQueryReply(fbb, m.query, m.prefix, sources, m.logical_bytes));
+}
+
+std::vector<uint8_t> EncodeReply(uint64_t id, const RestoreResult& m) {
+  fb::FlatBufferBuilder fbb(64 + m.blocks.size() * 32);
+  std::vector<fb::Offset<w::BlockResult>> blocks;
+  blocks.reserve(m.blocks.size());
+  for (const BlockResult& b : m.blocks) {
+    WireStatus ws = StatusToWire(b.status);
+    auto msg = ws.message.empty() ? fb::Offset<fb::String>() : fbb.CreateString(ws.message);
+    blocks.push_back(w::CreateBlockResult(fbb, b.block, static_cast<uint8_t>(b.source), ws.code,
+                                          msg, ws.err_no, ws.data_loss));
+  }
+  auto vec = fbb.CreateVector(blocks);
+  return Finish<RestoreResult>(fbb, id, w::CreateRestoreReply(fbb, vec));
+}
+
+std::vector<uint8_t> EncodeReply(uint64_t id, const CancelRestoreReply& m) {
+  fb::FlatBufferBuilder fbb(64);
+  return Finish<CancelRestoreReply>(fbb, id, w::CreateCancelReply(fbb, m.cancelled));
+}
+
+std::vector<uint8_t> EncodeReply(uint64_t id, const PrepareReply& m) {
+  fb::FlatBufferBuilder fbb(64);
+  return Finish<PrepareReply>(fbb, id, w::CreatePrepareReply(fbb, m.queued, m.skipped));
+}
+
+std::vector<uint8_t> EncodeReply(uint64_t id, const UnregisterReply&) {
+  fb::FlatBufferBuilder fbb(64);
+  return Finish<UnregisterReply>(fbb, id, w::CreateUnregisterReply(fbb));
+}
+
+std::vector<uint8_t> EncodeReply(uint64_t id, const ErrorReply& m) {
+  fb::FlatBufferBuilder fbb(128);
+  WireStatus ws = m.status.ok() ? StatusToWire(Status::Internal("ErrorReply with an OK status"))
+                                : StatusToWire(m.status);
+  auto msg = fbb.CreateString(ws.message);
+  return Finish<ErrorReply>(fbb, id,
+                            w::CreateErrorReply(fbb, ws.code, msg, ws.err_no, ws.data_loss));
+}
+
+std::vector<uint8_t> EncodeError(uint64_t id, const Status& status) {
+  return EncodeReply(id, ErrorReply{status});
+}
+
+std::vector<uint8_t> EncodeMessage(uint64_t id, const Message& body) {
+  return std::visit(
+      [id](const auto& m) -> std::vector<uint8_t> {
+        if constexpr (requires { EncodeRequest(id, m); }) {
+          return EncodeRequest(id, m);
+        } else {
+          return EncodeReply(id, m);
+        }
+      },
+      body);
+}
+
+// ---- decoding ------------------------------------------------------------------------
+
+Result<DecodedMessage> DecodeMessage(std::span<const uint8_t> input) {
+  if (input.size() > kMaxMessageBytes) {
+    return Invalid("Envelope", fmt::format("{} bytes, more than the limit {}", input.size(),
+                                           kMaxMessageBytes));
+  }
+  const AlignedView view = Align(input);
+  fb::Verifier::Options opts;
+  opts.max_depth = kVerifierMaxDepth;
+  opts.max_tables = kVerifierMaxTables;
+  opts.check_alignment = true;
+  opts.check_nested_flatbuffers = true;
+  fb::Verifier verifier(view.bytes.data(), view.bytes.size(), opts);
+  if (!w::VerifyEnvelopeBuffer(verifier)) {
+    return Invalid("Envelope", fmt::format("{} bytes that do not verify as an OrbitKV message",
+                                           input.size()));
+  }
+  const w::Envelope* env = w::GetEnvelope(view.bytes.data());
+  if (env->version() != kProtocolVersion) {
+    return Invalid("Envelope.version", fmt::format("{} is not supported (this side speaks {})",
+                                                   env->version(), kProtocolVersion));
+  }
+  DecodedMessage out{env->version(), env->id(), UnregisterReply{}};
+  Status st;
+  switch (env->body_type()) {
+    case w::Body_NONE:
+      return Invalid("Envelope.body", "missing");
+    case w::Body_Hello:
+      st = DecodeBody<HelloRequest, w::Hello>(*env, "Hello", &out.body);
+      break;
+    case w::Body_HelloReply:
+      st = DecodeBody<HelloReply, w::HelloReply>(*env, "HelloReply", &out.body);
+      break;
+    case w::Body_RegisterInstance:
+      st = DecodeBody<RegisterRequest, w::RegisterInstance>(*env, "RegisterInstance", &out.body);
+      break;
+    case w::Body_RegisterReply:
+      st = DecodeBody<RegisterReply, w::RegisterReply>(*env, "RegisterReply", &out.body);
+      break;
+    case w::Body_Publish:
+      st = DecodeBody<PublishRequest, w::Publish>(*env, "Publish", &out.body);
+      break;
+    case w::Body_PublishReply:
+      st = DecodeBody<PublishResult, w::PublishReply>(*env, "PublishReply", &out.body);
+      break;
+    case w::Body_Query:
+      st = DecodeBody<QueryRequest, w::Query>(*env, "Query", &out.body);
+      break;
+    case w::Body_QueryReply:
+      st = DecodeBody<QueryResult, w::QueryReply>(*env, "QueryReply", &out.body);
+      break;
+    case w::Body_Restore:
+      st = DecodeBody<RestoreRequest, w::Restore>(*env, "Restore", &out.body);
+      break;
+    case w::Body_RestoreReply:
+      st = DecodeBody<RestoreResult, w::RestoreReply>(*env, "RestoreReply", &out.body);
+      break;
+    case w::Body_CancelRestore:
+      st = DecodeBody<CancelRestoreRequest, w::CancelRestore>(*env, "CancelRestore", &out.body);
+      break;
+    case w::Body_CancelReply:
+      st = DecodeBody<CancelRestoreReply, w::CancelReply>(*env, "CancelReply", &out.body);
+      break;
+    case w::Body_Prepare:
+      st = DecodeBody<PrepareRequest, w::Prepare>(*env, "Prepare", &out.body);
+      break;
+    case w::Body_PrepareReply:
+      st = DecodeBody<PrepareReply, w::PrepareReply>(*env, "PrepareReply", &out.body);
+      break;
+    case w::Body_Unregister:
+      st = DecodeBody<UnregisterRequest, w::Unregister>(*env, "Unregister", &out.body);
+      break;
+    case w::Body_UnregisterReply:
+      st = DecodeBody<UnregisterReply, w::UnregisterReply>(*env, "UnregisterReply", &out.body);
+      break;
+    case w::Body_ErrorReply:
+      st = DecodeBody<ErrorReply, w::ErrorReply>(*env, "ErrorReply", &out.body);
+      break;
+    default:
+      // The verifier accepts unknown union members (forward compatibility);
+      // this version cannot act on them.
+      return Invalid("Envelope.body_type",
+                     fmt::format("unknown message type {}", static_cast<int>(env->body_type())));
+  }
+  if (!st.ok()) return st;
+  return out;
+}
+
+std::optional<uint64_t> PeekEnvelopeId(std::span<const uint8_t> input) {
+  if (input.size() > kMaxMessageBytes) return std::nullopt;
+  const AlignedView view = Align(input);
+  fb::Verifier verifier(view.bytes.data(), view.bytes.size(), fb::Verifier::Options{});
+  // The prologue of Verifier::VerifyBuffer, without verifying the body.
+  if (view.bytes.size() < FLATBUFFERS_MIN_BUFFER_SIZE ||
+      !fb::BufferHasIdentifier(view.bytes.data(), w::EnvelopeIdentifier())) {
+    return std::nullopt;
+  }
+  const fb::uoffset_t root = verifier.VerifyOffset(0);
+  if (root == 0) return std::nullopt;
+  const auto* env = reinterpret_cast<const w::Envelope*>(view.bytes.data() + root);
+  if (!env->VerifyTableStart(verifier) ||
+      !env->VerifyField<uint64_t>(verifier, w::Envelope::VT_ID, sizeof(uint64_t))) {
+    return std::nullopt;
+  }
+  return env->id();
+}
+
+Status CheckAttachedFds(const Message& body, size_t num_fds) {
+  size_t want = 0;
+  std::string_view what = "no file descriptors";
+  if (const auto* reg = std::get_if<RegisterRequest>(&body); reg != nullptr) {
+    if (reg->device == "host") {
+      want = reg->layout.region_bytes.size();
+      what = "one memfd per region";
+    } else {
+      what = "no file descriptors for a CUDA device";
+    }
+  }
+  if (num_fds != want) {
+    return Status::InvalidArgument(fmt::format("{}: {} file descriptors attached, want {} ({})",
+                                               MessageName(body), num_fds, want, what));
+  }
+  return Status::OK();
+}
+
+// ---- Status ----------------------------------------------------------------------------
+
+WireStatus StatusToWire(const Status& status) {
+  WireStatus ws;
+  ws.code = static_cast<uint8_t>(status.code());
+  if (status.ok()) return ws;
+  ws.message = std::string(Truncated(status.message()));
+  ws.err_no = status.err_no();
+  ws.data_loss = status.data_loss();
+  return ws;
+}
+
+Status StatusFromWire(const WireStatus& wire, std::string_view field, Status* out) {
+  if (wire.code > kMaxStatusCode) {
+    return Invalid(fmt::format("{}.code", field), fmt::format("unknown status code {}", wire.code));
+  }
+  if (wire.message.size() > kMaxStringBytes) {
+    return Invalid(fmt::format("{}.message", field),
+                   fmt::format("{} bytes, longer than the limit {}", wire.message.size(),
+                               kMaxStringBytes));
+  }
+  std::string msg = wire.message;
+  switch (static_cast<StatusCode>(wire.code)) {
+    case StatusCode::kOk:
+      *out = Status::OK();
+      break;
+    case StatusCode::kInvalidArgument:
+      *out = Status::InvalidArgument(std::move(msg));
+      break;
+    case StatusCode::kNotFound:
+      *out = Status::NotFound(std::move(msg));
+      break;
+    case StatusCode::kIOError:
+      *out = Status::IOError(std::move(msg), wire.err_no, wire.data_loss);
+      break;
+    case StatusCode::kNoSpace:
+      *out = Status::IOError(std::move(msg), wire.err_no != 0 ? wire.err_no : ENOSPC,
+                             wire.data_loss);
+      break;
+    case StatusCode::kBusy:
+      *out = Status::Busy(std::move(msg));
+      break;
+    case StatusCode::kUnavailable:
+      *out = Status::Unavailable(std::move(msg));
+      break;
+    case StatusCode::kCancelled:
+      *out = Status::Cancelled(std::move(msg));
+      break;
+    case StatusCode::kDeadlineExceeded:
+      *out = Status::DeadlineExceeded(std::move(msg));
+      break;
+    case StatusCode::kCorruption:
+      *out = Status::Corruption(std::move(msg));
+      break;
+    case StatusCode::kAlreadyExists:
+      *out = Status::AlreadyExists(std::move(msg));
+      break;
+    case StatusCode::kFailedPrecondition:
+      *out = Status::FailedPrecondition(std::move(msg));
+      break;
+    case StatusCode::kResourceExhausted:
+      *out = Status::ResourceExhausted(std::move(msg));
+      break;
+    case StatusCode::kPermissionDenied:
+      *out = Status::PermissionDenied(std::move(msg));
+      break;
+    case StatusCode::kInternal:
+      *out = Status::Internal(std::move(msg));
+      break;
+  }
+  return Status::OK();
+}
+
+}  // namespace orbitkv::protocol

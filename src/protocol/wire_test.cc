@@ -1,0 +1,542 @@
+#include "protocol/wire.h"
+
+#include <flatbuffers/flatbuffers.h>
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "protocol/orbitkv_generated.h"
+
+namespace orbitkv {
+
+// Field-wise equality for the round-trip tests (internal linkage: test-only).
+static bool operator==(const SlotLayout& a, const SlotLayout& b) {
+  return a.slot_id == b.slot_id && a.region == b.region && a.offset == b.offset &&
+         a.page_stride == b.page_stride && a.bytes_per_page == b.bytes_per_page;
+}
+static bool operator==(const GroupLayout& a, const GroupLayout& b) {
+  return a.group_id == b.group_id && a.num_slots == b.num_slots && a.slot_bytes == b.slot_bytes &&
+         a.slots == b.slots;
+}
+static bool operator==(const InstanceLayout& a, const InstanceLayout& b) {
+  return a.num_pages == b.num_pages && a.region_bytes == b.region_bytes && a.groups == b.groups;
+}
+
+namespace protocol {
+namespace {
+
+namespace fb = flatbuffers;
+namespace w = orbitkv::wire;
+
+BlockKey Key(uint32_t i) {
+  BlockKey k{};
+  for (size_t b = 0; b < k.size(); ++b) k[b] = static_cast<uint8_t>(i * 31 + b * 7);
+  return k;
+}
+
+std::vector<BlockKey> Keys(uint32_t n) {
+  std::vector<BlockKey> keys;
+  for (uint32_t i = 0; i < n; ++i) keys.push_back(Key(i));
+  return keys;
+}
+
+RegisterRequest SampleRegister() {
+  RegisterRequest r;
+  r.ns = "llama-3-8b/bf16/tp2/salt=x";
+  r.rank = 1;
+  r.device = "host";
+  r.layout.num_pages = 1000;
+  r.layout.region_bytes = {1 << 20, 2 << 20, 3 << 20};
+  GroupLayout g0;
+  g0.group_id = 0;
+  g0.num_slots = 4;
+  g0.slot_bytes = {4096, 4096, 1000, 777};
+  g0.slots.push_back({0, 0, 0, 4096, 4096});
+  g0.slots.push_back({2, 1, 128, 1024, 1000});
+  GroupLayout g1;
+  g1.group_id = 5;
+  g1.num_slots = 1;
+  g1.slot_bytes = {12345};
+  g1.slots.push_back({0, 2, 7, 12345, 12345});
+  r.layout.groups = {g0, g1};
+  return r;
+}
+
+template <typename T>
+T DecodeAs(const std::vector<uint8_t>& bytes, uint64_t want_id) {
+  Result<DecodedMessage> d = DecodeMessage(bytes);
+  EXPECT_TRUE(d.ok()) << d.status().ToString();
+  if (!d.ok()) return T{};
+  EXPECT_EQ(d->id, want_id);
+  EXPECT_EQ(d->version, kProtocolVersion);
+  const T* m = std::get_if<T>(&d->body);
+  EXPECT_NE(m, nullptr) << "decoded as " << MessageName(d->body);
+  return m ? *m : T{};
+}
+
+// Decoding must fail with InvalidArgument whose message names `field`.
+void ExpectInvalid(std::span<const uint8_t> bytes, const std::string& field) {
+  Result<DecodedMessage> d = DecodeMessage(bytes);
+  ASSERT_FALSE(d.ok()) << "decoded as " << MessageName(d->body);
+  EXPECT_EQ(d.status().code(), StatusCode::kInvalidArgument) << d.status().ToString();
+  EXPECT_NE(d.status().message().find(field), std::string_view::npos)
+      << "want '" << field << "' in: " << d.status().ToString();
+}
+
+template <typename BodyT>
+std::vector<uint8_t> RawEnvelope(fb::FlatBufferBuilder& fbb, fb::Offset<BodyT> body, w::Body type,
+                                 uint16_t version = kProtocolVersion, uint64_t id = 7) {
+  auto env = w::CreateEnvelope(fbb, version, id, type, body.Union());
+  w::FinishEnvelopeBuffer(fbb, env);
+  return {fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize()};
+}
+
+// ---- round trips --------------------------------------------------------------
+
+TEST(WireTest, HelloRoundTrip) {
+  HelloRequest h{kProtocolVersion, 4242, "vllm-worker-0"};
+  auto m = DecodeAs<HelloRequest>(EncodeRequest(1, h), 1);
+  EXPECT_EQ(m.protocol_version, kProtocolVersion);
+  EXPECT_EQ(m.client_pid, 4242);
+  EXPECT_EQ(m.client_name, "vllm-worker-0");
+
+  HelloReply r{kProtocolVersion, 99, 1 << 26, 4096, 65536, 1024};
+  auto mr = DecodeAs<HelloReply>(EncodeReply(2, r), 2);
+  EXPECT_EQ(mr.server_pid, 99);
+  EXPECT_EQ(mr.max_frame_bytes, 1u << 26);
+  EXPECT_EQ(mr.max_fds_per_frame, 4096u);
+  EXPECT_EQ(mr.max_keys_per_message, 65536u);
+  EXPECT_EQ(mr.max_connections, 1024u);
+}
+
+TEST(WireTest, RegisterRoundTrip) {
+  const RegisterRequest r = SampleRegister();
+  auto m = DecodeAs<RegisterRequest>(EncodeRequest(UINT64_MAX, r), UINT64_MAX);
+  EXPECT_EQ(m.ns, r.ns);
+  EXPECT_EQ(m.rank, r.rank);
+  EXPECT_EQ(m.device, r.device);
+  EXPECT_TRUE(m.layout == r.layout);
+
+  auto rr = DecodeAs<RegisterReply>(EncodeReply(3, RegisterReply{77}), 3);
+  EXPECT_EQ(rr.instance, 77u);
+}
+
+TEST(WireTest, UnregisterRoundTrip) {
+  EXPECT_EQ(DecodeAs<UnregisterRequest>(EncodeRequest(4, UnregisterRequest{12}), 4).instance, 12u);
+  DecodeAs<UnregisterReply>(EncodeReply(5, UnregisterReply{}), 5);
+}
+
+TEST(WireTest, PublishRoundTrip) {
+  PublishRequest p;
+  p.instance = 9;
+  p.group_id = 3;
+  p.keys = Keys(100);
+  for (uint64_t i = 0; i < 100; ++i) p.pages.push_back(i * 1000003);
+  p.slot_ids = {0, 5, 7};
+  auto m = DecodeAs<PublishRequest>(EncodeRequest(6, p), 6);
+  EXPECT_EQ(m.instance, 9u);
+  EXPECT_EQ(m.group_id, 3u);
+  EXPECT_EQ(m.keys, p.keys);
+  EXPECT_EQ(m.pages, p.pages);
+  EXPECT_EQ(m.slot_ids, p.slot_ids);
+
+  auto r = DecodeAs<PublishResult>(EncodeReply(7, PublishResult{10, 8, 2}), 7);
+  EXPECT_EQ(r.stored, 10u);
+  EXPECT_EQ(r.sealed, 8u);
+  EXPECT_EQ(r.skipped, 2u);
+}
+
+TEST(WireTest, QueryRoundTrip) {
+  QueryRequest q;
+  q.instance = 1;
+  q.group_id = 2;
+  q.keys = Keys(3);
+  q.ttl_ms = 1234;
+  auto m = DecodeAs<QueryRequest>(EncodeRequest(8, q), 8);
+  EXPECT_EQ(m.keys, q.keys);
+  EXPECT_EQ(m.ttl_ms, 1234u);
+  EXPECT_EQ(m.group_id, 2u);
+
+  QueryResult r;
+  r.query = 555;
+  r.prefix = 3;
+  r.sources = {Tier::kDram, Tier::kSsd, Tier::kNone};
+  r.logical_bytes = 1ull << 40;
+  auto mr = DecodeAs<QueryResult>(EncodeReply(9, r), 9);
+  EXPECT_EQ(mr.query, 555u);
+  EXPECT_EQ(mr.prefix, 3u);
+  EXPECT_EQ(mr.sources, r.sources);
+  EXPECT_EQ(mr.logical_bytes, 1ull << 40);
+}
+
+TEST(WireTest, RestoreRoundTrip) {
+  RestoreRequest q;
+  q.instance = 1;
+  q.query = 555;
+  q.blocks = {0, 1, 2};
+  q.pages = {10, 20, 30};
+  auto m = DecodeAs<RestoreRequest>(EncodeRequest(10, q), 10);
+  EXPECT_EQ(m.query, 555u);
+  EXPECT_EQ(m.blocks, q.blocks);
+  EXPECT_EQ(m.pages, q.pages);
+
+  RestoreResult r;
+  r.blocks.push_back({0, Tier::kDram, Status::OK()});
+  r.blocks.push_back({1, Tier::kSsd, Status::IOError("read cache.bin.1 [4096, +8192)", EIO, true)});
+  r.blocks.push_back({2, Tier::kNone, Status::Cancelled("restore cancelled")});
+  auto mr = DecodeAs<RestoreResult>(EncodeReply(11, r), 11);
+  ASSERT_EQ(mr.blocks.size(), 3u);
+  EXPECT_EQ(mr.blocks[0].block, 0u);
+  EXPECT_TRUE(mr.blocks[0].status.ok());
+  EXPECT_EQ(mr.blocks[1].source, Tier::kSsd);
+  EXPECT_EQ(mr.blocks[1].status.code(), StatusCode::kIOError);
+  EXPECT_EQ(mr.blocks[1].status.err_no(), EIO);
+  EXPECT_TRUE(mr.blocks[1].status.data_loss());
+  EXPECT_EQ(mr.blocks[1].status.message(), "read cache.bin.1 [4096, +8192)");
+  EXPECT_TRUE(mr.blocks[2].status.IsCancelled());
+}
+
+TEST(WireTest, CancelAndPrepareRoundTrip) {
+  EXPECT_EQ(DecodeAs<CancelRestoreRequest>(EncodeRequest(12, CancelRestoreRequest{10}), 12)
+                .restore_id,
+            10u);
+  EXPECT_TRUE(DecodeAs<CancelRestoreReply>(EncodeReply(13, CancelRestoreReply{true}), 13).cancelled);
+  PrepareRequest p;
+  p.instance = 4;
+  p.group_id = 1;
+  p.keys = Keys(65536);  // the limit is accepted
+  auto m = DecodeAs<PrepareRequest>(EncodeRequest(14, p), 14);
+  EXPECT_EQ(m.keys.size(), 65536u);
+  EXPECT_EQ(m.keys, p.keys);
+  auto r = DecodeAs<PrepareReply>(EncodeReply(15, PrepareReply{5, 6}), 15);
+  EXPECT_EQ(r.queued, 5u);
+  EXPECT_EQ(r.skipped, 6u);
+}
+
+TEST(WireTest, EveryStatusCodeRoundTrips) {
+  for (int c = 1; c <= static_cast<int>(StatusCode::kInternal); ++c) {
+    const auto code = static_cast<StatusCode>(c);
+    WireStatus ws{static_cast<uint8_t>(c), "boom " + std::to_string(c), 0, false};
+    Status decoded;
+    ASSERT_TRUE(StatusFromWire(ws, "x", &decoded).ok());
+    // NoSpace without errno is rebuilt as ENOSPC; everything else keeps its code.
+    EXPECT_EQ(decoded.code(), code) << StatusCodeName(code);
+    auto e = DecodeAs<ErrorReply>(EncodeError(16, decoded), 16);
+    EXPECT_EQ(e.status.code(), code);
+    EXPECT_EQ(e.status.message(), decoded.message());
+  }
+  // errno and retryable survive on I/O codes.
+  auto e = DecodeAs<ErrorReply>(EncodeError(17, Status::IOError("pread shard 3", EAGAIN)), 17);
+  EXPECT_EQ(e.status.err_no(), EAGAIN);
+  EXPECT_TRUE(e.status.retryable());
+  auto nospace = DecodeAs<ErrorReply>(EncodeError(18, Status::IOError("write", ENOSPC)), 18);
+  EXPECT_TRUE(nospace.status.IsNoSpace());
+  EXPECT_EQ(nospace.status.err_no(), ENOSPC);
+  // An OK status in an ErrorReply is a bug, reported as Internal.
+  EXPECT_EQ(DecodeAs<ErrorReply>(EncodeError(19, Status::OK()), 19).status.code(),
+            StatusCode::kInternal);
+  // Overlong messages are cut so that the peer accepts them.
+  auto longmsg = DecodeAs<ErrorReply>(EncodeError(20, Status::Internal(std::string(10000, 'x'))), 20);
+  EXPECT_EQ(longmsg.status.message().size(), kMaxStringBytes);
+}
+
+TEST(WireTest, EncodeMessageMatchesTypedEncoders) {
+  const Message body = PublishResult{1, 2, 3};
+  EXPECT_EQ(EncodeMessage(21, body), EncodeReply(21, PublishResult{1, 2, 3}));
+  const Message req = SampleRegister();
+  EXPECT_EQ(EncodeMessage(22, req), EncodeRequest(22, SampleRegister()));
+  EXPECT_EQ(MessageName(req), "RegisterInstance");
+  EXPECT_EQ(MessageName(Message(ErrorReply{Status::Busy("x")})), "ErrorReply");
+}
+
+TEST(WireTest, PeekEnvelopeId) {
+  auto bytes = EncodeRequest(0xDEADBEEFCAFEull, SampleRegister());
+  EXPECT_EQ(PeekEnvelopeId(bytes), 0xDEADBEEFCAFEull);
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    // Any prefix: an id or nothing, never a crash.
+    (void)PeekEnvelopeId(std::span(bytes.data(), n));
+  }
+  std::vector<uint8_t> junk(64, 0xAB);
+  EXPECT_FALSE(PeekEnvelopeId(junk).has_value());
+}
+
+TEST(WireTest, UnalignedInputDecodes) {
+  auto bytes = EncodeRequest(23, SampleRegister());
+  std::vector<uint8_t> shifted(bytes.size() + 1);
+  std::memcpy(shifted.data() + 1, bytes.data(), bytes.size());
+  auto d = DecodeMessage(std::span(shifted.data() + 1, bytes.size()));
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->id, 23u);
+  EXPECT_EQ(PeekEnvelopeId(std::span(shifted.data() + 1, bytes.size())), 23u);
+}
+
+TEST(WireTest, CheckAttachedFds) {
+  RegisterRequest r = SampleRegister();
+  EXPECT_TRUE(CheckAttachedFds(r, 3).ok());
+  EXPECT_EQ(CheckAttachedFds(r, 2).code(), StatusCode::kInvalidArgument);
+  r.device = "cuda:0";
+  EXPECT_TRUE(CheckAttachedFds(r, 0).ok());
+  EXPECT_FALSE(CheckAttachedFds(r, 3).ok());
+  EXPECT_TRUE(CheckAttachedFds(QueryRequest{}, 0).ok());
+  EXPECT_FALSE(CheckAttachedFds(QueryRequest{}, 1).ok());
+}
+
+// ---- hostile input ------------------------------------------------------------------
+
+TEST(WireHostileTest, RandomBytesAreRejected) {
+  std::mt19937_64 rng(1234);
+  for (int iter = 0; iter < 20000; ++iter) {
+    std::vector<uint8_t> bytes(rng() % 512);
+    for (auto& b : bytes) b = static_cast<uint8_t>(rng());
+    if (iter % 2 == 0 && bytes.size() >= 8) std::memcpy(bytes.data() + 4, "OKV1", 4);
+    Result<DecodedMessage> d = DecodeMessage(bytes);
+    if (!d.ok()) EXPECT_EQ(d.status().code(), StatusCode::kInvalidArgument);
+    (void)PeekEnvelopeId(bytes);
+  }
+}
+
+TEST(WireHostileTest, EveryTruncationIsRejected) {
+  PublishRequest p;
+  p.keys = Keys(4);
+  p.pages = {1, 2, 3, 4};
+  for (const auto& bytes : {EncodeRequest(1, SampleRegister()), EncodeRequest(2, p),
+                            EncodeReply(3, RestoreResult{{{0, Tier::kSsd, Status::Busy("b")}}})}) {
+    for (size_t n = 0; n < bytes.size(); ++n) {
+      Result<DecodedMessage> d = DecodeMessage(std::span(bytes.data(), n));
+      ASSERT_FALSE(d.ok()) << "prefix of " << n << " bytes decoded";
+      EXPECT_EQ(d.status().code(), StatusCode::kInvalidArgument);
+    }
+  }
+}
+
+TEST(WireHostileTest, BitFlipsNeverCrash) {
+  auto bytes = EncodeRequest(1, SampleRegister());
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    for (uint8_t mask : {0x01, 0x80, 0xFF}) {
+      auto copy = bytes;
+      copy[i] ^= mask;
+      Result<DecodedMessage> d = DecodeMessage(copy);
+      if (!d.ok()) EXPECT_EQ(d.status().code(), StatusCode::kInvalidArgument);
+    }
+  }
+}
+
+TEST(WireHostileTest, WrongVersion) {
+  fb::FlatBufferBuilder fbb;
+  auto body = w::CreateUnregister(fbb, 1);
+  auto bytes = RawEnvelope(fbb, body, w::Body_Unregister, kProtocolVersion + 1);
+  ExpectInvalid(bytes, "Envelope.version");
+  // The id is still readable, so the server can address its ErrorReply.
+  EXPECT_EQ(PeekEnvelopeId(bytes), 7u);
+}
+
+TEST(WireHostileTest, WrongIdentifier) {
+  auto bytes = EncodeRequest(1, UnregisterRequest{1});
+  std::memcpy(bytes.data() + 4, "XXXX", 4);
+  ExpectInvalid(bytes, "Envelope");
+}
+
+TEST(WireHostileTest, MissingOrUnknownBody) {
+  {
+    fb::FlatBufferBuilder fbb;
+    auto env = w::CreateEnvelope(fbb, kProtocolVersion, 1, w::Body_NONE, 0);
+    w::FinishEnvelopeBuffer(fbb, env);
+    ExpectInvalid(std::span(fbb.GetBufferPointer(), fbb.GetSize()), "Envelope.body");
+  }
+  {
+    fb::FlatBufferBuilder fbb;
+    auto body = w::CreateUnregister(fbb, 1);
+    ExpectInvalid(RawEnvelope(fbb, body, static_cast<w::Body>(200)), "Envelope.body_type");
+  }
+  {
+    fb::FlatBufferBuilder fbb;  // a type without its table
+    auto env = w::CreateEnvelope(fbb, kProtocolVersion, 1, w::Body_Publish, 0);
+    w::FinishEnvelopeBuffer(fbb, env);
+    ExpectInvalid(std::span(fbb.GetBufferPointer(), fbb.GetSize()), "Envelope.body");
+  }
+}
+
+TEST(WireHostileTest, KeysNotAMultipleOf32) {
+  for (w::Body type : {w::Body_Publish, w::Body_Query, w::Body_Prepare}) {
+    fb::FlatBufferBuilder fbb;
+    std::vector<uint8_t> keys(33, 1);
+    auto kv = fbb.CreateVector(keys);
+    std::vector<uint8_t> bytes;
+    if (type == w::Body_Publish) {
+      std::vector<uint64_t> pages = {1};
+      auto pv = fbb.CreateVector(pages);
+      bytes = RawEnvelope(fbb, w::CreatePublish(fbb, 1, 0, kv, pv), type);
+      ExpectInvalid(bytes, "Publish.keys");
+    } else if (type == w::Body_Query) {
+      bytes = RawEnvelope(fbb, w::CreateQuery(fbb, 1, 0, kv), type);
+      ExpectInvalid(bytes, "Query.keys");
+    } else {
+      bytes = RawEnvelope(fbb, w::CreatePrepare(fbb, 1, 0, kv), type);
+      ExpectInvalid(bytes, "Prepare.keys");
+    }
+  }
+}
+
+TEST(WireHostileTest, TooManyKeys) {
+  PublishRequest p;
+  p.keys = Keys(kMaxKeysPerMessage + 1);
+  p.pages.assign(p.keys.size(), 0);
+  ExpectInvalid(EncodeRequest(1, p), "Publish.keys");
+  QueryRequest q;
+  q.keys = p.keys;
+  ExpectInvalid(EncodeRequest(1, q), "Query.keys");
+}
+
+TEST(WireHostileTest, PagesMustMatchKeys) {
+  PublishRequest p;
+  p.keys = Keys(3);
+  p.pages = {1, 2};
+  ExpectInvalid(EncodeRequest(1, p), "Publish.pages");
+  RestoreRequest r;
+  r.blocks = {0, 1};
+  r.pages = {5};
+  ExpectInvalid(EncodeRequest(1, r), "Restore.pages");
+  RestoreRequest big;
+  big.blocks.assign(kMaxKeysPerMessage + 1, 0);
+  big.pages.assign(kMaxKeysPerMessage + 1, 0);
+  ExpectInvalid(EncodeRequest(1, big), "Restore.blocks");
+}
+
+TEST(WireHostileTest, LayoutBounds) {
+  {
+    RegisterRequest r = SampleRegister();
+    r.layout.region_bytes.assign(kMaxRegions + 1, 4096);
+    ExpectInvalid(EncodeRequest(1, r), "RegisterInstance.layout.region_bytes");
+  }
+  {
+    RegisterRequest r = SampleRegister();
+    r.layout.groups.resize(kMaxGroups + 1);
+    ExpectInvalid(EncodeRequest(1, r), "RegisterInstance.layout.groups");
+  }
+  {
+    RegisterRequest r = SampleRegister();
+    r.layout.groups[1].slots.resize(kMaxSlotsPerGroup + 1);
+    ExpectInvalid(EncodeRequest(1, r), "RegisterInstance.layout.groups[1].slots");
+  }
+  {
+    RegisterRequest r = SampleRegister();
+    r.layout.groups[0].slot_bytes.resize(kMaxSlotsPerGroup + 1);
+    ExpectInvalid(EncodeRequest(1, r), "RegisterInstance.layout.groups[0].slot_bytes");
+  }
+  {
+    RegisterRequest r = SampleRegister();
+    r.ns = std::string(kMaxStringBytes + 1, 'n');
+    ExpectInvalid(EncodeRequest(1, r), "RegisterInstance.ns");
+    r.ns = std::string(kMaxStringBytes, 'n');  // the limit is accepted
+    EXPECT_TRUE(DecodeMessage(EncodeRequest(1, r)).ok());
+  }
+  {
+    RegisterRequest r = SampleRegister();
+    r.device = std::string(kMaxStringBytes + 1, 'd');
+    ExpectInvalid(EncodeRequest(1, r), "RegisterInstance.device");
+  }
+  {
+    fb::FlatBufferBuilder fbb;  // no layout at all
+    auto ns = fbb.CreateString("ns");
+    ExpectInvalid(RawEnvelope(fbb, w::CreateRegisterInstance(fbb, ns, 0, 0, 0),
+                              w::Body_RegisterInstance),
+                  "RegisterInstance.layout");
+  }
+}
+
+TEST(WireHostileTest, ReplyBounds) {
+  {
+    QueryResult q;
+    q.prefix = 2;
+    q.sources = {Tier::kDram};
+    ExpectInvalid(EncodeReply(1, q), "QueryReply.sources");
+  }
+  {
+    fb::FlatBufferBuilder fbb;
+    std::vector<uint8_t> sources = {1, 9};
+    auto sv = fbb.CreateVector(sources);
+    ExpectInvalid(RawEnvelope(fbb, w::CreateQueryReply(fbb, 1, 2, sv), w::Body_QueryReply),
+                  "QueryReply.sources");
+  }
+  {
+    fb::FlatBufferBuilder fbb;
+    auto msg = fbb.CreateString("x");
+    ExpectInvalid(RawEnvelope(fbb, w::CreateErrorReply(fbb, 0, msg), w::Body_ErrorReply),
+                  "ErrorReply.code");
+  }
+  {
+    fb::FlatBufferBuilder fbb;
+    auto msg = fbb.CreateString("x");
+    ExpectInvalid(RawEnvelope(fbb, w::CreateErrorReply(fbb, 200, msg), w::Body_ErrorReply),
+                  "ErrorReply.code");
+  }
+  {
+    fb::FlatBufferBuilder fbb;
+    auto msg = fbb.CreateString(std::string(kMaxStringBytes + 1, 'm'));
+    ExpectInvalid(RawEnvelope(fbb, w::CreateErrorReply(fbb, 1, msg), w::Body_ErrorReply),
+                  "ErrorReply.message");
+  }
+  {
+    fb::FlatBufferBuilder fbb;
+    std::vector<fb::Offset<w::BlockResult>> blocks;
+    blocks.push_back(w::CreateBlockResult(fbb, 0, 1, 0));
+    blocks.push_back(w::CreateBlockResult(fbb, 1, 7, 0));
+    auto bv = fbb.CreateVector(blocks);
+    ExpectInvalid(RawEnvelope(fbb, w::CreateRestoreReply(fbb, bv), w::Body_RestoreReply),
+                  "RestoreReply.blocks[1].source");
+  }
+  {
+    fb::FlatBufferBuilder fbb;
+    std::vector<fb::Offset<w::BlockResult>> blocks;
+    blocks.push_back(w::CreateBlockResult(fbb, 0, 1, 99));
+    auto bv = fbb.CreateVector(blocks);
+    ExpectInvalid(RawEnvelope(fbb, w::CreateRestoreReply(fbb, bv), w::Body_RestoreReply),
+                  "RestoreReply.blocks[0].code");
+  }
+  {
+    RestoreResult r;
+    r.blocks.resize(kMaxKeysPerMessage + 1);
+    ExpectInvalid(EncodeReply(1, r), "RestoreReply.blocks");
+  }
+}
+
+TEST(WireHostileTest, TableCountIsBounded) {
+  // More tables than any legal message has: the verifier stops counting.
+  fb::FlatBufferBuilder fbb;
+  std::vector<fb::Offset<w::BlockResult>> blocks;
+  const size_t n = kVerifierMaxTables + 10;
+  blocks.reserve(n);
+  for (size_t i = 0; i < n; ++i) blocks.push_back(w::CreateBlockResult(fbb, 1, 1, 1));
+  auto bv = fbb.CreateVector(blocks);
+  ExpectInvalid(RawEnvelope(fbb, w::CreateRestoreReply(fbb, bv), w::Body_RestoreReply), "Envelope");
+}
+
+TEST(WireHostileTest, OversizedVectorLengthFieldIsRejected) {
+  // A keys vector whose length field claims far more bytes than the buffer has.
+  QueryRequest q;
+  q.keys = Keys(2);
+  auto bytes = EncodeRequest(1, q);
+  // Find the vector length (64) followed by the key bytes, and inflate it.
+  const BlockKey k0 = Key(0);
+  bool patched = false;
+  for (size_t i = 0; i + 4 + 32 <= bytes.size(); ++i) {
+    uint32_t len;
+    std::memcpy(&len, bytes.data() + i, 4);
+    if (len == 64 && std::memcmp(bytes.data() + i + 4, k0.data(), 32) == 0) {
+      len = 0x7FFFFFE0;
+      std::memcpy(bytes.data() + i, &len, 4);
+      patched = true;
+      break;
+    }
+  }
+  ASSERT_TRUE(patched);
+  ExpectInvalid(bytes, "Envelope");
+}
+
+}  // namespace
+}  // namespace protocol
+}  // namespace orbitkv

@@ -1,0 +1,138 @@
+// DramCache: the pinned DRAM tier. Owns one locked host arena of --pool-size
+// bytes (mmap + mlock; registered with CUDA by the GPU tier through
+// Options::on_arena) and the objects stored in it, keyed by ObjectId.
+//
+// An entry is *assembling* (fragments of a group arriving, invisible) or
+// *sealed* (complete, visible to Lookup). Readers Pin an entry and read its
+// bytes; pinned entries are never evicted or freed. Eviction is LRU over
+// sealed, unpinned entries that are not waiting for SSD writeback; it runs
+// when an allocation needs room. Allocations are 4 KiB aligned (the SSD store
+// writes straight from them). Admission policy: kAll keeps every sealed
+// object; kReuse keeps an object in DRAM only if its id was seen before (a
+// bounded ghost list of recent ids), others are dropped once written back;
+// with no SSD tier (writeback_on_seal off) they are dropped at their last
+// unpin, so a first-time object is not kept at all and its second publish
+// is. Pinning an unadmitted entry counts as reuse and admits it.
+// Thread-safe: one mutex; no call blocks on I/O or copies bytes under it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "orbitkv/clock.h"
+#include "orbitkv/status.h"
+#include "store/object_id.h"
+
+namespace orbitkv {
+
+enum class AdmissionPolicy { kAll, kReuse };
+
+struct DramCacheOptions {
+  uint64_t capacity = 0;    // arena bytes (--pool-size), multiple of 4096
+  bool lock_memory = true;  // mlock the arena; failure is logged, not fatal
+  AdmissionPolicy admission = AdmissionPolicy::kAll;
+  uint64_t ghost_entries = 1 << 16;  // kReuse: ids remembered
+  Clock* clock = Clock::Real();
+  // Assembling entries not sealed within this time are dropped (a writer died).
+  Clock::Duration assembly_timeout = std::chrono::seconds(60);
+  // An SSD tier is on: an entry sealed by CompleteParts is writeback-pending
+  // from the moment it seals (so it can't be evicted or dropped before the
+  // writer takes it); the caller whose CompleteParts returned true then calls
+  // TakeWriteback + FinishWriteback. InsertSealed entries are never pending.
+  bool writeback_on_seal = false;
+  // Called once with the arena after it is mapped (CUDA host registration).
+  std::function<Status(void* base, uint64_t size)> on_arena;
+};
+
+using EntryId = uint64_t;
+
+// A pinned view of one entry. Valid until Unpin(id).
+struct DramView {
+  EntryId id = 0;
+  uint8_t* data = nullptr;  // 4 KiB aligned
+  uint64_t size = 0;        // object bytes
+  uint64_t capacity = 0;    // allocated bytes (>= AlignUp(size, 4096))
+};
+
+struct DramStats {
+  uint64_t capacity = 0;
+  uint64_t used_bytes = 0;     // allocated: entries (sealed + assembling) and scratch
+  uint64_t scratch_bytes = 0;  // of used_bytes, held by scratch buffers
+  uint64_t sealed_entries = 0;
+  uint64_t assembling_entries = 0;
+  uint64_t pinned_entries = 0;
+  uint64_t pinned_bytes = 0;
+  uint64_t writeback_pending = 0;
+  // Cumulative.
+  uint64_t evictions = 0;
+  uint64_t evicted_bytes = 0;
+  uint64_t admission_rejects = 0;  // kReuse: sealed but not kept after writeback
+  uint64_t alloc_failures = 0;     // no room even after eviction
+  uint64_t assembly_timeouts = 0;
+};
+
+class DramCache {
+ public:
+  static Result<std::unique_ptr<DramCache>> Create(const DramCacheOptions& options);
+  // REQUIRES: nothing pinned, no scratch outstanding (the arena is unmapped).
+  ~DramCache();
+
+  // Lookup + pin of a sealed entry (also counts as a use for LRU and kReuse).
+  std::optional<DramView> Pin(const ObjectId& id);
+  void Unpin(EntryId id);
+  bool Contains(const ObjectId& id) const;  // sealed only; no LRU touch
+
+  // Starts (or joins) assembly of `id` with `size` bytes and `num_parts` parts;
+  // returns a pinned view to write parts into. AlreadyExists if `id` is sealed;
+  // InvalidArgument if an assembly of `id` exists with another size/num_parts;
+  // ResourceExhausted if no room after eviction.
+  Result<DramView> BeginAssembly(const ObjectId& id, uint64_t size, uint32_t num_parts);
+  // Marks parts as written (idempotent per part). Returns true when this call
+  // completed the object: it is sealed and visible (an unadmitted kReuse entry
+  // that is not writeback-pending is dropped at once). Releases the view on
+  // every return, error or not: InvalidArgument for a part >= num_parts (no
+  // part is marked), Cancelled if the assembly was aborted or expired.
+  // REQUIRES: view came from BeginAssembly and was not released.
+  Result<bool> CompleteParts(const DramView& view, std::span<const uint32_t> parts);
+  // Drops an assembly (a writer failed). Unpins the view. Writers that joined
+  // keep their pins; the memory is freed at the last unpin and nobody else
+  // joins (a new BeginAssembly starts afresh).
+  void AbortAssembly(const DramView& view);
+
+  // Inserts a sealed entry by copying `bytes` (SSD warm-up / restore admission).
+  // AlreadyExists if present; ResourceExhausted if no room.
+  Status InsertSealed(const ObjectId& id, std::span<const uint8_t> bytes);
+
+  // Temporary 4 KiB aligned buffers from the arena for SSD reads (not entries,
+  // never evicted, freed by ReleaseScratch). ResourceExhausted if no room.
+  Result<DramView> AllocateScratch(uint64_t bytes);
+  void ReleaseScratch(const DramView& view);
+
+  // SSD writeback bookkeeping: sealed entries wait for writeback; they are not
+  // evicted meanwhile. TakeWriteback pins the entry for the writer.
+  // MarkWritebackPending: no-op unless `id` is sealed. The caller that marks
+  // must take and finish the writeback (see also writeback_on_seal).
+  void MarkWritebackPending(const ObjectId& id);
+  // nullopt if `id` is absent, assembling or not writeback-pending.
+  std::optional<DramView> TakeWriteback(const ObjectId& id);
+  // Unpins and clears pending; under kReuse an unadmitted entry is dropped now.
+  void FinishWriteback(const DramView& view, bool written);
+
+  // Drops assembling entries older than assembly_timeout; returns how many.
+  // One still pinned by a writer is detached now and freed at its last unpin.
+  size_t ExpireAssemblies();
+
+  DramStats stats() const;
+  uint8_t* arena_base() const;
+
+ private:
+  struct Impl;
+  explicit DramCache(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace orbitkv

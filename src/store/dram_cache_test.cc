@@ -1,0 +1,836 @@
+// Unit tests for DramCache: one test per rule of the contract in dram_cache.h,
+// plus a multi-threaded stress test meant for TSan.
+#include "store/dram_cache.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "orbitkv/logging.h"
+#include "orbitkv/units.h"
+
+namespace orbitkv {
+namespace {
+
+using std::chrono::seconds;
+
+constexpr uint64_t kBlock = 64 * kKiB;
+
+ObjectId Id(uint64_t v, uint64_t ns = 1, uint32_t group = 0) {
+  return ObjectId{ns, group, Key::FromU64(v)};
+}
+
+// Deterministic content of object `v` at byte `i`.
+uint8_t ByteOf(uint64_t v, uint64_t i) { return static_cast<uint8_t>(v * 131 + i * 7 + (i >> 9)); }
+
+std::vector<uint8_t> Bytes(uint64_t v, uint64_t size) {
+  std::vector<uint8_t> out(size);
+  for (uint64_t i = 0; i < size; ++i) out[i] = ByteOf(v, i);
+  return out;
+}
+
+void Fill(const DramView& view, uint64_t v, uint64_t begin, uint64_t end) {
+  for (uint64_t i = begin; i < end; ++i) view.data[i] = ByteOf(v, i);
+}
+
+bool Holds(const DramView& view, uint64_t v) {
+  for (uint64_t i = 0; i < view.size; ++i) {
+    if (view.data[i] != ByteOf(v, i)) return false;
+  }
+  return true;
+}
+
+class DramCacheTest : public ::testing::Test {
+ protected:
+  // writeback_on_seal models a Manager with an SSD tier.
+  std::unique_ptr<DramCache> Make(uint64_t capacity,
+                                  AdmissionPolicy admission = AdmissionPolicy::kAll,
+                                  bool writeback_on_seal = false,
+                                  uint64_t ghost_entries = 1 << 16) {
+    DramCacheOptions o;
+    o.capacity = capacity;
+    o.lock_memory = false;
+    o.admission = admission;
+    o.writeback_on_seal = writeback_on_seal;
+    o.ghost_entries = ghost_entries;
+    o.clock = &clock_;
+    auto r = DramCache::Create(o);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? std::move(r).value() : nullptr;
+  }
+
+  // Publishes object `v` of `size` bytes in one part (sealed, unpinned;
+  // writeback-pending when the cache has writeback_on_seal).
+  static void Put(DramCache& c, uint64_t v, uint64_t size = kBlock) {
+    auto view = c.BeginAssembly(Id(v), size, 1);
+    ASSERT_TRUE(view.ok()) << view.status().ToString();
+    Fill(*view, v, 0, size);
+    const uint32_t part = 0;
+    auto done = c.CompleteParts(*view, {&part, 1});
+    ASSERT_TRUE(done.ok()) << done.status().ToString();
+    ASSERT_TRUE(*done);
+  }
+
+  static void WriteBack(DramCache& c, uint64_t v, bool written = true) {
+    auto wb = c.TakeWriteback(Id(v));
+    ASSERT_TRUE(wb.has_value());
+    EXPECT_TRUE(Holds(*wb, v));
+    c.FinishWriteback(*wb, written);
+  }
+
+  // Evicts every evictable entry by taking the whole pool as scratch.
+  static void Drain(DramCache& c) {
+    auto s = c.AllocateScratch(c.stats().capacity);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    c.ReleaseScratch(*s);
+  }
+
+  ManualClock clock_;
+};
+
+TEST_F(DramCacheTest, CreateRejectsCapacityThatIsNotAPositiveMultipleOf4KiB) {
+  for (uint64_t cap : {uint64_t{0}, uint64_t{4095}, uint64_t{4097}, uint64_t{kMiB + 512}}) {
+    DramCacheOptions o;
+    o.capacity = cap;
+    o.lock_memory = false;
+    auto r = DramCache::Create(o);
+    ASSERT_FALSE(r.ok()) << cap;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << cap;
+  }
+}
+
+TEST_F(DramCacheTest, OnArenaSeesTheArenaAndItsErrorFailsCreate) {
+  DramCacheOptions o;
+  o.capacity = kMiB;
+  o.lock_memory = false;
+  void* seen_base = nullptr;
+  uint64_t seen_size = 0;
+  o.on_arena = [&](void* base, uint64_t size) {
+    seen_base = base;
+    seen_size = size;
+    return Status::OK();
+  };
+  auto r = DramCache::Create(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(seen_base, (*r)->arena_base());
+  EXPECT_EQ(seen_size, kMiB);
+
+  o.on_arena = [](void*, uint64_t) { return Status::Unavailable("no CUDA"); };
+  auto bad = DramCache::Create(o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kUnavailable);
+}
+
+TEST_F(DramCacheTest, LockMemoryIsBestEffort) {
+  DramCacheOptions o;
+  o.capacity = 2 * kMiB;
+  o.lock_memory = true;  // passes whether or not RLIMIT_MEMLOCK allows it
+  auto r = DramCache::Create(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  Put(**r, 1);
+  auto v = (*r)->Pin(Id(1));
+  ASSERT_TRUE(v.has_value());
+  EXPECT_TRUE(Holds(*v, 1));
+  (*r)->Unpin(v->id);
+}
+
+TEST_F(DramCacheTest, AllocationsAre4KiBAlignedInsideTheArena) {
+  auto c = Make(kMiB);
+  uint64_t total = 0;
+  std::vector<DramView> views;
+  for (uint64_t size : {uint64_t{1}, uint64_t{4096}, uint64_t{4097}, uint64_t{10000}}) {
+    auto v = c->BeginAssembly(Id(size), size, 1);
+    ASSERT_TRUE(v.ok()) << v.status().ToString();
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(v->data) % 4096, 0u) << size;
+    EXPECT_GE(v->data, c->arena_base());
+    EXPECT_LE(v->data + v->capacity, c->arena_base() + kMiB);
+    EXPECT_EQ(v->size, size);
+    EXPECT_EQ(v->capacity, AlignUp(size, 4096));
+    total += v->capacity;
+    views.push_back(*v);
+  }
+  auto s = c->AllocateScratch(5000);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(s->data) % 4096, 0u);
+  EXPECT_EQ(s->capacity, 8192u);
+  EXPECT_EQ(c->stats().used_bytes, total + 8192);
+  EXPECT_EQ(c->stats().assembling_entries, 4u);
+  for (const auto& v : views) c->AbortAssembly(v);
+  c->ReleaseScratch(*s);
+  EXPECT_EQ(c->stats().used_bytes, 0u);
+}
+
+TEST_F(DramCacheTest, EvictsLeastRecentlyUsedFirst) {
+  auto c = Make(4 * kBlock);
+  for (uint64_t v = 1; v <= 4; ++v) Put(*c, v);
+  // A use of 1 makes 2 the least recently used.
+  auto p = c->Pin(Id(1));
+  ASSERT_TRUE(p.has_value());
+  c->Unpin(p->id);
+  Put(*c, 5);
+  EXPECT_FALSE(c->Contains(Id(2)));
+  EXPECT_TRUE(c->Contains(Id(1)));
+  Put(*c, 6);
+  EXPECT_FALSE(c->Contains(Id(3)));
+  Put(*c, 7);
+  EXPECT_FALSE(c->Contains(Id(4)));
+  Put(*c, 8);
+  EXPECT_FALSE(c->Contains(Id(1)));
+  for (uint64_t v = 5; v <= 8; ++v) EXPECT_TRUE(c->Contains(Id(v))) << v;
+  const DramStats s = c->stats();
+  EXPECT_EQ(s.evictions, 4u);
+  EXPECT_EQ(s.evicted_bytes, 4 * kBlock);
+  EXPECT_EQ(s.sealed_entries, 4u);
+  EXPECT_EQ(s.used_bytes, 4 * kBlock);
+}
+
+TEST_F(DramCacheTest, ContainsDoesNotTouchTheLru) {
+  auto c = Make(2 * kBlock);
+  Put(*c, 1);
+  Put(*c, 2);
+  EXPECT_TRUE(c->Contains(Id(1)));
+  Put(*c, 3);
+  EXPECT_FALSE(c->Contains(Id(1)));
+  EXPECT_TRUE(c->Contains(Id(2)));
+}
+
+TEST_F(DramCacheTest, PinnedAndWritebackPendingEntriesAreNeverEvicted) {
+  auto c = Make(4 * kBlock);
+  Put(*c, 1);
+  Put(*c, 2);
+  c->MarkWritebackPending(Id(2));
+  Put(*c, 3);
+  Put(*c, 4);
+  auto pinned = c->Pin(Id(1));
+  ASSERT_TRUE(pinned.has_value());
+  for (uint64_t v = 5; v <= 10; ++v) Put(*c, v);  // churns the two free slots
+  EXPECT_TRUE(c->Contains(Id(1)));
+  EXPECT_TRUE(c->Contains(Id(2)));
+  EXPECT_TRUE(Holds(*pinned, 1));
+  DramStats s = c->stats();
+  EXPECT_EQ(s.pinned_entries, 1u);
+  EXPECT_EQ(s.pinned_bytes, kBlock);
+  EXPECT_EQ(s.writeback_pending, 1u);
+  EXPECT_EQ(s.evictions, 6u);
+
+  // Once released and written back both become ordinary LRU entries.
+  c->Unpin(pinned->id);
+  WriteBack(*c, 2);
+  s = c->stats();
+  EXPECT_EQ(s.pinned_entries, 0u);
+  EXPECT_EQ(s.pinned_bytes, 0u);
+  EXPECT_EQ(s.writeback_pending, 0u);
+  Put(*c, 11);
+  Put(*c, 12);
+  Put(*c, 13);
+  EXPECT_FALSE(c->Contains(Id(9)));
+  EXPECT_FALSE(c->Contains(Id(10)));
+  EXPECT_FALSE(c->Contains(Id(1)));
+  EXPECT_TRUE(c->Contains(Id(2)));
+}
+
+TEST_F(DramCacheTest, ResourceExhaustedWhenEverythingIsPinnedThenRecovers) {
+  auto c = Make(4 * kBlock);
+  std::vector<DramView> pins;
+  for (uint64_t v = 1; v <= 4; ++v) {
+    Put(*c, v);
+    auto p = c->Pin(Id(v));
+    ASSERT_TRUE(p.has_value());
+    pins.push_back(*p);
+  }
+  auto full = c->BeginAssembly(Id(5), kBlock, 1);
+  ASSERT_FALSE(full.ok());
+  EXPECT_EQ(full.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(full.status().message().find("DRAM pool full"), std::string::npos)
+      << full.status().ToString();
+  EXPECT_EQ(c->InsertSealed(Id(5), Bytes(5, 100)).code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(c->AllocateScratch(1).status().code(), StatusCode::kResourceExhausted);
+  DramStats s = c->stats();
+  EXPECT_EQ(s.alloc_failures, 3u);
+  EXPECT_EQ(s.evictions, 0u);
+  EXPECT_EQ(s.pinned_entries, 4u);
+  EXPECT_EQ(s.pinned_bytes, 4 * kBlock);
+  for (uint64_t v = 1; v <= 4; ++v) EXPECT_TRUE(c->Contains(Id(v)));
+
+  c->Unpin(pins[2].id);
+  Put(*c, 5);
+  EXPECT_FALSE(c->Contains(Id(3)));
+  EXPECT_EQ(c->stats().evictions, 1u);
+  for (uint64_t i : {0, 1, 3}) c->Unpin(pins[i].id);
+  EXPECT_EQ(c->stats().pinned_entries, 0u);
+}
+
+TEST_F(DramCacheTest, ObjectLargerThanThePoolIsRejected) {
+  auto c = Make(kMiB);
+  auto r = c->BeginAssembly(Id(1), kMiB + 1, 1);
+  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(c->BeginAssembly(Id(1), 0, 1).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(c->BeginAssembly(Id(1), 10, 0).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(c->stats().used_bytes, 0u);
+}
+
+TEST_F(DramCacheTest, FragmentedAssemblySealsWhenTheLastPartArrives) {
+  auto c = Make(kMiB);
+  const uint64_t size = 4 * 10000;
+  const uint32_t n = 4;
+  auto v = c->BeginAssembly(Id(7), size, n);
+  ASSERT_TRUE(v.ok());
+  for (uint32_t part : {2u, 0u, 3u}) {
+    Fill(*v, 7, part * 10000, (part + 1) * 10000);
+  }
+  // Parts arrive one call at a time (view re-pinned by joining), in any order,
+  // and repeating one is harmless.
+  const uint32_t first[] = {2, 0};
+  auto r = c->CompleteParts(*v, first);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(*r);
+  EXPECT_FALSE(c->Contains(Id(7)));
+  EXPECT_FALSE(c->Pin(Id(7)).has_value());
+  EXPECT_EQ(c->stats().assembling_entries, 1u);
+  EXPECT_EQ(c->stats().pinned_entries, 0u);
+
+  auto v2 = c->BeginAssembly(Id(7), size, n);
+  ASSERT_TRUE(v2.ok());
+  EXPECT_EQ(v2->data, v->data);
+  const uint32_t again[] = {0, 3, 3};
+  r = c->CompleteParts(*v2, again);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(*r);
+  EXPECT_FALSE(c->Contains(Id(7)));
+
+  auto v3 = c->BeginAssembly(Id(7), size, n);
+  ASSERT_TRUE(v3.ok());
+  Fill(*v3, 7, 10000, 20000);
+  const uint32_t last[] = {1};
+  r = c->CompleteParts(*v3, last);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(*r);
+  EXPECT_TRUE(c->Contains(Id(7)));
+  auto pinned = c->Pin(Id(7));
+  ASSERT_TRUE(pinned.has_value());
+  EXPECT_EQ(pinned->size, size);
+  EXPECT_TRUE(Holds(*pinned, 7));
+  c->Unpin(pinned->id);
+
+  EXPECT_EQ(c->BeginAssembly(Id(7), size, n).status().code(), StatusCode::kAlreadyExists);
+  const DramStats s = c->stats();
+  EXPECT_EQ(s.sealed_entries, 1u);
+  EXPECT_EQ(s.assembling_entries, 0u);
+  EXPECT_EQ(s.pinned_entries, 0u);
+}
+
+TEST_F(DramCacheTest, JoinersMustAgreeOnSizeAndPartCount) {
+  auto c = Make(kMiB);
+  auto a = c->BeginAssembly(Id(1), 8192, 2);
+  ASSERT_TRUE(a.ok());
+  auto b = c->BeginAssembly(Id(1), 8192, 2);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(a->id, b->id);
+  EXPECT_EQ(c->stats().pinned_entries, 1u);
+  EXPECT_EQ(c->BeginAssembly(Id(1), 8193, 2).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(c->BeginAssembly(Id(1), 8192, 3).status().code(), StatusCode::kInvalidArgument);
+  // Same key in another namespace or group is another object.
+  auto other_ns = c->BeginAssembly(Id(1, 2), 4096, 1);
+  ASSERT_TRUE(other_ns.ok());
+  EXPECT_NE(other_ns->id, a->id);
+  auto other_group = c->BeginAssembly(Id(1, 1, 5), 4096, 1);
+  ASSERT_TRUE(other_group.ok());
+  EXPECT_NE(other_group->id, a->id);
+  c->AbortAssembly(*other_ns);
+  c->AbortAssembly(*other_group);
+
+  // An out-of-range part is rejected, marks nothing, and releases the view.
+  const uint32_t bad[] = {0, 2};
+  auto r = c->CompleteParts(*a, bad);
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  const uint32_t both[] = {0, 1};
+  r = c->CompleteParts(*b, both);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(*r);
+  EXPECT_EQ(c->stats().pinned_entries, 0u);
+}
+
+TEST_F(DramCacheTest, ConcurrentJoinersSealExactlyOnce) {
+  auto c = Make(kMiB);
+  constexpr uint32_t kWriters = 4;
+  constexpr uint64_t kPart = 3000;
+  const uint64_t size = kWriters * kPart;
+  std::atomic<int> sealers{0};
+  std::vector<std::thread> threads;
+  for (uint32_t w = 0; w < kWriters; ++w) {
+    threads.emplace_back([&, w] {
+      auto v = c->BeginAssembly(Id(9), size, kWriters);
+      ASSERT_TRUE(v.ok()) << v.status().ToString();
+      Fill(*v, 9, w * kPart, (w + 1) * kPart);
+      const uint32_t part = w;
+      auto r = c->CompleteParts(*v, {&part, 1});
+      ASSERT_TRUE(r.ok());
+      if (*r) sealers.fetch_add(1);
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(sealers.load(), 1);
+  auto p = c->Pin(Id(9));
+  ASSERT_TRUE(p.has_value());
+  EXPECT_TRUE(Holds(*p, 9));
+  c->Unpin(p->id);
+  EXPECT_EQ(c->stats().used_bytes, AlignUp(size, 4096));
+}
+
+TEST_F(DramCacheTest, AbortFreesTheAssembly) {
+  auto c = Make(kMiB);
+  auto v = c->BeginAssembly(Id(1), 10000, 2);
+  ASSERT_TRUE(v.ok());
+  c->AbortAssembly(*v);
+  DramStats s = c->stats();
+  EXPECT_EQ(s.used_bytes, 0u);
+  EXPECT_EQ(s.assembling_entries, 0u);
+  EXPECT_EQ(s.pinned_entries, 0u);
+  EXPECT_FALSE(c->Contains(Id(1)));
+
+  // A fresh assembly of the same id starts with no parts.
+  auto fresh = c->BeginAssembly(Id(1), 10000, 2);
+  ASSERT_TRUE(fresh.ok());
+  const uint32_t one[] = {0};
+  auto r = c->CompleteParts(*fresh, one);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(*r);
+  EXPECT_EQ(c->stats().assembling_entries, 1u);
+}
+
+TEST_F(DramCacheTest, AbortWithJoinedWriterFreesAtTheLastUnpin) {
+  auto c = Make(kMiB);
+  auto a = c->BeginAssembly(Id(1), 8192, 2);
+  auto b = c->BeginAssembly(Id(1), 8192, 2);
+  ASSERT_TRUE(a.ok() && b.ok());
+  c->AbortAssembly(*a);
+  // b still holds the memory; nobody joins the aborted assembly.
+  EXPECT_EQ(c->stats().used_bytes, 8192u);
+  auto fresh = c->BeginAssembly(Id(1), 8192, 2);
+  ASSERT_TRUE(fresh.ok());
+  EXPECT_NE(fresh->id, b->id);
+  EXPECT_NE(fresh->data, b->data);
+  const uint32_t both[] = {0, 1};
+  auto r = c->CompleteParts(*b, both);
+  EXPECT_EQ(r.status().code(), StatusCode::kCancelled);
+  EXPECT_EQ(c->stats().used_bytes, 8192u);  // only `fresh` is left
+  r = c->CompleteParts(*fresh, both);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(*r);
+  EXPECT_TRUE(c->Contains(Id(1)));
+  const DramStats s = c->stats();
+  EXPECT_EQ(s.assembling_entries, 0u);
+  EXPECT_EQ(s.sealed_entries, 1u);
+  EXPECT_EQ(s.pinned_entries, 0u);
+}
+
+TEST_F(DramCacheTest, AssembliesExpireAfterTheTimeout) {
+  auto c = Make(kMiB);
+  auto idle = c->BeginAssembly(Id(1), 4096, 2);
+  ASSERT_TRUE(idle.ok());
+  const uint32_t one[] = {0};
+  ASSERT_TRUE(c->CompleteParts(*idle, one).ok());  // unpinned, half done
+  clock_.Advance(seconds(30));
+  auto busy = c->BeginAssembly(Id(2), 4096, 1);  // still pinned by its writer
+  ASSERT_TRUE(busy.ok());
+  EXPECT_EQ(c->ExpireAssemblies(), 0u);
+
+  clock_.Advance(seconds(31));  // 61 s for the first, 31 s for the second
+  EXPECT_EQ(c->ExpireAssemblies(), 1u);
+  EXPECT_EQ(c->stats().used_bytes, 4096u);
+  EXPECT_EQ(c->stats().assembly_timeouts, 1u);
+
+  clock_.Advance(seconds(30));
+  EXPECT_EQ(c->ExpireAssemblies(), 1u);
+  // Detached but its writer still holds it: memory stays until the release.
+  EXPECT_EQ(c->stats().used_bytes, 4096u);
+  auto again = c->BeginAssembly(Id(2), 4096, 1);  // an expired id starts afresh
+  ASSERT_TRUE(again.ok());
+  EXPECT_NE(again->id, busy->id);
+  const uint32_t only[] = {0};
+  EXPECT_EQ(c->CompleteParts(*busy, only).status().code(), StatusCode::kCancelled);
+  EXPECT_FALSE(c->Contains(Id(2)));
+  const DramStats s = c->stats();
+  EXPECT_EQ(s.assembly_timeouts, 2u);
+  EXPECT_EQ(s.used_bytes, 4096u);  // the fresh assembly of id 2
+  EXPECT_EQ(s.assembling_entries, 1u);
+  c->AbortAssembly(*again);
+  EXPECT_EQ(c->stats().used_bytes, 0u);
+}
+
+TEST_F(DramCacheTest, ReuseAdmissionKeepsOnlyObjectsSeenBefore) {
+  auto c = Make(kMiB, AdmissionPolicy::kReuse, /*writeback_on_seal=*/true);
+  Put(*c, 1);
+  EXPECT_EQ(c->stats().writeback_pending, 1u);
+  EXPECT_TRUE(c->Contains(Id(1)));  // visible while it waits for writeback
+  WriteBack(*c, 1);
+  EXPECT_FALSE(c->Contains(Id(1)));
+  EXPECT_EQ(c->stats().admission_rejects, 1u);
+  EXPECT_EQ(c->stats().used_bytes, 0u);
+
+  // Second time: the ghost list remembers it.
+  Put(*c, 1);
+  WriteBack(*c, 1);
+  EXPECT_TRUE(c->Contains(Id(1)));
+  const DramStats s = c->stats();
+  EXPECT_EQ(s.admission_rejects, 1u);
+  EXPECT_EQ(s.sealed_entries, 1u);
+  EXPECT_EQ(s.writeback_pending, 0u);
+}
+
+TEST_F(DramCacheTest, ReuseWithoutSsdDropsFirstTimeObjectsAtTheLastUnpin) {
+  auto c = Make(kMiB, AdmissionPolicy::kReuse);
+  Put(*c, 1);
+  EXPECT_FALSE(c->Contains(Id(1)));
+  EXPECT_EQ(c->stats().admission_rejects, 1u);
+  EXPECT_EQ(c->stats().used_bytes, 0u);
+  Put(*c, 1);
+  EXPECT_TRUE(c->Contains(Id(1)));
+}
+
+TEST_F(DramCacheTest, ReusePinDuringWritebackAdmits) {
+  auto c = Make(kMiB, AdmissionPolicy::kReuse, /*writeback_on_seal=*/true);
+  Put(*c, 1);
+  auto p = c->Pin(Id(1));
+  ASSERT_TRUE(p.has_value());
+  c->Unpin(p->id);
+  WriteBack(*c, 1);
+  EXPECT_TRUE(c->Contains(Id(1)));
+  EXPECT_EQ(c->stats().admission_rejects, 0u);
+}
+
+TEST_F(DramCacheTest, ReuseGhostListIsBounded) {
+  auto c = Make(kMiB, AdmissionPolicy::kReuse, /*writeback_on_seal=*/false, /*ghost_entries=*/2);
+  for (uint64_t v = 1; v <= 3; ++v) Put(*c, v);  // ghost: 2, 3
+  Put(*c, 1);                                    // forgotten: rejected again
+  EXPECT_FALSE(c->Contains(Id(1)));
+  Put(*c, 3);
+  EXPECT_TRUE(c->Contains(Id(3)));
+  EXPECT_EQ(c->stats().admission_rejects, 4u);
+}
+
+TEST_F(DramCacheTest, AllAdmissionKeepsEverySealedObject) {
+  auto c = Make(kMiB, AdmissionPolicy::kAll, /*writeback_on_seal=*/true);
+  Put(*c, 1);
+  WriteBack(*c, 1);
+  EXPECT_TRUE(c->Contains(Id(1)));
+  Put(*c, 2);
+  WriteBack(*c, 2, /*written=*/false);
+  EXPECT_TRUE(c->Contains(Id(2)));
+  const DramStats s = c->stats();
+  EXPECT_EQ(s.admission_rejects, 0u);
+  EXPECT_EQ(s.sealed_entries, 2u);
+  EXPECT_EQ(s.writeback_pending, 0u);
+}
+
+TEST_F(DramCacheTest, TakeWritebackOnlyForPendingSealedEntries) {
+  auto c = Make(kMiB);
+  EXPECT_FALSE(c->TakeWriteback(Id(1)).has_value());  // absent
+  Put(*c, 1);
+  EXPECT_FALSE(c->TakeWriteback(Id(1)).has_value());  // not pending
+  auto v = c->BeginAssembly(Id(2), 4096, 1);
+  ASSERT_TRUE(v.ok());
+  c->MarkWritebackPending(Id(2));  // assembling: no-op
+  EXPECT_FALSE(c->TakeWriteback(Id(2)).has_value());
+  EXPECT_EQ(c->stats().writeback_pending, 0u);
+  c->AbortAssembly(*v);
+  EXPECT_FALSE(c->TakeWriteback(Id(2)).has_value());  // gone
+  c->MarkWritebackPending(Id(3));                     // absent: no-op
+  const DramStats s = c->stats();
+  EXPECT_EQ(s.writeback_pending, 0u);
+  EXPECT_EQ(s.used_bytes, kBlock);
+  EXPECT_EQ(s.pinned_entries, 0u);
+}
+
+TEST_F(DramCacheTest, InsertSealedCopiesTheBytes) {
+  auto c = Make(kMiB, AdmissionPolicy::kReuse);
+  std::vector<uint8_t> bytes = Bytes(4, 12345);
+  ASSERT_TRUE(c->InsertSealed(Id(4), bytes).ok());
+  std::fill(bytes.begin(), bytes.end(), 0);
+  EXPECT_TRUE(c->Contains(Id(4)));  // admitted even under kReuse
+  auto p = c->Pin(Id(4));
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->size, 12345u);
+  EXPECT_EQ(p->capacity, AlignUp(12345, 4096));
+  EXPECT_TRUE(Holds(*p, 4));
+  c->Unpin(p->id);
+  EXPECT_EQ(c->InsertSealed(Id(4), Bytes(4, 10)).code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(c->InsertSealed(Id(5), {}).code(), StatusCode::kInvalidArgument);
+  auto v = c->BeginAssembly(Id(6), 100, 1);
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(c->InsertSealed(Id(6), Bytes(6, 100)).code(), StatusCode::kAlreadyExists);
+  c->AbortAssembly(*v);
+  const DramStats s = c->stats();
+  EXPECT_EQ(s.sealed_entries, 1u);
+  EXPECT_EQ(s.pinned_entries, 0u);
+  EXPECT_EQ(s.used_bytes, AlignUp(12345, 4096));
+}
+
+TEST_F(DramCacheTest, ScratchEvictsEntriesButIsNeverEvicted) {
+  auto c = Make(4 * kBlock);
+  for (uint64_t v = 1; v <= 3; ++v) Put(*c, v);
+  auto s1 = c->AllocateScratch(2 * kBlock);  // needs 1 and 2 evicted
+  ASSERT_TRUE(s1.ok()) << s1.status().ToString();
+  EXPECT_FALSE(c->Contains(Id(1)));
+  EXPECT_FALSE(c->Contains(Id(2)));
+  EXPECT_TRUE(c->Contains(Id(3)));
+  std::memset(s1->data, 0xAB, s1->size);
+  DramStats s = c->stats();
+  EXPECT_EQ(s.used_bytes, 3 * kBlock);
+  EXPECT_EQ(s.scratch_bytes, 2 * kBlock);
+  EXPECT_EQ(s.pinned_entries, 0u);  // scratch is not an entry
+
+  // One free slot plus one evictable entry can't make three slots.
+  auto s2 = c->AllocateScratch(3 * kBlock);
+  EXPECT_EQ(s2.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(c->Contains(Id(3))) << "a hopeless request must not evict";
+  EXPECT_EQ(c->stats().evictions, 2u);
+  auto s3 = c->AllocateScratch(2 * kBlock);
+  ASSERT_TRUE(s3.ok());
+  EXPECT_FALSE(c->Contains(Id(3)));
+  // Scratch fills the pool and nothing is evictable.
+  EXPECT_EQ(c->BeginAssembly(Id(9), kBlock, 1).status().code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(std::all_of(s1->data, s1->data + s1->size, [](uint8_t b) { return b == 0xAB; }));
+  c->ReleaseScratch(*s1);
+  c->ReleaseScratch(*s3);
+  s = c->stats();
+  EXPECT_EQ(s.used_bytes, 0u);
+  EXPECT_EQ(s.scratch_bytes, 0u);
+  auto all = c->AllocateScratch(4 * kBlock);
+  ASSERT_TRUE(all.ok());
+  c->ReleaseScratch(*all);
+}
+
+TEST_F(DramCacheTest, FreedRangesCoalesce) {
+  const uint64_t pages = 256;
+  auto c = Make(pages * 4096);
+  std::vector<DramView> bufs;
+  for (uint64_t i = 0; i < pages; ++i) {
+    auto s = c->AllocateScratch(4096);
+    ASSERT_TRUE(s.ok()) << i;
+    bufs.push_back(*s);
+  }
+  // Free every other page: half the pool is free but no 8 KiB range is.
+  for (uint64_t i = 0; i < pages; i += 2) c->ReleaseScratch(bufs[i]);
+  EXPECT_EQ(c->stats().used_bytes, pages / 2 * 4096);
+  EXPECT_EQ(c->AllocateScratch(8192).status().code(), StatusCode::kResourceExhausted);
+  // A freed page still fits a page-sized request exactly.
+  auto page = c->AllocateScratch(4096);
+  ASSERT_TRUE(page.ok());
+  c->ReleaseScratch(*page);
+  // Free the rest in a scattered order; every gap merges with both neighbours.
+  for (uint64_t i = 1; i < pages; i += 4) c->ReleaseScratch(bufs[i]);
+  for (int64_t i = pages - 1; i >= 0; i -= 4) c->ReleaseScratch(bufs[i]);
+  EXPECT_EQ(c->stats().used_bytes, 0u);
+  auto big = c->AllocateScratch(pages * 4096);
+  ASSERT_TRUE(big.ok()) << big.status().ToString();
+  EXPECT_EQ(big->data, c->arena_base());
+  c->ReleaseScratch(*big);
+}
+
+TEST_F(DramCacheTest, EvictionCoalescesIntoALargeBlock) {
+  auto c = Make(kMiB);
+  for (uint64_t v = 0; v < 16; ++v) Put(*c, v);  // 16 x 64 KiB fills the pool
+  auto big = c->BeginAssembly(Id(100), 512 * kKiB, 1);
+  ASSERT_TRUE(big.ok()) << big.status().ToString();
+  EXPECT_EQ(c->stats().evictions, 8u);
+  for (uint64_t v = 0; v < 8; ++v) EXPECT_FALSE(c->Contains(Id(v)));
+  for (uint64_t v = 8; v < 16; ++v) EXPECT_TRUE(c->Contains(Id(v)));
+  c->AbortAssembly(*big);
+}
+
+TEST_F(DramCacheTest, StatsReturnToZero) {
+  auto c = Make(kMiB, AdmissionPolicy::kReuse, /*writeback_on_seal=*/true);
+  Put(*c, 1);
+  Put(*c, 2);
+  auto p = c->Pin(Id(2));
+  ASSERT_TRUE(p.has_value());
+  auto a = c->BeginAssembly(Id(3), 5000, 3);
+  ASSERT_TRUE(a.ok());
+  auto s = c->AllocateScratch(7000);
+  ASSERT_TRUE(s.ok());
+  ASSERT_TRUE(c->InsertSealed(Id(4), Bytes(4, 3000)).ok());
+  DramStats st = c->stats();
+  EXPECT_EQ(st.sealed_entries, 3u);
+  EXPECT_EQ(st.assembling_entries, 1u);
+  EXPECT_EQ(st.pinned_entries, 2u);
+  EXPECT_EQ(st.writeback_pending, 2u);  // not 4: InsertSealed needs no writeback
+
+  c->Unpin(p->id);
+  WriteBack(*c, 1);  // rejected
+  WriteBack(*c, 2);  // admitted by the pin
+  c->AbortAssembly(*a);
+  c->ReleaseScratch(*s);
+  Drain(*c);  // evicts 2 and 4
+  st = c->stats();
+  EXPECT_EQ(st.capacity, kMiB);
+  EXPECT_EQ(st.used_bytes, 0u);
+  EXPECT_EQ(st.scratch_bytes, 0u);
+  EXPECT_EQ(st.sealed_entries, 0u);
+  EXPECT_EQ(st.assembling_entries, 0u);
+  EXPECT_EQ(st.pinned_entries, 0u);
+  EXPECT_EQ(st.pinned_bytes, 0u);
+  EXPECT_EQ(st.writeback_pending, 0u);
+  EXPECT_EQ(st.evictions, 2u);
+  EXPECT_EQ(st.admission_rejects, 1u);
+}
+
+// Four threads pin, read, assemble (sharing parts), abort, insert, write back,
+// take scratch and expire assemblies over a small pool. Run under TSan; the
+// content checks catch a freed or reused range that is still pinned.
+void Stress(AdmissionPolicy admission, bool writeback_on_seal) {
+  ManualClock clock;
+  DramCacheOptions o;
+  o.capacity = 256 * kKiB;  // about a third of the ~800 KiB working set
+  o.lock_memory = false;
+  o.admission = admission;
+  o.writeback_on_seal = writeback_on_seal;
+  o.ghost_entries = 16;
+  o.clock = &clock;
+  o.assembly_timeout = seconds(5);
+  auto r = DramCache::Create(o);
+  ASSERT_TRUE(r.ok());
+  DramCache& c = **r;
+  // Ids [0, kShared) are published in kThreads parts, part t by thread t
+  // (writers own disjoint parts, as TP/PP ranks do); ids [kShared, kIds) in
+  // one part, each by one owning thread. Any thread reads or inserts any id.
+  constexpr uint32_t kThreads = 4;
+  constexpr int kOps = 3000;
+  constexpr uint64_t kShared = 8;
+  constexpr uint64_t kPerThread = 8;
+  constexpr uint64_t kIds = kShared + kThreads * kPerThread;
+  auto size_of = [](uint64_t v) { return 4096 * (1 + v % 8) + v * 13; };
+  std::atomic<uint64_t> corrupt{0};
+  std::atomic<uint64_t> sealed{0};
+  // Quiet the expiry warnings this test provokes by the hundred.
+  const auto level = spdlog::get_level();
+  spdlog::set_level(spdlog::level::err);
+
+  auto worker = [&](uint32_t t) {
+    std::mt19937_64 rng(t + 1);
+    // Entry whose part this thread already completed, per shared id: a
+    // writer never rewrites a part it handed over.
+    std::vector<EntryId> done_in(kShared, 0);
+    auto publish = [&](uint64_t v, uint32_t num_parts, uint32_t part) {
+      const uint64_t size = size_of(v);
+      auto view = c.BeginAssembly(Id(v), size, num_parts);
+      if (!view.ok()) return;
+      const bool fresh = num_parts == 1 || done_in[v] != view->id;
+      if (fresh) Fill(*view, v, part * size / num_parts, (part + 1) * size / num_parts);
+      if (rng() % 10 == 0) {
+        c.AbortAssembly(*view);
+        return;
+      }
+      auto done = c.CompleteParts(*view, {&part, 1});
+      if (num_parts > 1) done_in[v] = view->id;
+      if (done.ok() && *done) {
+        sealed.fetch_add(1);
+        // Whoever seals writes back (a no-op without writeback_on_seal).
+        if (auto wb = c.TakeWriteback(Id(v))) {
+          if (!Holds(*wb, v)) corrupt.fetch_add(1);
+          c.FinishWriteback(*wb, rng() % 4 != 0);
+        }
+      }
+    };
+    for (int op = 0; op < kOps; ++op) {
+      const uint64_t v = rng() % kIds;
+      const uint64_t size = size_of(v);
+      switch (rng() % 8) {
+        case 0:
+        case 1: {
+          if (auto p = c.Pin(Id(v))) {
+            if (p->size != size || !Holds(*p, v)) corrupt.fetch_add(1);
+            c.Unpin(p->id);
+          }
+          break;
+        }
+        case 2:
+          publish(rng() % kShared, kThreads, t);
+          break;
+        case 3:
+          publish(kShared + t * kPerThread + rng() % kPerThread, 1, 0);
+          break;
+        case 4: {
+          std::vector<uint8_t> bytes = Bytes(v, size);
+          c.InsertSealed(Id(v), bytes).IgnoreError("stress: present or full is fine");
+          break;
+        }
+        case 5: {
+          auto s = c.AllocateScratch(4096 * (1 + rng() % 16));
+          if (s.ok()) {
+            std::memset(s->data, t, s->size);
+            for (uint64_t i = 0; i < s->size; i += 512) {
+              if (s->data[i] != t) corrupt.fetch_add(1);
+            }
+            c.ReleaseScratch(*s);
+          }
+          break;
+        }
+        case 6: {  // an explicit re-write of a sealed entry
+          (void)c.Contains(Id(v));
+          (void)c.stats();
+          c.MarkWritebackPending(Id(v));
+          if (auto wb = c.TakeWriteback(Id(v))) {
+            if (!Holds(*wb, v)) corrupt.fetch_add(1);
+            c.FinishWriteback(*wb, true);
+          }
+          break;
+        }
+        case 7: {
+          if (t == 0 && op % 4 == 0) clock.Advance(seconds(1));
+          c.ExpireAssemblies();
+          break;
+        }
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (uint32_t t = 0; t < kThreads; ++t) threads.emplace_back(worker, t);
+  for (auto& th : threads) th.join();
+  spdlog::set_level(level);
+
+  EXPECT_EQ(corrupt.load(), 0u);
+  EXPECT_GT(sealed.load(), 0u);
+  const DramStats busy = c.stats();
+  std::printf(
+      "stress: sealed %llu, evictions %llu, timeouts %llu, alloc failures %llu, rejects %llu\n",
+      static_cast<unsigned long long>(sealed.load()),
+      static_cast<unsigned long long>(busy.evictions),
+      static_cast<unsigned long long>(busy.assembly_timeouts),
+      static_cast<unsigned long long>(busy.alloc_failures),
+      static_cast<unsigned long long>(busy.admission_rejects));
+  clock.Advance(seconds(60));
+  c.ExpireAssemblies();
+  DramStats s = c.stats();
+  EXPECT_EQ(s.pinned_entries, 0u);
+  EXPECT_EQ(s.pinned_bytes, 0u);
+  EXPECT_EQ(s.scratch_bytes, 0u);
+  EXPECT_EQ(s.assembling_entries, 0u);
+  EXPECT_EQ(s.writeback_pending, 0u);  // every sealer takes the writeback
+  // Everything left is evictable and the free map coalesces back to one range.
+  auto all = c.AllocateScratch(256 * kKiB);
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  c.ReleaseScratch(*all);
+  s = c.stats();
+  EXPECT_EQ(s.used_bytes, 0u);
+  EXPECT_EQ(s.sealed_entries, 0u);
+}
+
+TEST(DramCacheStressTest, FourThreadsAdmitAllNoSsd) { Stress(AdmissionPolicy::kAll, false); }
+TEST(DramCacheStressTest, FourThreadsAdmitAllWithWriteback) { Stress(AdmissionPolicy::kAll, true); }
+TEST(DramCacheStressTest, FourThreadsAdmitOnReuseWithWriteback) {
+  Stress(AdmissionPolicy::kReuse, true);
+}
+
+}  // namespace
+}  // namespace orbitkv

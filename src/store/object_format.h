@@ -1,0 +1,98 @@
+// Object format: the stored bytes of one storage group for one key (DESIGN.md,
+// "object"): a header, then one segment per slot in slot order, each starting
+// at a multiple of 512 from the object start, zeros between. The object ends
+// where the last segment's bytes end (no tail padding). Headers come back from
+// disk, so ParseObjectHeader treats its input as untrusted. All functions are
+// pure and thread-safe.
+//
+// Header, little-endian; header_size = AlignUp(64 + 16 * num_slots, 512):
+//   [0, 8)    magic "OKVOBJ1\0"
+//   [8, 10)   format version u16 (kObjectFormatVersion)
+//   [10, 12)  flags u16: bits 0-7 codec id (0 = raw), bits 8-15 zero
+//   [12, 16)  num_slots u32, in [1, kMaxSlotsPerGroup]
+//   [16, 24)  ns u64
+//   [24, 28)  group u32
+//   [28, 32)  header crc32 (zlib) of bytes [0, header_size) with this field zeroed
+//   [32, 64)  key
+//   [64, 64 + 16 * num_slots)  per slot: offset u64 (from the object start), size u64
+//   then zeros up to header_size
+// The crc covers the whole header, slot table and padding included, so any
+// corrupted header byte is detected.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "orbitkv/layout.h"
+#include "orbitkv/status.h"
+#include "orbitkv/units.h"
+#include "store/object_id.h"
+
+namespace orbitkv {
+
+inline constexpr char kObjectMagic[8] = {'O', 'K', 'V', 'O', 'B', 'J', '1', '\0'};
+inline constexpr uint16_t kObjectFormatVersion = 1;
+inline constexpr uint64_t kObjectAlign = 512;  // header size and segment offsets
+inline constexpr uint64_t kObjectHeaderFixedBytes = 64;
+inline constexpr uint64_t kObjectSlotEntryBytes = 16;
+inline constexpr uint64_t kObjectHeaderCrcOffset = 28;
+inline constexpr uint8_t kCodecRaw = 0;
+
+// The shape of a group's object: the size of every slot, in slot order.
+struct ObjectShape {
+  std::vector<uint64_t> slot_bytes;
+};
+
+struct SegmentPos {
+  uint64_t offset = 0;  // from the object start; a multiple of kObjectAlign
+  uint64_t size = 0;    // bytes of the slot (as stored: encoded when a codec is set)
+  friend bool operator==(const SegmentPos&, const SegmentPos&) = default;
+};
+
+// Header bytes for num_slots slots, padding included.
+inline constexpr uint64_t ObjectHeaderSize(uint32_t num_slots) {
+  return AlignUp(kObjectHeaderFixedBytes + kObjectSlotEntryBytes * uint64_t{num_slots},
+                 kObjectAlign);
+}
+inline constexpr uint64_t kObjectMaxHeaderBytes = ObjectHeaderSize(kMaxSlotsPerGroup);
+
+// Where each slot's segment lies: the first right after the header, each next
+// one at the first 512 boundary after the previous one's end.
+// REQUIRES: every size > 0 and the sum of the padded sizes fits in uint64.
+std::vector<SegmentPos> SegmentLayout(const std::vector<uint64_t>& slot_bytes);
+
+// Bytes of the whole object: the end of the last segment (the header size when
+// there is none). Same REQUIRES as SegmentLayout.
+uint64_t ObjectSize(const std::vector<uint64_t>& slot_bytes);
+
+// Writes the header of the object holding `slot_bytes` (as stored) under `id`
+// into out[0, ObjectHeaderSize(n)), zero-filling the padding; bytes of `out`
+// past the header are not touched. The segments go at SegmentLayout(slot_bytes).
+// REQUIRES: 1 <= slot_bytes.size() <= kMaxSlotsPerGroup, every size > 0,
+// out.size() >= ObjectHeaderSize(slot_bytes.size()).
+void WriteObjectHeader(const ObjectId& id, const std::vector<uint64_t>& slot_bytes, uint8_t codec,
+                       std::span<uint8_t> out);
+
+struct ParsedHeader {
+  ObjectId id;
+  uint8_t codec = kCodecRaw;
+  uint64_t header_size = 0;
+  std::vector<SegmentPos> segments;  // one per slot, in slot order
+};
+
+// Parses an untrusted header from the start of `bytes` (which may hold more of
+// the object) for an object of `object_size` bytes. Checks magic, version,
+// flags, num_slots, crc, zero padding, and that the segments are non-empty,
+// 512-aligned, in order, non-overlapping, after the header and inside
+// object_size. Any failure is Corruption saying which check failed.
+Result<ParsedHeader> ParseObjectHeader(std::span<const uint8_t> bytes, uint64_t object_size);
+
+// Corruption when a well-formed header is not the object the caller looked up
+// (a stale or foreign object): the id differs, or the slot count, or, for a raw
+// object, a slot size. An encoded object's sizes are the codec's; the codec
+// checks its decoded sizes.
+Status CheckObjectMatches(const ParsedHeader& header, const ObjectId& expected,
+                          const std::vector<uint64_t>& expected_slot_bytes);
+
+}  // namespace orbitkv
