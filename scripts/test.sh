@@ -18,10 +18,6 @@ export TMPDIR=${TMPDIR:-/var/tmp}
 
 step() { printf '\n=== %s\n' "$*"; }
 
-step "format check (clang-format, .clang-format)"
-mapfile -t sources < <(git ls-files '*.cc' '*.h' '*.cu' '*.cuh' 2>/dev/null || find src include -name '*.cc' -o -name '*.h')
-if ((${#sources[@]})); then clang-format --dry-run -Werror "${sources[@]}"; fi
-
 step "build (build/)"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPython3_EXECUTABLE=$PYTHON >/dev/null
 cmake --build build -j "$jobs"
@@ -30,7 +26,7 @@ step "unit and integration tests"
 ctest --test-dir build --output-on-failure -j "$jobs"
 
 if [[ ${ORBITKV_SKIP_SANITIZERS:-0} != 1 ]]; then
-  sanitizer_tests=(common_test io_test catalog_test ssd_store_test)
+  sanitizer_tests=(common_test io_test catalog_test ssd_store_test dram_cache_test object_format_test manager_test)
   for san in address thread; do
     step "store and io tests under ${san} sanitizer (build-${san}/)"
     cmake -S . -B "build-$san" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DORBITKV_SANITIZE=$san \
@@ -65,4 +61,8 @@ if [[ ${ORBITKV_SKIP_FUZZ:-0} != 1 ]]; then
     rm -rf "$corpus" "$corpus.log"
   done
 fi
+step "format check (clang-format, .clang-format)"
+mapfile -t sources < <(git ls-files '*.cc' '*.h' '*.cu' '*.cuh' 2>/dev/null || find src include -name '*.cc' -o -name '*.h')
+if ((${#sources[@]})); then clang-format --dry-run -Werror "${sources[@]}"; fi
+
 step "all tests passed"

@@ -401,6 +401,8 @@ Result<std::unique_ptr<Manager>> Manager::Create(const ManagerConfig& config) {
   d.lock_memory = config.lock_memory;
   d.admission = config.admission;
   d.clock = config.clock;
+  // With SSD on, a sealed object waits for writeback (never evicted before it).
+  d.writeback_on_seal = !config.options.ssd_cache_path.empty();
   ORBITKV_ASSIGN_OR_RETURN(impl->dram, DramCache::Create(d));
   impl->budget = config.query_budget_bytes ? config.query_budget_bytes : d.capacity;
 
@@ -772,7 +774,7 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
     }
     impl_->bytes_publish->Inc(copied);
     const bool ssd_on = impl_->ssd != nullptr;
-    Result<bool> sealed = impl_->dram->CompleteParts(*v, parts, /*writeback=*/ssd_on);
+    Result<bool> sealed = impl_->dram->CompleteParts(*v, parts);
     if (!sealed.ok()) return sealed.status();
     ++out.stored;
     if (!*sealed) continue;

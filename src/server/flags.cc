@@ -6,41 +6,6 @@
 
 namespace orbitkv {
 
-std::string_view SsdBackendName(SsdBackend b) {
-  switch (b) {
-    case SsdBackend::kAuto:
-      return "auto";
-    case SsdBackend::kUring:
-      return "uring";
-    case SsdBackend::kCufile:
-      return "cufile";
-  }
-  return "?";
-}
-
-std::string_view SsdReadPathName(SsdReadPath p) {
-  return p == SsdReadPath::kUring ? "uring" : "cufile";
-}
-
-Status ManagerOptions::Validate() const {
-  if (pool_size < (1u << 20)) return Status::InvalidArgument("--pool-size must be at least 1mib");
-  if (!ssd_cache_path.empty()) {
-    if (ssd_shards == 0 || ssd_shards > 256) {
-      return Status::InvalidArgument("--ssd-shards must be between 1 and 256");
-    }
-    if (ssd_cache_capacity / ssd_shards < (1u << 20)) {
-      return Status::InvalidArgument("--ssd-cache-capacity must give every shard at least 1mib");
-    }
-  }
-  if (ssd_queue_depth == 0 || ssd_queue_depth > 4096) {
-    return Status::InvalidArgument("--ssd-queue-depth must be between 1 and 4096");
-  }
-  if (ssd_io_workers == 0 || ssd_io_workers > 64) {
-    return Status::InvalidArgument("--ssd-io-workers must be between 1 and 64");
-  }
-  return Status::OK();
-}
-
 Result<ParsedFlags> ParseFlags(int argc, const char* const* argv, std::string* out) {
   ParsedFlags parsed;
   ManagerOptions& o = parsed.options;

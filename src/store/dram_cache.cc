@@ -419,7 +419,10 @@ bool DramCache::Contains(const ObjectId& id) const {
   return e != nullptr && e->state == EntryState::kSealed;
 }
 
-Result<DramView> DramCache::BeginAssembly(const ObjectId& id, uint64_t size, uint32_t num_parts) {
+Result<DramView> DramCache::BeginAssembly(const ObjectId& id, uint64_t size, uint32_t num_parts,
+                                          std::span<const uint8_t> prefix) {
+  if (prefix.size() > size)
+    return Status::InvalidArgument("assembly prefix larger than the object");
   if (size == 0 || num_parts == 0) {
     return Status::InvalidArgument("assembly of " + Describe(id) +
                                    " needs a positive size and part count");
@@ -447,6 +450,8 @@ Result<DramView> DramCache::BeginAssembly(const ObjectId& id, uint64_t size, uin
   const uint64_t capacity = AlignUp(size, kAlign);
   ORBITKV_ASSIGN_OR_RETURN(const uint64_t offset, m.AllocateLocked(capacity));
   Entry& e = m.NewEntryLocked(id, offset, size, capacity, num_parts, /*inserting=*/false);
+  // Written once, by the creator, before anyone can join: joiners never race on it.
+  if (!prefix.empty()) std::memcpy(m.base_ + offset, prefix.data(), prefix.size());
   m.PinLocked(e);
   return m.ViewOf(e);
 }

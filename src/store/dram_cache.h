@@ -90,7 +90,10 @@ class DramCache {
   // returns a pinned view to write parts into. AlreadyExists if `id` is sealed;
   // InvalidArgument if an assembly of `id` exists with another size/num_parts;
   // ResourceExhausted if no room after eviction.
-  Result<DramView> BeginAssembly(const ObjectId& id, uint64_t size, uint32_t num_parts);
+  // `prefix` (e.g. the object header) is copied to the start of a newly created
+  // assembly under the cache's lock; joiners of an existing assembly skip it.
+  Result<DramView> BeginAssembly(const ObjectId& id, uint64_t size, uint32_t num_parts,
+                                 std::span<const uint8_t> prefix = {});
   // Marks parts as written (idempotent per part). Returns true when this call
   // completed the object: it is sealed and visible (an unadmitted kReuse entry
   // that is not writeback-pending is dropped at once). Releases the view on

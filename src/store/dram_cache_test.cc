@@ -3,6 +3,7 @@
 #include "store/dram_cache.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <atomic>
@@ -142,6 +143,19 @@ TEST_F(DramCacheTest, LockMemoryIsBestEffort) {
   ASSERT_TRUE(v.has_value());
   EXPECT_TRUE(Holds(*v, 1));
   (*r)->Unpin(v->id);
+
+  // Force the failure path: no lockable memory at all (root with
+  // CAP_IPC_LOCK still succeeds, which is fine too).
+  rlimit old{};
+  ASSERT_EQ(getrlimit(RLIMIT_MEMLOCK, &old), 0);
+  rlimit none = old;
+  none.rlim_cur = 0;
+  ASSERT_EQ(setrlimit(RLIMIT_MEMLOCK, &none), 0);
+  auto unlocked = DramCache::Create(o);
+  ASSERT_EQ(setrlimit(RLIMIT_MEMLOCK, &old), 0);
+  ASSERT_TRUE(unlocked.ok()) << unlocked.status().ToString();
+  Put(**unlocked, 2);
+  EXPECT_TRUE((*unlocked)->Contains(Id(2)));
 }
 
 TEST_F(DramCacheTest, AllocationsAre4KiBAlignedInsideTheArena) {
