@@ -202,7 +202,7 @@ ServerStats SocketServer::Stats() const {
   s.rejected_peer = rejected_peer_.load(std::memory_order_relaxed);
   s.rejected_full = rejected_full_.load(std::memory_order_relaxed);
   std::lock_guard lock(mu_);
-  s.active = conns_.size() - std::min(conns_.size(), finished_.size());
+  s.active = active_;
   return s;
 }
 
@@ -265,7 +265,7 @@ void SocketServer::Admit(UniqueFd fd) {
     OKV_LOG_WARN("SO_SNDTIMEO failed: {}", std::strerror(errno));
   }
   std::lock_guard lock(mu_);
-  if (conns_.size() - std::min(conns_.size(), finished_.size()) >= options_.max_connections) {
+  if (active_ >= options_.max_connections) {
     rejected_full_.fetch_add(1, std::memory_order_relaxed);
     OKV_LOG_WARN("refused connection on {} from pid {}: {} connections open (the limit)",
                  options_.path, cred.pid, options_.max_connections);
@@ -273,14 +273,18 @@ void SocketServer::Admit(UniqueFd fd) {
   }
   const uint64_t id = next_session_id_++;
   auto session = std::make_shared<Session>(id, std::move(fd), cred.pid, cred.uid, cred.gid);
+  // Counted before the reader starts, so that a peer which saw its first
+  // reply also sees itself counted.
+  ++active_;
+  accepted_.fetch_add(1, std::memory_order_relaxed);
   try {
     std::thread reader(&SocketServer::ReadLoop, this, session);
     conns_.emplace(id, Conn{std::move(session), std::move(reader)});
   } catch (const std::system_error& e) {
+    --active_;
+    accepted_.fetch_sub(1, std::memory_order_relaxed);
     OKV_LOG_ERROR("cannot start a reader thread for pid {}: {}", cred.pid, e.what());
-    return;
   }
-  accepted_.fetch_add(1, std::memory_order_relaxed);
 }
 
 void SocketServer::ReadLoop(std::shared_ptr<Session> session) {
@@ -298,6 +302,10 @@ void SocketServer::ReadLoop(std::shared_ptr<Session> session) {
     handler_->OnFrame(*session, std::move(frame).value());
   }
   session->Close();
+  {
+    std::lock_guard lock(mu_);
+    --active_;
+  }
   handler_->OnClose(*session);
   {
     std::lock_guard lock(mu_);

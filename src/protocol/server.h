@@ -162,6 +162,7 @@ class SocketServer {
 
   mutable std::mutex mu_;
   uint64_t next_session_id_ = 1;                    // guarded by mu_
+  uint64_t active_ = 0;  // guarded by mu_: sessions admitted and not yet closed
   std::unordered_map<uint64_t, Conn> conns_;        // guarded by mu_
   std::vector<uint64_t> finished_;                  // guarded by mu_: readers done, to join
 };

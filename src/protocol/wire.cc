@@ -604,19 +604,22 @@ std::optional<uint64_t> PeekEnvelopeId(std::span<const uint8_t> input) {
   if (input.size() > kMaxMessageBytes) return std::nullopt;
   const AlignedView view = Align(input);
   fb::Verifier verifier(view.bytes.data(), view.bytes.size(), fb::Verifier::Options{});
-  // The prologue of Verifier::VerifyBuffer, without verifying the body.
-  if (view.bytes.size() < FLATBUFFERS_MIN_BUFFER_SIZE ||
+  // The prologue of Verifier::VerifyBuffer, then the envelope's own table only.
+  constexpr size_t kMinBuffer =
+      sizeof(fb::uoffset_t) + sizeof(fb::soffset_t) + sizeof(fb::voffset_t);  // as FlatBuffers
+  if (view.bytes.size() < kMinBuffer ||
       !fb::BufferHasIdentifier(view.bytes.data(), w::EnvelopeIdentifier())) {
     return std::nullopt;
   }
   const fb::uoffset_t root = verifier.VerifyOffset(0);
   if (root == 0) return std::nullopt;
-  const auto* env = reinterpret_cast<const w::Envelope*>(view.bytes.data() + root);
-  if (!env->VerifyTableStart(verifier) ||
-      !env->VerifyField<uint64_t>(verifier, w::Envelope::VT_ID, sizeof(uint64_t))) {
+  // Envelope derives privately from Table; the root is a Table all the same.
+  const auto* table = reinterpret_cast<const fb::Table*>(view.bytes.data() + root);
+  if (!table->VerifyTableStart(verifier) ||
+      !table->VerifyField<uint64_t>(verifier, w::Envelope::VT_ID, sizeof(uint64_t))) {
     return std::nullopt;
   }
-  return env->id();
+  return table->GetField<uint64_t>(w::Envelope::VT_ID, 0);
 }
 
 Status CheckAttachedFds(const Message& body, size_t num_fds) {

@@ -1,18 +1,24 @@
-// orbitkv-cache-manager: the per-host Manager process. Parses flags, sets up
-// the SSD store and /metrics, logs its configuration and runs until SIGINT or
-// SIGTERM, then shuts down cleanly.
+// orbitkv-cache-manager: the per-host Manager process. Parses flags, starts the
+// Manager (DRAM pool, SSD store, lanes), the engine socket and /metrics, logs
+// its configuration and runs until SIGINT or SIGTERM, then shuts down cleanly:
+// the socket stops accepting, sessions close (releasing what they held), the
+// lanes drain.
 #include <signal.h>
+#include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 
-#include "io/io_engine.h"
+#include "manager/manager.h"
+#include "orbitkv/client.h"
 #include "orbitkv/logging.h"
 #include "orbitkv/metrics.h"
 #include "orbitkv/units.h"
+#include "protocol/server.h"
 #include "server/flags.h"
 #include "server/metrics_http.h"
-#include "store/ssd_store.h"
+#include "server/service.h"
 
 namespace orbitkv {
 namespace {
@@ -34,7 +40,8 @@ int Run(int argc, char** argv) {
     std::fputs(help.c_str(), stdout);
     return 0;
   }
-  const ManagerOptions& o = parsed->options;
+  ManagerOptions o = parsed->options;
+  if (o.socket_path.empty()) o.socket_path = DefaultSocketPath();
   if (Status st = InitLogging(o.log_level); !st.ok()) return Fail(st);
 
   // Block the stop signals before any thread starts, so only sigwait sees them.
@@ -43,28 +50,20 @@ int Run(int argc, char** argv) {
   sigaddset(&stop, SIGINT);
   sigaddset(&stop, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+  signal(SIGPIPE, SIG_IGN);
 
   MetricsRegistry metrics;
-  std::unique_ptr<SsdStore> store;
-  if (o.ssd_cache_path.empty()) {
-    OKV_LOG_INFO("SSD cache off (no --ssd-cache-path)");
-  } else {
-    if (o.ssd_backend == SsdBackend::kCufile) {
-      return Fail(Status::Unavailable("--ssd-backend cufile: this build has no cuFile support"));
-    }
-    // Probe io_uring with the opcodes the workers use before touching files.
-    Result<std::unique_ptr<IoEngine>> probe = CreateUringEngine({o.ssd_queue_depth, nullptr});
-    if (!probe.ok()) return Fail(probe.status().WithContext("io_uring"));
-    SsdStoreOptions so;
-    so.path = o.ssd_cache_path;
-    so.capacity = o.ssd_cache_capacity;
-    so.shards = o.ssd_shards;
-    so.reserve_capacity = false;  // io_uring: logical sizing, no upfront reservation
-    so.metrics = &metrics;
-    Result<std::unique_ptr<SsdStore>> opened = SsdStore::Open(so);
-    if (!opened.ok()) return Fail(opened.status());
-    store = std::move(opened).value();
-  }
+  ManagerConfig config;
+  config.options = o;
+  config.metrics = &metrics;
+  Result<std::unique_ptr<Manager>> manager = Manager::Create(config);
+  if (!manager.ok()) return Fail(manager.status());
+  ManagerService service(manager->get(), &metrics);
+  protocol::ServerOptions so;
+  so.path = o.socket_path;
+  Result<std::unique_ptr<protocol::SocketServer>> server =
+      protocol::SocketServer::Start(so, &service);
+  if (!server.ok()) return Fail(server.status().WithContext("--socket " + o.socket_path));
   std::unique_ptr<MetricsHttpServer> http;
   if (o.metrics_port != 0) {
     Result<std::unique_ptr<MetricsHttpServer>> s =
@@ -72,24 +71,25 @@ int Run(int argc, char** argv) {
     if (!s.ok()) return Fail(s.status().WithContext("--metrics-port"));
     http = std::move(s).value();
   }
+  const bool ssd = !o.ssd_cache_path.empty();
   OKV_LOG_INFO(
-      "orbitkv-cache-manager ready: pool {} | ssd {} capacity {} in {} shards of {} | backend {} "
-      "| read path {} | queue depth {} x {} workers | metrics {}",
-      FormatByteSize(o.pool_size), o.ssd_cache_path.empty() ? "off" : o.ssd_cache_path,
+      "orbitkv-cache-manager ready: pool {} | ssd {} capacity {} in {} shards | backend {} | "
+      "read path {} | queue depth {} x {} workers | socket {} | metrics {}",
+      FormatByteSize(o.pool_size), ssd ? o.ssd_cache_path : "off",
       FormatByteSize(o.ssd_cache_capacity), o.ssd_shards,
-      store ? FormatByteSize(store->shard_capacity()) : "-",
-      !store                               ? "-"
+      !ssd                                 ? "-"
       : o.ssd_backend == SsdBackend::kAuto ? "uring (auto: cuFile is not available in this build)"
                                            : "uring",
       o.ssd_read_path ? SsdReadPathName(*o.ssd_read_path) : "unset", o.ssd_queue_depth,
-      o.ssd_io_workers,
+      o.ssd_io_workers, o.socket_path,
       http ? "http://127.0.0.1:" + std::to_string(http->port()) + "/metrics" : "off");
 
   int sig = 0;
   sigwait(&stop, &sig);
   OKV_LOG_INFO("received {}, shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  (*server)->Stop();
   if (http) http->Stop();
-  store.reset();
+  manager->reset();
   OKV_LOG_INFO("shutdown complete");
   return 0;
 }

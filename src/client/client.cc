@@ -1,0 +1,98 @@
+#include "orbitkv/client.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "protocol/connection.h"
+#include "protocol/wire.h"
+
+namespace orbitkv {
+
+std::string DefaultSocketPath() {
+  if (const char* run = std::getenv("XDG_RUNTIME_DIR"); run && *run) {
+    return std::string(run) + "/orbitkv.sock";
+  }
+  return "/tmp/orbitkv-" + std::to_string(::getuid()) + ".sock";
+}
+
+namespace {
+
+class SocketClient final : public Client {
+ public:
+  SocketClient(std::unique_ptr<protocol::ClientConnection> conn, ClientConfig config)
+      : conn_(std::move(conn)), config_(std::move(config)) {}
+  ~SocketClient() override { Close(); }
+
+  // Sends a request and decodes the reply, which must be `Reply` or an error.
+  template <typename Reply, typename Request>
+  Result<Reply> Call(const Request& req, std::span<const int> fds = {}, uint64_t id = 0) {
+    if (id == 0) id = conn_->NextId();
+    std::vector<uint8_t> bytes = protocol::EncodeRequest(id, req);
+    ORBITKV_ASSIGN_OR_RETURN(protocol::Frame frame, conn_->Call(bytes, fds, id, config_.timeout));
+    ORBITKV_ASSIGN_OR_RETURN(protocol::DecodedMessage msg, protocol::DecodeMessage(frame.payload));
+    if (auto* err = std::get_if<protocol::ErrorReply>(&msg.body)) return err->status;
+    if (auto* reply = std::get_if<Reply>(&msg.body)) return std::move(*reply);
+    return Status::Internal(std::string("unexpected reply ") +
+                            std::string(protocol::MessageName(msg.body)));
+  }
+
+  Result<InstanceId> RegisterInstance(const RegisterRequest& request,
+                                      std::span<const int> region_fds) override {
+    ORBITKV_ASSIGN_OR_RETURN(protocol::RegisterReply r,
+                             Call<protocol::RegisterReply>(request, region_fds));
+    return r.instance;
+  }
+  Status UnregisterInstance(InstanceId instance) override {
+    return Call<protocol::UnregisterReply>(protocol::UnregisterRequest{instance}).status();
+  }
+  Result<PublishResult> Publish(const PublishRequest& request) override {
+    return Call<PublishResult>(request);
+  }
+  Result<QueryResult> Query(const QueryRequest& request) override {
+    return Call<QueryResult>(request);
+  }
+  uint64_t NewTicket() override { return conn_->NextId(); }
+  Result<RestoreResult> Restore(const RestoreRequest& request, uint64_t ticket) override {
+    return Call<RestoreResult>(request, {}, ticket);
+  }
+  Result<bool> CancelRestore(uint64_t ticket) override {
+    ORBITKV_ASSIGN_OR_RETURN(
+        protocol::CancelRestoreReply r,
+        Call<protocol::CancelRestoreReply>(protocol::CancelRestoreRequest{ticket}));
+    return r.cancelled;
+  }
+  Result<uint32_t> Prepare(const PrepareRequest& request) override {
+    ORBITKV_ASSIGN_OR_RETURN(protocol::PrepareReply r, Call<protocol::PrepareReply>(request));
+    return r.queued;
+  }
+  void Close() override { conn_->Close(); }
+
+ private:
+  std::unique_ptr<protocol::ClientConnection> conn_;
+  ClientConfig config_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Client>> Client::Connect(const ClientConfig& config) {
+  ClientConfig c = config;
+  if (c.socket_path.empty()) c.socket_path = DefaultSocketPath();
+  protocol::ClientOptions o;
+  o.reply_id = [](std::span<const uint8_t> b) { return protocol::PeekEnvelopeId(b); };
+  ORBITKV_ASSIGN_OR_RETURN(std::unique_ptr<protocol::ClientConnection> conn,
+                           protocol::ClientConnection::Connect(c.socket_path, o));
+  auto client = std::make_unique<SocketClient>(std::move(conn), c);
+  protocol::HelloRequest hello;
+  hello.client_pid = ::getpid();
+  hello.client_name = c.client_name;
+  ORBITKV_ASSIGN_OR_RETURN(protocol::HelloReply h, client->Call<protocol::HelloReply>(hello));
+  if (h.protocol_version != protocol::kProtocolVersion) {
+    return Status::FailedPrecondition("Manager speaks protocol " +
+                                      std::to_string(h.protocol_version) + ", client " +
+                                      std::to_string(protocol::kProtocolVersion));
+  }
+  return std::unique_ptr<Client>(std::move(client));
+}
+
+}  // namespace orbitkv

@@ -1,0 +1,151 @@
+#include "server/service.h"
+
+#include <unistd.h>
+
+#include "orbitkv/logging.h"
+#include "protocol/wire.h"
+
+namespace orbitkv {
+
+using protocol::DecodedMessage;
+
+ManagerService::ManagerService(Manager* manager, MetricsRegistry* metrics) : manager_(manager) {
+  bad_frames_ = metrics->GetCounter("orbitkv_protocol_bad_frames_total",
+                                    "Frames that failed to decode or validate (answered with an "
+                                    "error).");
+  requests_ = metrics->GetCounter("orbitkv_protocol_requests_total", "Requests received.");
+}
+
+void ManagerService::OnOpen(protocol::Session& session) {
+  SessionId id = manager_->OpenSession(session.peer_pid());
+  std::lock_guard<std::mutex> l(mu_);
+  sessions_[session.id()] = id;
+  OKV_LOG_INFO("session {} opened by pid {}", session.id(), session.peer_pid());
+}
+
+void ManagerService::OnClose(protocol::Session& session) {
+  SessionId id;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = sessions_.find(session.id());
+    if (it == sessions_.end()) return;
+    id = it->second;
+    sessions_.erase(it);
+  }
+  manager_->CloseSession(id);
+  OKV_LOG_INFO("session {} closed; its instances, queries and leases are released", session.id());
+}
+
+SessionId ManagerService::ManagerSession(const protocol::Session& session) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = sessions_.find(session.id());
+  return it == sessions_.end() ? 0 : it->second;
+}
+
+void ManagerService::OnFrame(protocol::Session& session, protocol::Frame&& frame) {
+  requests_->Inc();
+  const SessionId sid = ManagerSession(session);
+  auto reply = [&](const std::vector<uint8_t>& bytes) {
+    session.Send(bytes).IgnoreError("a closed session drops its replies");
+  };
+  Result<DecodedMessage> decoded = protocol::DecodeMessage(frame.payload);
+  if (!decoded.ok()) {
+    bad_frames_->Inc();
+    reply(protocol::EncodeError(protocol::PeekEnvelopeId(frame.payload).value_or(0),
+                                decoded.status()));
+    return;
+  }
+  const uint64_t rid = decoded->id;
+  if (Status st = protocol::CheckAttachedFds(decoded->body, frame.fds.size()); !st.ok()) {
+    bad_frames_->Inc();
+    reply(protocol::EncodeError(rid, st));
+    return;
+  }
+  auto answer = [&](const auto& result) {  // Result<T> whose T has an EncodeReply
+    if (result.ok()) {
+      reply(protocol::EncodeReply(rid, *result));
+    } else {
+      reply(protocol::EncodeError(rid, result.status()));
+    }
+  };
+  std::visit(
+      [&](auto& m) {
+        using T = std::decay_t<decltype(m)>;
+        if constexpr (std::is_same_v<T, protocol::HelloRequest>) {
+          protocol::HelloReply h;
+          h.server_pid = ::getpid();
+          reply(protocol::EncodeReply(rid, h));
+        } else if constexpr (std::is_same_v<T, RegisterRequest>) {
+          std::vector<int> fds;
+          for (auto& fd : frame.fds) fds.push_back(fd.Release());
+          Result<InstanceId> id = manager_->RegisterInstance(sid, m, std::move(fds));
+          if (id.ok()) {
+            reply(protocol::EncodeReply(rid, protocol::RegisterReply{*id}));
+          } else {
+            reply(protocol::EncodeError(rid, id.status()));
+          }
+        } else if constexpr (std::is_same_v<T, PublishRequest>) {
+          answer(manager_->Publish(sid, m));
+        } else if constexpr (std::is_same_v<T, QueryRequest>) {
+          answer(manager_->Query(sid, m));
+        } else if constexpr (std::is_same_v<T, RestoreRequest>) {
+          std::shared_ptr<protocol::Session> ref = session.Ref();
+          const auto key = std::make_pair(session.id(), rid);
+          // The callback may run inline (DRAM-only restores) or later on a lane;
+          // `finished` orders it against recording the restore for CancelRestore.
+          auto finished = std::make_shared<bool>(false);
+          Result<RestoreId> started = manager_->StartRestore(
+              sid, m, [this, ref, rid, key, finished](Result<RestoreResult> r) {
+                {
+                  std::lock_guard<std::mutex> l(mu_);
+                  restores_.erase(key);
+                  *finished = true;
+                }
+                ref->Send(r.ok() ? protocol::EncodeReply(rid, *r)
+                                 : protocol::EncodeError(rid, r.status()))
+                    .IgnoreError("a closed session drops its replies");
+              });
+          if (!started.ok()) {
+            reply(protocol::EncodeError(rid, started.status()));
+          } else {
+            std::lock_guard<std::mutex> l(mu_);
+            if (!*finished) restores_[key] = *started;
+          }
+        } else if constexpr (std::is_same_v<T, protocol::CancelRestoreRequest>) {
+          RestoreId target = 0;
+          {
+            std::lock_guard<std::mutex> l(mu_);
+            auto it = restores_.find({session.id(), m.restore_id});
+            if (it != restores_.end()) target = it->second;
+          }
+          protocol::CancelRestoreReply c;
+          c.cancelled = target != 0 && manager_->CancelRestore(sid, target).ok();
+          reply(protocol::EncodeReply(rid, c));
+        } else if constexpr (std::is_same_v<T, PrepareRequest>) {
+          Result<uint32_t> n = manager_->Prepare(sid, m);
+          if (!n.ok()) {
+            reply(protocol::EncodeError(rid, n.status()));
+          } else {
+            protocol::PrepareReply p;
+            p.queued = *n;
+            p.skipped = static_cast<uint32_t>(m.keys.size()) - *n;
+            reply(protocol::EncodeReply(rid, p));
+          }
+        } else if constexpr (std::is_same_v<T, protocol::UnregisterRequest>) {
+          Status st = manager_->UnregisterInstance(sid, m.instance);
+          if (st.ok()) {
+            reply(protocol::EncodeReply(rid, protocol::UnregisterReply{}));
+          } else {
+            reply(protocol::EncodeError(rid, st));
+          }
+        } else {
+          bad_frames_->Inc();
+          reply(protocol::EncodeError(
+              rid, Status::InvalidArgument(std::string("unexpected message ") +
+                                           std::string(protocol::MessageName(decoded->body)))));
+        }
+      },
+      decoded->body);
+}
+
+}  // namespace orbitkv

@@ -1,0 +1,40 @@
+// ManagerService: the engine protocol's server side. Decodes each frame a
+// session sends, calls the Manager, and replies with the same envelope id.
+// A frame that does not decode gets an ErrorReply (addressed to its id when
+// the envelope is readable) and the session stays open; nothing a client
+// sends can touch memory outside its registrations. Restores reply
+// asynchronously from the Manager's lanes; CancelRestore names the restore's
+// request id. Closing a session (including a client killed with SIGKILL)
+// releases everything its instances held. Thread-safe: each session's frames
+// arrive on that session's reader thread.
+#pragma once
+
+#include <map>
+#include <mutex>
+#include <unordered_map>
+
+#include "manager/manager.h"
+#include "protocol/server.h"
+
+namespace orbitkv {
+
+class ManagerService final : public protocol::SessionHandler {
+ public:
+  explicit ManagerService(Manager* manager, MetricsRegistry* metrics);
+  void OnOpen(protocol::Session& session) override;
+  void OnFrame(protocol::Session& session, protocol::Frame&& frame) override;
+  void OnClose(protocol::Session& session) override;
+
+ private:
+  SessionId ManagerSession(const protocol::Session& session);
+
+  Manager* const manager_;
+  Counter* bad_frames_;
+  Counter* requests_;
+  std::mutex mu_;
+  std::unordered_map<uint64_t, SessionId> sessions_;  // guarded by mu_: socket session -> Manager
+  // (socket session, restore request id) -> RestoreId, while the restore runs.
+  std::map<std::pair<uint64_t, uint64_t>, RestoreId> restores_;  // guarded by mu_
+};
+
+}  // namespace orbitkv
