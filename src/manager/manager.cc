@@ -138,6 +138,14 @@ struct Manager::Impl {
   ManagerConfig config;
   MetricsRegistry* metrics;
   std::unique_ptr<DramCache> dram;
+  // Bounded staging for SSD demand reads and warm-up, carved from --pool-size
+  // so reads never compete with published objects for room.
+  std::unique_ptr<DramCache> staging;
+  std::mutex staging_mu;
+  std::condition_variable staging_cv;
+  // Publishers wait here (bounded) for writeback to free pool room.
+  std::mutex pool_mu;
+  std::condition_variable pool_cv;
   std::unique_ptr<SsdStore> ssd;
 
   // Lanes (null without SSD). Engines: one per lane thread.
@@ -197,6 +205,12 @@ struct Manager::Impl {
     if (inst->closing) return Status::Cancelled("instance is unregistering");
     ++inst->inflight;
     return InstanceGuard(inst);
+  }
+
+  void ReleaseStaging(const DramView& v) {
+    staging->ReleaseScratch(v);
+    std::lock_guard<std::mutex> l(staging_mu);
+    staging_cv.notify_all();
   }
 
   // Releases a query block's source (pin or lease). REQUIRES: !b.taken.
@@ -272,89 +286,170 @@ struct Manager::Impl {
               .IgnoreError("promotion to DRAM is best effort");
         }
       }
-      if (b.scratch.data) dram->ReleaseScratch(b.scratch);
-      ssd->catalog().Complete(b.src.lease);
+      if (b.scratch.data) ReleaseStaging(b.scratch);
+      if (b.src.lease != 0) ssd->catalog().Complete(b.src.lease);
       FinishBlock(r, b.result, Tier::kSsd, std::move(st));
     }
     LaneDone();
   }
 
   // Reads the extents of a job into DRAM scratch. Returns a status per block.
-  std::vector<Status> ReadIntoScratch(IoEngine& io, std::vector<QueryBlock*>& srcs,
-                                      std::vector<DramView*>& scratch) {
+  // Staging for a set of objects, all or nothing: a reader never holds part of
+  // what it needs while it waits for the rest, so readers cannot deadlock.
+  Status AllocateStagingAll(const std::vector<uint64_t>& sizes, std::vector<DramView>* out) {
+    uint64_t total = 0;
+    for (uint64_t n : sizes) total += AlignUp(n, 4096);
+    if (total > staging->stats().capacity) {
+      return Status::ResourceExhausted("objects of " + FormatByteSize(total) +
+                                       " exceed the SSD read staging of " +
+                                       FormatByteSize(staging->stats().capacity));
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    std::unique_lock<std::mutex> l(staging_mu);
+    while (true) {
+      out->clear();
+      for (uint64_t n : sizes) {
+        Result<DramView> v = staging->AllocateScratch(n);
+        if (!v.ok()) break;
+        out->push_back(*v);
+      }
+      if (out->size() == sizes.size()) return Status::OK();
+      for (const DramView& v : *out) staging->ReleaseScratch(v);
+      out->clear();
+      if (staging_cv.wait_until(l, deadline) == std::cv_status::timeout) {
+        return Status::ResourceExhausted("SSD read staging stayed full for 10 s");
+      }
+    }
+  }
+
+  // Splits objects into runs whose staging fits half the staging area, so one
+  // run can be copied out while the next is read.
+  std::vector<std::pair<size_t, size_t>> StagingRuns(const std::vector<uint64_t>& sizes) {
+    std::vector<std::pair<size_t, size_t>> runs;
+    const uint64_t cap = staging->stats().capacity / 2;
+    size_t begin = 0;
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      const uint64_t n = AlignUp(sizes[i], 4096);
+      if (i > begin && bytes + n > cap) {
+        runs.emplace_back(begin, i);
+        begin = i;
+        bytes = 0;
+      }
+      bytes += n;
+    }
+    if (begin < sizes.size()) runs.emplace_back(begin, sizes.size());
+    return runs;
+  }
+
+  // Submits the leases of srcs and reads them into staging (scratch[i]).
+  // Returns a status per block; a block whose submission or staging failed
+  // has its lease released and set to 0.
+  std::vector<Status> ReadIntoStaging(IoEngine& io, std::span<QueryBlock*> srcs,
+                                      std::span<DramView*> scratch) {
     std::vector<Status> out(srcs.size());
-    std::vector<ExtentRead> reads;
-    std::vector<size_t> owner;
+    std::vector<size_t> live;
+    std::vector<uint64_t> sizes;
     for (size_t i = 0; i < srcs.size(); ++i) {
-      Status st = ssd->catalog().Submit(srcs[i]->lease);
-      if (!st.ok()) {
+      if (!ssd->catalog().Submit(srcs[i]->lease).ok()) {
         out[i] = Status::NotFound("SSD lease expired before the read was submitted");
+        srcs[i]->lease = 0;
         continue;
       }
-      Result<DramView> v = dram->AllocateScratch(srcs[i]->ref.length);
-      if (!v.ok()) {
+      live.push_back(i);
+      sizes.push_back(srcs[i]->ref.length);
+    }
+    if (live.empty()) return out;
+    std::vector<DramView> views;
+    if (Status st = AllocateStagingAll(sizes, &views); !st.ok()) {
+      for (size_t i : live) {
         ssd->catalog().Complete(srcs[i]->lease);
         srcs[i]->lease = 0;
-        out[i] = v.status();
-        continue;
+        out[i] = st;
       }
-      *scratch[i] = *v;
-      reads.push_back({srcs[i]->ref, v->data, {}});
-      owner.push_back(i);
+      return out;
     }
-    if (!reads.empty()) {
-      ssd->ReadExtents(io, reads).IgnoreError("statuses are per extent");
-      for (size_t k = 0; k < reads.size(); ++k) out[owner[k]] = reads[k].status;
+    std::vector<ExtentRead> reads;
+    for (size_t k = 0; k < live.size(); ++k) {
+      *scratch[live[k]] = views[k];
+      reads.push_back({srcs[live[k]]->ref, views[k].data, {}});
     }
+    ssd->ReadExtents(io, reads).IgnoreError("statuses are per extent");
+    for (size_t k = 0; k < live.size(); ++k) out[live[k]] = reads[k].status;
     return out;
   }
 
   void ReadLane(size_t worker, ReadJob& job) {
     IoEngine& io = *read_io[worker];
     if (job.restore) {
-      std::vector<QueryBlock*> srcs;
-      std::vector<DramView*> scratch;
-      for (RestoreBlock& b : job.blocks) {
-        srcs.push_back(&b.src);
-        scratch.push_back(&b.scratch);
+      std::vector<uint64_t> sizes;
+      for (const RestoreBlock& b : job.blocks) sizes.push_back(b.src.ref.length);
+      std::vector<std::pair<size_t, size_t>> runs = StagingRuns(sizes);
+      for (size_t r = 0; r < runs.size(); ++r) {
+        CopyJob copy;
+        copy.restore = job.restore;
+        std::vector<QueryBlock*> srcs;
+        std::vector<DramView*> scratch;
+        for (size_t i = runs[r].first; i < runs[r].second; ++i) {
+          copy.blocks.push_back(std::move(job.blocks[i]));
+        }
+        for (RestoreBlock& b : copy.blocks) {
+          srcs.push_back(&b.src);
+          scratch.push_back(&b.scratch);
+        }
+        copy.read_status = ReadIntoStaging(io, srcs, scratch);
+        if (r > 0) LaneStarted();                          // each CopyJob ends with one LaneDone
+        if (!host_restore->TryPush(copy)) CopyLane(copy);  // lane full: copy here
       }
-      CopyJob copy{job.restore, std::move(job.blocks), ReadIntoScratch(io, srcs, scratch)};
-      if (!host_restore->TryPush(copy)) CopyLane(copy);  // lane full: copy here
       return;
     }
     // Prepare: warm SSD objects into DRAM.
-    std::vector<QueryBlock*> srcs;
-    std::vector<DramView> views(job.prepare.size());
-    std::vector<DramView*> scratch;
-    for (size_t i = 0; i < job.prepare.size(); ++i) {
-      srcs.push_back(&job.prepare[i]);
-      scratch.push_back(&views[i]);
-    }
-    std::vector<Status> st = ReadIntoScratch(io, srcs, scratch);
-    for (size_t i = 0; i < job.prepare.size(); ++i) {
-      QueryBlock& b = job.prepare[i];
-      if (st[i].ok()) {
-        auto h = ParseObjectHeader({views[i].data, b.ref.object_size}, b.ref.object_size);
-        if (h.ok() && h->id == b.id &&
-            dram->InsertSealed(b.id, {views[i].data, b.ref.object_size}).ok()) {
-          bytes_prepare->Inc(b.ref.object_size);
-        }
+    std::vector<uint64_t> sizes;
+    for (const QueryBlock& b : job.prepare) sizes.push_back(b.ref.length);
+    for (auto [begin, end] : StagingRuns(sizes)) {
+      std::vector<QueryBlock*> srcs;
+      std::vector<DramView> views(end - begin);
+      std::vector<DramView*> scratch;
+      for (size_t i = begin; i < end; ++i) {
+        srcs.push_back(&job.prepare[i]);
+        scratch.push_back(&views[i - begin]);
       }
-      if (views[i].data) dram->ReleaseScratch(views[i]);
-      if (b.lease != 0) ssd->catalog().Complete(b.lease);
+      std::vector<Status> st = ReadIntoStaging(io, srcs, scratch);
+      for (size_t k = 0; k < srcs.size(); ++k) {
+        QueryBlock& b = *srcs[k];
+        if (st[k].ok()) {
+          auto h = ParseObjectHeader({views[k].data, b.ref.object_size}, b.ref.object_size);
+          if (h.ok() && h->id == b.id &&
+              dram->InsertSealed(b.id, {views[k].data, b.ref.object_size}).ok()) {
+            bytes_prepare->Inc(b.ref.object_size);
+          }
+        }
+        if (views[k].data) ReleaseStaging(views[k]);
+        if (b.lease != 0) ssd->catalog().Complete(b.lease);
+      }
     }
     LaneDone();
   }
 
-  void WritebackLane(size_t worker, ObjectId& id) {
-    std::optional<DramView> v = dram->TakeWriteback(id);
-    if (v) {
-      Result<ExtentRef> ref =
-          ssd->WriteObject(*writeback_io[worker], StoreKey(id), v->data, v->size);
-      if (ref.ok()) bytes_writeback->Inc(v->size);
-      dram->FinishWriteback(*v, ref.ok());
+  void WritebackLane(size_t worker, std::vector<ObjectId>& ids) {
+    std::vector<DramView> views;
+    std::vector<SsdStore::ObjectWrite> writes;
+    for (const ObjectId& id : ids) {
+      if (std::optional<DramView> v = dram->TakeWriteback(id)) {
+        views.push_back(*v);
+        writes.push_back({StoreKey(id), v->data, v->size});
+      }
     }
-    LaneDone();
+    ssd->WriteObjects(*writeback_io[worker], writes);
+    for (size_t i = 0; i < views.size(); ++i) {
+      if (writes[i].result.ok()) bytes_writeback->Inc(views[i].size);
+      dram->FinishWriteback(views[i], writes[i].result.ok());
+    }
+    {
+      std::lock_guard<std::mutex> l(pool_mu);  // pairs with the publisher's wait
+    }
+    pool_cv.notify_all();  // room may have been freed for waiting publishers
+    for (size_t i = 0; i < ids.size(); ++i) LaneDone();
   }
 
   void ReaperLoop() {
@@ -396,14 +491,32 @@ Result<std::unique_ptr<Manager>> Manager::Create(const ManagerConfig& config) {
   auto impl = std::make_unique<Impl>();
   impl->config = config;
   impl->metrics = config.metrics;
+  const bool ssd_on = !config.options.ssd_cache_path.empty();
+  const uint64_t pool = AlignDown(config.options.pool_size, 4096);
+  const uint64_t staging =
+      ssd_on ? AlignDown(config.read_staging_bytes ? config.read_staging_bytes
+                                                   : std::min<uint64_t>(64 << 20, pool / 4),
+                         4096)
+             : 0;
+  if (ssd_on && (staging < (64u << 10) || staging >= pool)) {
+    return Status::InvalidArgument("--pool-size " + FormatByteSize(pool) +
+                                   " leaves no room for SSD read staging of " +
+                                   FormatByteSize(staging));
+  }
   DramCacheOptions d;
-  d.capacity = AlignDown(config.options.pool_size, 4096);
+  d.capacity = pool - staging;
   d.lock_memory = config.lock_memory;
   d.admission = config.admission;
   d.clock = config.clock;
   // With SSD on, a sealed object waits for writeback (never evicted before it).
-  d.writeback_on_seal = !config.options.ssd_cache_path.empty();
+  d.writeback_on_seal = ssd_on;
   ORBITKV_ASSIGN_OR_RETURN(impl->dram, DramCache::Create(d));
+  if (ssd_on) {
+    DramCacheOptions st = d;
+    st.capacity = staging;
+    st.writeback_on_seal = false;
+    ORBITKV_ASSIGN_OR_RETURN(impl->staging, DramCache::Create(st));
+  }
   impl->budget = config.query_budget_bytes ? config.query_budget_bytes : d.capacity;
 
   const ManagerOptions& o = config.options;
@@ -431,12 +544,19 @@ Result<std::unique_ptr<Manager>> Manager::Create(const ManagerConfig& config) {
       impl->read_io.push_back(std::move(r));
     }
     Impl* p = impl.get();
+    // A writeback batch fills the worker's queue depth (several chunks per object).
     impl->writeback = std::make_unique<WorkQueue<ObjectId>>(
-        config.writeback_queue, workers, [p](size_t w, ObjectId& id) { p->WritebackLane(w, id); });
-    impl->reader = std::make_unique<WorkQueue<ReadJob>>(
-        config.read_queue, workers, [p](size_t w, ReadJob& j) { p->ReadLane(w, j); });
+        config.writeback_queue, workers,
+        [p](size_t w, std::vector<ObjectId>& ids) { p->WritebackLane(w, ids); },
+        std::max<size_t>(1, o.ssd_queue_depth / 2));
+    impl->reader = std::make_unique<WorkQueue<ReadJob>>(config.read_queue, workers,
+                                                        [p](size_t w, std::vector<ReadJob>& jobs) {
+                                                          for (ReadJob& j : jobs) p->ReadLane(w, j);
+                                                        });
     impl->host_restore = std::make_unique<WorkQueue<CopyJob>>(
-        config.read_queue, 1, [p](size_t, CopyJob& j) { p->CopyLane(j); });
+        config.read_queue, 1, [p](size_t, std::vector<CopyJob>& jobs) {
+          for (CopyJob& j : jobs) p->CopyLane(j);
+        });
   }
   impl->RegisterMetrics();
   Impl* p = impl.get();
@@ -542,6 +662,13 @@ void Manager::Impl::RegisterMetrics() {
     c("orbitkv_pool_evicted_bytes_total", "DRAM bytes evicted.", double(s.evicted_bytes));
     c("orbitkv_pool_admission_rejects_total", "Objects not kept in DRAM by the reuse policy.",
       double(s.admission_rejects));
+    if (staging) {
+      DramStats st = staging->stats();
+      g("orbitkv_ssd_read_staging_capacity_bytes", "Pinned DRAM staging for SSD reads.",
+        double(st.capacity));
+      g("orbitkv_ssd_read_staging_used_bytes", "SSD read staging in use.",
+        double(st.scratch_bytes));
+    }
     std::lock_guard<std::mutex> l(mu);
     g("orbitkv_sessions", "Connected sessions.", double(sessions.size()));
     g("orbitkv_instances", "Registered instances.", double(instances.size()));
@@ -756,6 +883,17 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
     }
     WriteObjectHeader(id, shape.slot_bytes, /*codec=*/0, header);
     Result<DramView> v = impl_->dram->BeginAssembly(id, shape.object_size, g.num_slots, header);
+    if (!v.ok() && v.status().code() == StatusCode::kResourceExhausted && impl_->ssd) {
+      // The pool is full of objects waiting for SSD writeback: wait for it
+      // (bounded) instead of dropping the block.
+      const auto deadline = std::chrono::steady_clock::now() + impl_->config.publish_wait;
+      std::unique_lock<std::mutex> l(impl_->pool_mu);
+      while (!v.ok() && v.status().code() == StatusCode::kResourceExhausted &&
+             impl_->dram->stats().writeback_pending > 0) {
+        if (impl_->pool_cv.wait_until(l, deadline) == std::cv_status::timeout) break;
+        v = impl_->dram->BeginAssembly(id, shape.object_size, g.num_slots, header);
+      }
+    }
     if (!v.ok()) {
       ++out.skipped;
       (v.status().code() == StatusCode::kAlreadyExists ? impl_->publish_skipped

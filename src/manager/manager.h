@@ -18,6 +18,7 @@
 // before unmapping its memory.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -43,6 +44,10 @@ struct ManagerConfig {
   bool lock_memory = true;
   uint32_t writeback_queue = 4096;  // objects waiting for SSD writeback
   uint32_t read_queue = 1024;       // SSD read jobs waiting for a reader
+  // Pinned staging for SSD reads, taken from pool_size (0: min(64 MiB, pool/4)).
+  uint64_t read_staging_bytes = 0;
+  // How long a Publish waits for writeback to free pool room before dropping.
+  std::chrono::milliseconds publish_wait{2000};
   FileSystem* fs = FileSystem::Default();
   Clock* clock = Clock::Real();
   MetricsRegistry* metrics = nullptr;    // required

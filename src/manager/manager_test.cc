@@ -156,6 +156,38 @@ TEST_F(ManagerTest, RestoresFromSsdAfterDramEviction) {
   ExpectAllReleased();
 }
 
+TEST_F(ManagerTest, RestoreLargerThanStagingIsReadInRunsAndPublishWaitsForWriteback) {
+  Start(1u << 20);  // 768 KiB of objects, 256 KiB of read staging
+  InstanceLayout l = SplitLayout(64, {65536});
+  HostPages pages(l);
+  InstanceId inst = Register(pages, l);
+  // Published back to back: later publishes wait for writeback to free room.
+  std::vector<uint64_t> keys, pg;
+  for (uint64_t i = 0; i < 40; ++i) {
+    pages.Fill(0, i, 500 + i);
+    keys.push_back(i);
+    pg.push_back(i);
+  }
+  PublishResult pr = Publish(inst, keys, pg);
+  EXPECT_EQ(pr.sealed, 40u);
+  EXPECT_EQ(metrics.Read("orbitkv_publish_dropped_total"), 0);
+  mgr->Drain();
+  std::vector<uint64_t> chain;
+  for (uint64_t i = 0; i < 10; ++i) chain.push_back(i);  // within the query budget
+  QueryResult q = Query(inst, chain);
+  ASSERT_EQ(q.prefix, 10u);
+  std::vector<uint32_t> blocks;
+  std::vector<uint64_t> dst;
+  for (uint32_t i = 0; i < 10; ++i) {
+    blocks.push_back(i);
+    dst.push_back(40 + i);
+  }
+  RestoreResult r = Restore(inst, q.query, blocks, dst);
+  for (const BlockResult& b : r.blocks) EXPECT_TRUE(b.status.ok()) << b.status.ToString();
+  for (uint64_t i = 0; i < 10; ++i) EXPECT_TRUE(pages.Holds(0, 40 + i, 500 + i)) << i;
+  ExpectAllReleased();
+}
+
 TEST_F(ManagerTest, FragmentedPublicationSealsWhenComplete) {
   Start(8u << 20);
   InstanceLayout l = SplitLayout(8, {512, 1000, 7});

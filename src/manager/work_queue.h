@@ -8,7 +8,6 @@
 #include <deque>
 #include <functional>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -18,11 +17,14 @@ namespace orbitkv {
 template <typename T>
 class WorkQueue {
  public:
-  // `worker(index, item)` runs on one of `threads` threads. `init(index)` runs
-  // first on each thread (e.g. to create the thread's io_uring engine).
-  WorkQueue(size_t capacity, size_t threads, std::function<void(size_t, T&)> worker,
-            std::function<void(size_t)> init = {})
-      : capacity_(capacity), worker_(std::move(worker)) {
+  // `worker(index, items)` runs on one of `threads` threads with 1..max_batch
+  // items taken in queue order (a writer batches them into one submission).
+  // `init(index)` runs first on each thread.
+  WorkQueue(size_t capacity, size_t threads, std::function<void(size_t, std::vector<T>&)> worker,
+            size_t max_batch = 1, std::function<void(size_t)> init = {})
+      : capacity_(capacity),
+        max_batch_(max_batch == 0 ? 1 : max_batch),
+        worker_(std::move(worker)) {
     for (size_t i = 0; i < threads; ++i) {
       threads_.emplace_back([this, i, init] {
         if (init) init(i);
@@ -79,20 +81,23 @@ class WorkQueue {
  private:
   void Loop(size_t index) {
     while (true) {
-      std::optional<T> item;
+      std::vector<T> batch;
       {
         std::unique_lock<std::mutex> l(mu_);
         cv_.wait(l, [&] { return closed_ || !items_.empty(); });
         if (items_.empty()) return;  // closed and drained
-        item.emplace(std::move(items_.front()));
-        items_.pop_front();
+        while (!items_.empty() && batch.size() < max_batch_) {
+          batch.push_back(std::move(items_.front()));
+          items_.pop_front();
+        }
       }
-      worker_(index, *item);
+      worker_(index, batch);
     }
   }
 
   const size_t capacity_;
-  const std::function<void(size_t, T&)> worker_;
+  const size_t max_batch_;
+  const std::function<void(size_t, std::vector<T>&)> worker_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<T> items_;  // guarded by mu_

@@ -60,6 +60,9 @@ class ClientConnection {
   //   DeadlineExceeded: no reply in time (the server may still act on the
   //                     request; a late reply is dropped).
   //   Cancelled / other: the connection is closed or broke (see above).
+  // The timeout bounds the wait for the reply; the send itself blocks only
+  // while the socket buffer is full (the server's reader drains it).
+  // Cancelling a slow Restore is the caller's move: CancelRestore with its id.
   Result<Frame> Call(std::span<const uint8_t> request, std::span<const int> fds, uint64_t id,
                      std::chrono::milliseconds timeout);
 

@@ -136,8 +136,8 @@ TEST(ClientConnectionTest, CancelRestoreOvertakesABlockedRestore) {
     } else if (auto* c = std::get_if<CancelRestoreRequest>(&d->body)) {
       std::lock_guard lock(mu);
       // Reply to the cancel first, then release the restore.
-      EXPECT_TRUE(s.Send(EncodeReply(d->id, CancelRestoreReply{c->restore_id == held_restore}))
-                      .ok());
+      EXPECT_TRUE(
+          s.Send(EncodeReply(d->id, CancelRestoreReply{c->restore_id == held_restore})).ok());
       released = true;
       cv.notify_all();
     }
@@ -223,9 +223,8 @@ TEST(ClientConnectionTest, BadIds) {
             StatusCode::kInvalidArgument);
   f.client->Close();  // fails the waiter with Cancelled
   waiter.join();
-  EXPECT_TRUE(f.client->Call(EncodeRequest(6, UnregisterRequest{}), {}, 6, 10ms)
-                  .status()
-                  .IsCancelled());
+  EXPECT_TRUE(
+      f.client->Call(EncodeRequest(6, UnregisterRequest{}), {}, 6, 10ms).status().IsCancelled());
 }
 
 TEST(ClientConnectionTest, ServerStopCancelsCallers) {
@@ -249,8 +248,7 @@ TEST(ClientConnectionTest, ServerStopCancelsCallers) {
   EXPECT_EQ(cancelled.load(), 4);
   EXPECT_TRUE(f.client->closed());
   const uint64_t id = f.client->NextId();
-  EXPECT_TRUE(
-      f.client->Call(EncodeRequest(id, QueryRequest{}), {}, id, 1s).status().IsCancelled());
+  EXPECT_TRUE(f.client->Call(EncodeRequest(id, QueryRequest{}), {}, id, 1s).status().IsCancelled());
 }
 
 TEST(ClientConnectionTest, RegisterWithMemfdsEndToEnd) {

@@ -153,9 +153,8 @@ Status SendFrame(int fd, std::span<const uint8_t> payload, std::span<const int> 
   // goes with the rest of the frame.
   size_t pos = 0;
   for (size_t c = 0; c + 1 < chunks; ++c) {
-    ORBITKV_RETURN_IF_ERROR(
-        SendRange(fd, header, payload, pos, pos + 1, fds.subspan(c * kMaxFdsPerSendmsg,
-                                                                 kMaxFdsPerSendmsg)));
+    ORBITKV_RETURN_IF_ERROR(SendRange(fd, header, payload, pos, pos + 1,
+                                      fds.subspan(c * kMaxFdsPerSendmsg, kMaxFdsPerSendmsg)));
     ++pos;
   }
   const std::span<const int> last =

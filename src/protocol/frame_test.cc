@@ -40,8 +40,9 @@ TEST(FrameTest, PayloadRoundTrip) {
 TEST(FrameTest, HeaderIsLittleEndianLength) {
   auto sp = MakeSocketPair();
   std::vector<uint8_t> payload(0x010203, 7);
-  std::thread sender(
-      [&] { SendFrame(sp.a.get(), payload).IgnoreError("the receiver hangs up after the header"); });
+  std::thread sender([&] {
+    SendFrame(sp.a.get(), payload).IgnoreError("the receiver hangs up after the header");
+  });
   uint8_t hdr[4];
   ASSERT_EQ(::recv(sp.b.get(), hdr, 4, MSG_WAITALL), 4);
   EXPECT_EQ(hdr[0], 0x03);

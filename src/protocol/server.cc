@@ -47,7 +47,7 @@ void Wake(int event_fd) {
 void WarnIfParentUnsafe(const std::string& path) {
   std::filesystem::path parent = std::filesystem::path(path).parent_path();
   if (parent.empty()) parent = ".";
-  struct stat st{};
+  struct stat st {};
   if (::stat(parent.c_str(), &st) != 0) return;  // bind will report it
   if ((st.st_mode & S_IWOTH) && !(st.st_mode & S_ISVTX)) {
     OKV_LOG_WARN(
@@ -59,14 +59,13 @@ void WarnIfParentUnsafe(const std::string& path) {
 
 // Clears the way for bind: nothing there, or a stale socket (removed).
 Status PreparePath(const std::string& path, const sockaddr_un& addr) {
-  struct stat st{};
+  struct stat st {};
   if (::lstat(path.c_str(), &st) != 0) {
     if (errno == ENOENT) return Status::OK();
     return Status::IOError("lstat " + path, errno);
   }
   if (!S_ISSOCK(st.st_mode)) {
-    return Status::FailedPrecondition(path +
-                                      " exists and is not a socket; refusing to replace it");
+    return Status::FailedPrecondition(path + " exists and is not a socket; refusing to replace it");
   }
   UniqueFd probe(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!probe) return Status::IOError("socket(AF_UNIX)", errno);
@@ -149,8 +148,9 @@ Result<std::unique_ptr<SocketServer>> SocketServer::Start(ServerOptions options,
     ::unlink(path.c_str());
     return st;
   };
-  if (::chmod(path.c_str(), S_IRUSR | S_IWUSR) != 0) return fail(Status::IOError("chmod " + path, errno));
-  struct stat st{};
+  if (::chmod(path.c_str(), S_IRUSR | S_IWUSR) != 0)
+    return fail(Status::IOError("chmod " + path, errno));
+  struct stat st {};
   if (::lstat(path.c_str(), &st) != 0) return fail(Status::IOError("lstat " + path, errno));
   server->sock_dev_ = st.st_dev;
   server->sock_ino_ = st.st_ino;
@@ -177,7 +177,7 @@ void SocketServer::Stop() {
   }
   listen_fd_.Reset();
   // Remove the socket file only if it is still the one we bound.
-  struct stat st{};
+  struct stat st {};
   if (::lstat(options_.path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode) && st.st_dev == sock_dev_ &&
       st.st_ino == sock_ino_) {
     ::unlink(options_.path.c_str());

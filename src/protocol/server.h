@@ -100,10 +100,10 @@ struct ServerOptions {
 };
 
 struct ServerStats {
-  uint64_t accepted = 0;          // connections admitted
-  uint64_t rejected_peer = 0;     // refused by the SO_PEERCRED check
-  uint64_t rejected_full = 0;     // refused at max_connections
-  uint64_t active = 0;            // sessions now open
+  uint64_t accepted = 0;       // connections admitted
+  uint64_t rejected_peer = 0;  // refused by the SO_PEERCRED check
+  uint64_t rejected_full = 0;  // refused at max_connections
+  uint64_t active = 0;         // sessions now open
 };
 
 class SocketServer {
@@ -147,7 +147,7 @@ class SocketServer {
   const ServerOptions options_;
   SessionHandler* const handler_;
   UniqueFd listen_fd_;
-  UniqueFd wake_fd_;  // eventfd: Stop, or a reader finished (reap)
+  UniqueFd wake_fd_;    // eventfd: Stop, or a reader finished (reap)
   dev_t sock_dev_ = 0;  // identity of the socket file we created
   ino_t sock_ino_ = 0;
   std::thread acceptor_;
@@ -157,14 +157,14 @@ class SocketServer {
   std::atomic<uint64_t> rejected_peer_{0};
   std::atomic<uint64_t> rejected_full_{0};
 
-  std::mutex stop_mu_;  // serialises Stop
+  std::mutex stop_mu_;    // serialises Stop
   bool stopped_ = false;  // guarded by stop_mu_
 
   mutable std::mutex mu_;
-  uint64_t next_session_id_ = 1;                    // guarded by mu_
-  uint64_t active_ = 0;  // guarded by mu_: sessions admitted and not yet closed
-  std::unordered_map<uint64_t, Conn> conns_;        // guarded by mu_
-  std::vector<uint64_t> finished_;                  // guarded by mu_: readers done, to join
+  uint64_t next_session_id_ = 1;  // guarded by mu_
+  uint64_t active_ = 0;           // guarded by mu_: sessions admitted and not yet closed
+  std::unordered_map<uint64_t, Conn> conns_;  // guarded by mu_
+  std::vector<uint64_t> finished_;            // guarded by mu_: readers done, to join
 };
 
 }  // namespace orbitkv::protocol

@@ -67,7 +67,7 @@ TEST(SocketServerTest, SocketIsOwnerOnly) {
   auto server = SocketServer::Start(Options(dir), &h);
   ::umask(old_mask);
   ASSERT_TRUE(server.ok()) << server.status().ToString();
-  struct stat st{};
+  struct stat st {};
   ASSERT_EQ(::lstat((*server)->path().c_str(), &st), 0);
   EXPECT_TRUE(S_ISSOCK(st.st_mode));
   EXPECT_EQ(st.st_mode & 07777, 0600u);

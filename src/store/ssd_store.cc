@@ -85,7 +85,7 @@ void SsdStore::RegisterMetrics() {
   read_seconds_ = m.GetHistogram("orbitkv_ssd_uring_read_seconds",
                                  "Latency of one ReadExtents call (all its coalesced reads).");
   write_seconds_ = m.GetHistogram("orbitkv_ssd_uring_write_seconds",
-                                  "Latency of writing one object (all chunks).");
+                                  "Latency of one write batch (all chunks of its objects).");
   const uint64_t capacity = shard_capacity_ * shards_->count();
   collector_id_ = m.AddCollector([this, capacity](MetricWriter& w) {
     CatalogStats s = catalog_->stats();
@@ -179,29 +179,61 @@ void SsdStore::Abort(const ExtentRef& ref, const Status& why) {
 
 Result<ExtentRef> SsdStore::WriteObject(IoEngine& io, const Key& key, const void* data,
                                         uint64_t size) {
-  if (data == nullptr || reinterpret_cast<uintptr_t>(data) % kExtentAlign != 0) {
-    return Status::InvalidArgument("object buffer must be 4 KiB aligned");
-  }
+  ObjectWrite w{key, data, size};
+  WriteObjects(io, {&w, 1});
+  return std::move(w.result);
+}
+
+void SsdStore::WriteObjects(IoEngine& io, std::span<ObjectWrite> objects) {
   const Clock::TimePoint start = options_.clock->Now();
-  ORBITKV_ASSIGN_OR_RETURN(ExtentRef ref, Reserve(key, size));
-  // The caller's buffer covers AlignUp(size); zero the padding in the last block
-  // so no stale memory reaches the disk.
-  if (size % kExtentAlign != 0) {
-    auto* tail = static_cast<uint8_t*>(const_cast<void*>(data));
-    std::fill(tail + size, tail + ref.length, uint8_t{0});
-  }
-  const auto* bytes = static_cast<const uint8_t*>(data);
-  for (uint64_t off = 0; off < ref.length; off += options_.write_chunk_bytes) {
-    const uint64_t len = std::min<uint64_t>(options_.write_chunk_bytes, ref.length - off);
-    Status st = WriteChunk(io, ref, off, bytes + off, len);
-    if (!st.ok()) {
-      Abort(ref, st);
-      return st;
+  std::vector<IoRequest> reqs;
+  std::vector<size_t> owner;  // request -> object
+  for (size_t i = 0; i < objects.size(); ++i) {
+    ObjectWrite& w = objects[i];
+    if (w.data == nullptr || reinterpret_cast<uintptr_t>(w.data) % kExtentAlign != 0) {
+      w.result = Status::InvalidArgument("object buffer must be 4 KiB aligned");
+      continue;
+    }
+    w.result = Reserve(w.key, w.size);
+    if (!w.result.ok()) continue;
+    const ExtentRef& ref = *w.result;
+    // The caller's buffer covers AlignUp(size); zero the padding in the last
+    // block so no stale memory reaches the disk.
+    auto* bytes = static_cast<uint8_t*>(const_cast<void*>(w.data));
+    std::fill(bytes + w.size, bytes + ref.length, uint8_t{0});
+    for (uint64_t off = 0; off < ref.length; off += options_.write_chunk_bytes) {
+      IoRequest q;
+      q.op = IoOp::kWrite;
+      q.fd = shards_->fd(ref.shard);
+      q.offset = ShardSet::FileOffset(ref.offset + off);
+      q.buf = bytes + off;
+      q.len = std::min<uint64_t>(options_.write_chunk_bytes, ref.length - off);
+      q.file = shards_->path(ref.shard);
+      reqs.push_back(q);
+      owner.push_back(i);
     }
   }
-  ORBITKV_RETURN_IF_ERROR(Publish(ref));
+  write_ops_->Inc(reqs.size());
+  io.Run(reqs).IgnoreError("statuses are per request");
+  std::vector<Status> failed(objects.size());
+  for (size_t r = 0; r < reqs.size(); ++r) {
+    write_bytes_->Inc(reqs[r].done);
+    if (!reqs[r].status.ok()) {
+      write_failures_->Inc();
+      if (failed[owner[r]].ok()) failed[owner[r]] = reqs[r].status;
+    }
+  }
+  for (size_t i = 0; i < objects.size(); ++i) {
+    ObjectWrite& w = objects[i];
+    if (!w.result.ok()) continue;
+    if (!failed[i].ok()) {
+      Abort(*w.result, failed[i]);
+      w.result = failed[i];
+      continue;
+    }
+    if (Status st = Publish(*w.result); !st.ok()) w.result = st;
+  }
   write_seconds_->Observe(Seconds(options_.clock->Now() - start));
-  return ref;
 }
 
 Status SsdStore::ReadExtents(IoEngine& io, std::span<ExtentRead> reads) {

@@ -65,6 +65,18 @@ class SsdStore {
   // file system is full. IOError: aborted. Each drop is counted by reason.
   Result<ExtentRef> WriteObject(IoEngine& io, const Key& key, const void* data, uint64_t size);
 
+  // One object of a batch write: inputs key/data/size, output result.
+  struct ObjectWrite {
+    Key key;
+    const void* data = nullptr;
+    uint64_t size = 0;
+    Result<ExtentRef> result = Status::Internal("not written");
+  };
+  // WriteObject for many objects at once: every chunk of every reserved object
+  // goes to the engine in one batch (up to its queue depth in flight); each
+  // object is published or aborted on its own.
+  void WriteObjects(IoEngine& io, std::span<ObjectWrite> objects);
+
   // The pieces of WriteObject for writers that move bytes themselves (cuFile):
   // Reserve, write [offset, +len) of the extent, then Publish or Abort.
   Result<ExtentRef> Reserve(const Key& key, uint64_t size);
