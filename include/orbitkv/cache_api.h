@@ -49,7 +49,8 @@ struct PublishResult {
   // When Publish returns, the engine may reuse the pages: their bytes are in DRAM.
   uint32_t stored = 0;   // objects (or fragments) accepted
   uint32_t sealed = 0;   // objects that became complete and visible
-  uint32_t skipped = 0;  // already present, or refused by admission / pool pressure
+  uint32_t skipped = 0;  // already cached (DRAM or SSD): nothing to do
+  uint32_t dropped = 0;  // not stored: the DRAM pool had no room (the engine may back off)
 };
 
 struct QueryRequest {

@@ -756,17 +756,19 @@ Manager's rules locally.)doc")
   // -- results
   py::class_<PublishResult>(m, "PublishResult",
                             "stored: objects (or fragments) accepted; sealed: objects that became "
-                            "complete and visible; skipped: already present, or refused by "
-                            "admission / pool pressure.")
+                            "complete and visible; skipped: already cached; dropped: not "
+                            "stored, the DRAM pool had no room.")
       .def_readonly("stored", &PublishResult::stored)
       .def_readonly("sealed", &PublishResult::sealed)
       .def_readonly("skipped", &PublishResult::skipped)
+      .def_readonly("dropped", &PublishResult::dropped)
       .def("_asdict",
            [](const PublishResult& r) {
              py::dict d;
              d["stored"] = r.stored;
              d["sealed"] = r.sealed;
              d["skipped"] = r.skipped;
+             d["dropped"] = r.dropped;
              return d;
            })
       .def("__repr__", [](const PublishResult& r) {

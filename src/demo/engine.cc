@@ -106,7 +106,7 @@ class Engine {
     if (!p.keys.empty()) {
       ORBITKV_ASSIGN_OR_RETURN(PublishResult pr, client_.Publish(p));
       rec.stored = pr.stored;
-      rec.skipped = pr.skipped;
+      rec.skipped = pr.skipped + pr.dropped;
     }
     return rec;
   }

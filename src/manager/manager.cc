@@ -895,10 +895,13 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
       }
     }
     if (!v.ok()) {
-      ++out.skipped;
-      (v.status().code() == StatusCode::kAlreadyExists ? impl_->publish_skipped
-                                                       : impl_->publish_pool_full)
-          ->Inc();
+      if (v.status().code() == StatusCode::kAlreadyExists) {
+        ++out.skipped;
+        impl_->publish_skipped->Inc();
+      } else {
+        ++out.dropped;
+        impl_->publish_pool_full->Inc();
+      }
       continue;
     }
     uint64_t copied = 0;

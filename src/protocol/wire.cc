@@ -231,6 +231,7 @@ Status Decode(const w::PublishReply& t, PublishResult* m) {
   m->stored = t.stored();
   m->sealed = t.sealed();
   m->skipped = t.skipped();
+  m->dropped = t.dropped();
   return Status::OK();
 }
 
@@ -450,7 +451,8 @@ std::vector<uint8_t> EncodeReply(uint64_t id, const RegisterReply& m) {
 
 std::vector<uint8_t> EncodeReply(uint64_t id, const PublishResult& m) {
   fb::FlatBufferBuilder fbb(64);
-  return Finish<PublishResult>(fbb, id, w::CreatePublishReply(fbb, m.stored, m.sealed, m.skipped));
+  return Finish<PublishResult>(
+      fbb, id, w::CreatePublishReply(fbb, m.stored, m.sealed, m.skipped, m.dropped));
 }
 
 std::vector<uint8_t> EncodeReply(uint64_t id, const QueryResult& m) {

@@ -144,10 +144,11 @@ TEST(WireTest, PublishRoundTrip) {
   EXPECT_EQ(m.pages, p.pages);
   EXPECT_EQ(m.slot_ids, p.slot_ids);
 
-  auto r = DecodeAs<PublishResult>(EncodeReply(7, PublishResult{10, 8, 2}), 7);
+  auto r = DecodeAs<PublishResult>(EncodeReply(7, PublishResult{10, 8, 2, 3}), 7);
   EXPECT_EQ(r.stored, 10u);
   EXPECT_EQ(r.sealed, 8u);
   EXPECT_EQ(r.skipped, 2u);
+  EXPECT_EQ(r.dropped, 3u);
 }
 
 TEST(WireTest, QueryRoundTrip) {
