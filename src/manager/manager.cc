@@ -705,7 +705,7 @@ void Manager::CloseSession(SessionId session) {
       if (auto r = weak.lock(); r && r->session == session) restores.push_back(id);
     }
   }
-  for (RestoreId r : restores) CancelRestore(session, r).IgnoreError("session closing");
+  for (RestoreId r : restores) CancelRestore(session, r).status().IgnoreError("session closing");
   for (InstanceId id : ids) UnregisterInstance(session, id).IgnoreError("session closing");
   {
     std::lock_guard<std::mutex> l(impl_->mu);
@@ -1121,7 +1121,7 @@ Result<RestoreResult> Manager::Restore(SessionId session, const RestoreRequest& 
   return std::move(*out);
 }
 
-Status Manager::CancelRestore(SessionId session, RestoreId id) {
+Result<uint32_t> Manager::CancelRestore(SessionId session, RestoreId id) {
   std::shared_ptr<RestoreRec> r;
   {
     std::lock_guard<std::mutex> l(impl_->mu);
@@ -1130,18 +1130,20 @@ Status Manager::CancelRestore(SessionId session, RestoreId id) {
     r = it->second.lock();
     if (!r || r->session != session) return Status::NotFound("restore is not in flight");
   }
-  if (!impl_->reader) return Status::OK();
+  if (!impl_->reader) return 0u;
   std::vector<ReadJob> jobs =
       impl_->reader->RemoveIf([&](const ReadJob& j) { return j.restore == r; });
+  uint32_t released = 0;
   for (ReadJob& j : jobs) {
     for (RestoreBlock& b : j.blocks) {
+      ++released;
       impl_->ssd->catalog().Cancel(b.src.lease);
       impl_->restore_cancelled->Inc();
       impl_->FinishBlock(r, b.result, Tier::kSsd, Status::Cancelled("restore cancelled"));
     }
     impl_->LaneDone();
   }
-  return Status::OK();
+  return released;
 }
 
 // ---- prepare -----------------------------------------------------------------

@@ -83,7 +83,8 @@ class Manager {
   // Blocking convenience wrapper around StartRestore.
   Result<RestoreResult> Restore(SessionId session, const RestoreRequest& request);
   // Cancels what has not been submitted; submitted blocks complete normally.
-  Status CancelRestore(SessionId session, RestoreId restore);
+  // Returns how many blocks were released (0: everything was already submitted).
+  Result<uint32_t> CancelRestore(SessionId session, RestoreId restore);
 
   // Queues SSD objects for warm-up into DRAM; returns how many were queued.
   Result<uint32_t> Prepare(SessionId session, const PrepareRequest& request);

@@ -264,11 +264,15 @@ TEST_F(ManagerTest, CancelBeforeSubmissionReleasesAfterSubmissionCompletes) {
   auto b = mgr->StartRestore(session, {inst, qb.query, {0}, {51}},
                              [&](Result<RestoreResult> r) { b_done.set_value(std::move(r)); });
   ASSERT_TRUE(b.ok());
-  EXPECT_TRUE(mgr->CancelRestore(session, *b).ok());  // queued: released now
+  auto released_b = mgr->CancelRestore(session, *b);  // queued: released now
+  ASSERT_TRUE(released_b.ok());
+  EXPECT_EQ(*released_b, 1u);
   auto br = b_done.get_future().get();
   ASSERT_TRUE(br.ok());
   EXPECT_TRUE(br->blocks[0].status.IsCancelled()) << br->blocks[0].status.ToString();
-  EXPECT_TRUE(mgr->CancelRestore(session, *a).ok());  // submitted: completes normally
+  auto released_a = mgr->CancelRestore(session, *a);  // submitted: completes normally
+  ASSERT_TRUE(released_a.ok());
+  EXPECT_EQ(*released_a, 0u);
   auto ar = a_done.get_future().get();
   ASSERT_TRUE(ar.ok());
   EXPECT_TRUE(ar->blocks[0].status.ok()) << ar->blocks[0].status.ToString();

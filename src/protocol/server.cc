@@ -92,7 +92,52 @@ Status PreparePath(const std::string& path, const sockaddr_un& addr) {
 Session::Session(uint64_t id, UniqueFd fd, pid_t pid, uid_t uid, gid_t gid)
     : id_(id), fd_(std::move(fd)), peer_pid_(pid), peer_uid_(uid), peer_gid_(gid) {}
 
-Session::~Session() = default;
+Session::~Session() {
+  {
+    std::lock_guard<std::mutex> l(outbox_mu_);
+    writer_stop_ = true;
+  }
+  outbox_cv_.notify_all();
+  // The writer never holds a reference, so the last one is never dropped on it.
+  if (writer_.joinable()) writer_.join();
+}
+
+void Session::SendAsync(std::vector<uint8_t> payload) {
+  if (closed()) return;
+  bool overflow = false;
+  {
+    std::lock_guard<std::mutex> l(outbox_mu_);
+    if (writer_stop_) return;
+    if (outbox_.size() >= kMaxQueuedFrames) {
+      overflow = true;
+    } else {
+      outbox_.push_back(std::move(payload));
+      if (!writer_.joinable()) writer_ = std::thread([this] { WriterLoop(); });
+    }
+  }
+  if (overflow) {
+    Close();  // the client stopped reading: its replies cannot be delivered
+    return;
+  }
+  outbox_cv_.notify_one();
+}
+
+void Session::WriterLoop() {
+  while (true) {
+    std::vector<uint8_t> frame;
+    {
+      std::unique_lock<std::mutex> l(outbox_mu_);
+      outbox_cv_.wait(l, [&] { return writer_stop_ || !outbox_.empty(); });
+      if (outbox_.empty()) return;
+      frame = std::move(outbox_.front());
+      outbox_.pop_front();
+    }
+    if (!Send(frame).ok()) {
+      std::lock_guard<std::mutex> l(outbox_mu_);
+      outbox_.clear();  // Send closed the session; nothing more can be delivered
+    }
+  }
+}
 
 Status Session::Send(std::span<const uint8_t> payload, std::span<const int> fds) {
   if (closed()) return Status::Cancelled("session closed");

@@ -20,7 +20,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -62,6 +64,12 @@ class Session : public std::enable_shared_from_this<Session> {
   void Close();
   bool closed() const { return closed_.load(std::memory_order_acquire); }
 
+  // Queues a frame (no fds) for this session's own writer thread and returns
+  // at once: what worker threads use, so a client that stops reading delays
+  // only its own replies. More than kMaxQueuedFrames waiting closes the session.
+  void SendAsync(std::vector<uint8_t> payload);
+  static constexpr size_t kMaxQueuedFrames = 4096;
+
  private:
   friend class SocketServer;
 
@@ -73,8 +81,16 @@ class Session : public std::enable_shared_from_this<Session> {
   const uid_t peer_uid_;
   const gid_t peer_gid_;
 
+  void WriterLoop();
+
   std::atomic<bool> closed_{false};
   std::mutex send_mu_;  // held across a whole SendFrame
+
+  std::mutex outbox_mu_;
+  std::condition_variable outbox_cv_;
+  std::deque<std::vector<uint8_t>> outbox_;  // guarded by outbox_mu_
+  bool writer_stop_ = false;                 // guarded by outbox_mu_
+  std::thread writer_;                       // started by the first SendAsync
 };
 
 class SessionHandler {

@@ -101,9 +101,9 @@ void ManagerService::OnFrame(protocol::Session& session, protocol::Frame&& frame
                   restores_.erase(key);
                   *finished = true;
                 }
-                ref->Send(r.ok() ? protocol::EncodeReply(rid, *r)
-                                 : protocol::EncodeError(rid, r.status()))
-                    .IgnoreError("a closed session drops its replies");
+                // Lane threads never block on a client's socket.
+                ref->SendAsync(r.ok() ? protocol::EncodeReply(rid, *r)
+                                      : protocol::EncodeError(rid, r.status()));
               });
           if (!started.ok()) {
             reply(protocol::EncodeError(rid, started.status()));
@@ -119,7 +119,10 @@ void ManagerService::OnFrame(protocol::Session& session, protocol::Frame&& frame
             if (it != restores_.end()) target = it->second;
           }
           protocol::CancelRestoreReply c;
-          c.cancelled = target != 0 && manager_->CancelRestore(sid, target).ok();
+          if (target != 0) {
+            Result<uint32_t> released = manager_->CancelRestore(sid, target);
+            c.cancelled = released.ok() && *released > 0;
+          }
           reply(protocol::EncodeReply(rid, c));
         } else if constexpr (std::is_same_v<T, PrepareRequest>) {
           Result<uint32_t> n = manager_->Prepare(sid, m);

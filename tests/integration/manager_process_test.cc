@@ -1,0 +1,1594 @@
+// Cross-process integration test: a real orbitkv-cache-manager process, engine
+// processes (orbitkv-test-engine, engine_client.cc) and this process as a
+// further client, all over the Manager's Unix socket; gauges are read by
+// scraping the Manager's /metrics over HTTP. The scenarios mirror
+// src/manager/manager_test.cc across process boundaries:
+//
+//   DramRestoresByteExactAcrossProcesses   split / page-first, unaligned slots
+//   SsdRestoresAfterEvictionAndEngineRestart
+//   FragmentedAndMultiWriterPublication
+//   CancelBeforeAndAfterSubmission         busy SSD reader, CancelRestore(ticket)
+//   KilledClientMidRestoreReleasesEverything
+//   ManagerRestartStartsEmptyAndOldClientsFail
+//   HostileMessagesGetErrorsAndManagerKeepsServing
+//
+// Binaries come from $ORBITKV_MANAGER_BINARY and $ORBITKV_TEST_ENGINE_BINARY
+// (set by tests/CMakeLists.txt). Temp files live under $TMPDIR or /var/tmp.
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <flatbuffers/flatbuffers.h>
+#include <gtest/gtest.h>
+
+#include "engine_common.h"
+#include "orbitkv/client.h"
+#include "protocol/frame.h"
+#include "protocol/orbitkv_generated.h"
+#include "protocol/unique_fd.h"
+#include "protocol/wire.h"
+#include "testing/host_pages.h"
+#include "testing/temp_dir.h"
+
+extern char** environ;
+
+namespace orbitkv::integration {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+using protocol::UniqueFd;
+
+// ---- binaries ------------------------------------------------------------------
+
+std::string BinaryFromEnv(const char* var) {
+  const char* v = std::getenv(var);
+  return v && *v ? v : "";
+}
+
+// ---- child processes -----------------------------------------------------------
+
+// A child process whose stdout and stderr are collected by a reader thread.
+class Proc {
+ public:
+  Proc(std::string name, const std::vector<std::string>& argv) : name_(std::move(name)) {
+    int p[2];
+    if (::pipe2(p, O_CLOEXEC) != 0) {
+      error_ = "pipe2: " + std::string(std::strerror(errno));
+      return;
+    }
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_adddup2(&fa, p[1], 1);
+    posix_spawn_file_actions_adddup2(&fa, p[1], 2);
+    const int rc = posix_spawn(&pid_, args[0], &fa, nullptr, args.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    ::close(p[1]);
+    if (rc != 0) {
+      ::close(p[0]);
+      pid_ = -1;
+      error_ = "posix_spawn " + argv[0] + ": " + std::strerror(rc);
+      return;
+    }
+    reader_ = std::thread([this, fd = p[0]] {
+      char buf[4096];
+      for (;;) {
+        const ssize_t n = ::read(fd, buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        std::lock_guard lock(mu_);
+        out_.append(buf, static_cast<size_t>(n));
+        cv_.notify_all();
+      }
+      ::close(fd);
+      std::lock_guard lock(mu_);
+      eof_ = true;
+      cv_.notify_all();
+    });
+  }
+  ~Proc() {
+    if (Running()) {
+      ::kill(pid_, SIGKILL);
+      WaitExit(10s);
+    }
+    if (reader_.joinable()) reader_.join();
+  }
+  Proc(const Proc&) = delete;
+  Proc& operator=(const Proc&) = delete;
+
+  bool started() const { return pid_ > 0; }
+  const std::string& error() const { return error_; }
+  pid_t pid() const { return pid_; }
+  const std::string& name() const { return name_; }
+
+  // True while the child has not exited (reaps it when it has).
+  bool Running() {
+    if (pid_ <= 0 || status_.has_value()) return false;
+    int st = 0;
+    const pid_t r = ::waitpid(pid_, &st, WNOHANG);
+    if (r == pid_) {
+      status_ = st;
+      return false;
+    }
+    return r == 0;
+  }
+  // The raw wait status, or nullopt if the child still runs after `timeout`.
+  std::optional<int> WaitExit(std::chrono::milliseconds timeout) {
+    const auto deadline = Clock::now() + timeout;
+    while (Running()) {
+      if (Clock::now() >= deadline) return std::nullopt;
+      std::this_thread::sleep_for(2ms);
+    }
+    return status_;
+  }
+  void Signal(int sig) {
+    if (Running()) ::kill(pid_, sig);
+  }
+  bool WaitOutput(const std::string& needle, std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, timeout, [&] {
+      return out_.find(needle) != std::string::npos || eof_;
+    }) && out_.find(needle) != std::string::npos;
+  }
+  // Waits until the child's end of the output pipe is closed (everything it
+  // wrote has been collected).
+  bool WaitEof(std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, timeout, [&] { return eof_; });
+  }
+  std::string Output() {
+    std::lock_guard lock(mu_);
+    return out_;
+  }
+  std::string Tail(size_t bytes = 3000) {
+    std::string o = Output();
+    return o.size() > bytes ? "..." + o.substr(o.size() - bytes) : o;
+  }
+
+ private:
+  std::string name_;
+  std::string error_;
+  pid_t pid_ = -1;
+  std::optional<int> status_;
+  std::thread reader_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::string out_;
+  bool eof_ = false;
+};
+
+std::string DescribeStatus(std::optional<int> st) {
+  if (!st) return "still running";
+  if (WIFEXITED(*st)) return "exit " + std::to_string(WEXITSTATUS(*st));
+  if (WIFSIGNALED(*st)) return std::string("signal ") + strsignal(WTERMSIG(*st));
+  return "status " + std::to_string(*st);
+}
+
+// ---- engine output ---------------------------------------------------------------
+
+struct EngineRun {
+  int rc = -1;  // exit code; -1: did not exit normally
+  std::string out;
+};
+
+// The value of `field` on the engine's "@ <tag> ..." line, or -1.
+int64_t Field(const std::string& out, const std::string& tag, const std::string& field) {
+  std::istringstream in(out);
+  std::string line;
+  const std::string head = "@ " + tag + " ";
+  while (std::getline(in, line)) {
+    if (line.rfind(head, 0) != 0) continue;
+    std::istringstream words(line.substr(head.size()));
+    std::string w;
+    while (words >> w) {
+      if (w.rfind(field + "=", 0) == 0) {
+        const std::string v = w.substr(field.size() + 1);
+        if (!v.empty() && std::isdigit(static_cast<unsigned char>(v[0]))) return std::stoll(v);
+        return -1;
+      }
+    }
+  }
+  return -1;
+}
+
+std::string StrField(const std::string& out, const std::string& tag, const std::string& field) {
+  std::istringstream in(out);
+  std::string line;
+  const std::string head = "@ " + tag + " ";
+  while (std::getline(in, line)) {
+    if (line.rfind(head, 0) != 0) continue;
+    std::istringstream words(line.substr(head.size()));
+    std::string w;
+    while (words >> w) {
+      if (w.rfind(field + "=", 0) == 0) return w.substr(field.size() + 1);
+    }
+  }
+  return "";
+}
+
+// ---- /metrics ------------------------------------------------------------------------
+
+struct Metrics {
+  std::map<std::string, double> series;  // "name" or "name{labels}" -> value
+  // The sum of every series of `name`; nullopt if there is none.
+  std::optional<double> Get(const std::string& name) const {
+    std::optional<double> sum;
+    for (const auto& [k, v] : series) {
+      if (k == name || (k.size() > name.size() && k.rfind(name + "{", 0) == 0)) {
+        sum = sum.value_or(0) + v;
+      }
+    }
+    return sum;
+  }
+};
+
+std::optional<Metrics> Scrape(int port, std::string* error) {
+  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  timeval tv{3, 0};
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    *error = "connect :" + std::to_string(port) + ": " + std::strerror(errno);
+    return std::nullopt;
+  }
+  const std::string req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+  if (::send(fd.get(), req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size())) {
+    *error = "send failed";
+    return std::nullopt;
+  }
+  std::string resp;
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = ::recv(fd.get(), buf, sizeof buf, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      *error = std::string("recv: ") + std::strerror(errno);
+      return std::nullopt;
+    }
+    if (n == 0) break;
+    resp.append(buf, static_cast<size_t>(n));
+  }
+  const size_t body = resp.find("\r\n\r\n");
+  if (resp.rfind("HTTP/1.", 0) != 0 || resp.find(" 200 ") == std::string::npos ||
+      body == std::string::npos) {
+    *error = "bad response: " + resp.substr(0, 200);
+    return std::nullopt;
+  }
+  Metrics m;
+  std::istringstream in(resp.substr(body + 4));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    const size_t sp = line.rfind(' ');
+    if (sp == std::string::npos) continue;
+    try {
+      m.series[line.substr(0, sp)] = std::stod(line.substr(sp + 1));
+    } catch (const std::exception&) {
+      *error = "bad sample line: " + line;
+      return std::nullopt;
+    }
+  }
+  return m;
+}
+
+// Every gauge that must return to zero once no client is connected.
+const std::vector<std::string> kReleaseGauges = {
+    "orbitkv_queries_active",    "orbitkv_restores_inflight", "orbitkv_query_budget_used_bytes",
+    "orbitkv_pool_pinned_bytes", "orbitkv_ssd_leases_active", "orbitkv_ssd_read_pinned_bytes",
+    "orbitkv_instances",         "orbitkv_sessions"};
+
+std::string Describe(const Metrics& m, const std::vector<std::string>& names) {
+  std::string s;
+  for (const std::string& n : names) {
+    std::optional<double> v = m.Get(n);
+    s += " " + n + "=" + (v ? std::to_string(static_cast<int64_t>(*v)) : "MISSING");
+  }
+  return s;
+}
+
+int FreeTcpPort() {
+  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return 0;
+  socklen_t len = sizeof a;
+  if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&a), &len) != 0) return 0;
+  return ntohs(a.sin_port);
+}
+
+int CountFds(pid_t pid) {
+  DIR* d = ::opendir(("/proc/" + std::to_string(pid) + "/fd").c_str());
+  if (d == nullptr) return -1;
+  int n = 0;
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] != '.') ++n;
+  }
+  ::closedir(d);
+  return n;
+}
+
+// ---- the Manager process ---------------------------------------------------------
+
+struct ManagerFlags {
+  std::string pool = "8mib";
+  bool ssd = true;
+  std::string ssd_capacity = "64mib";
+  int shards = 2;
+  int io_workers = 2;
+  int queue_depth = 64;
+};
+
+class ManagerProc {
+ public:
+  // Starts the Manager on `socket` (SSD cache at `ssd_path`) and waits until it
+  // logs that it is ready. On failure, error() says why.
+  ManagerProc(const std::string& binary, const std::string& socket, const std::string& ssd_path,
+              const ManagerFlags& f)
+      : socket_(socket) {
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      port_ = FreeTcpPort();
+      std::vector<std::string> argv = {binary,
+                                       "--socket",
+                                       socket,
+                                       "--pool-size",
+                                       f.pool,
+                                       "--metrics-port",
+                                       std::to_string(port_),
+                                       "--ssd-io-workers",
+                                       std::to_string(f.io_workers),
+                                       "--ssd-queue-depth",
+                                       std::to_string(f.queue_depth),
+                                       "--log-level",
+                                       "info"};
+      if (f.ssd) {
+        for (const std::string& a :
+             {std::string("--ssd-cache-path"), ssd_path, std::string("--ssd-cache-capacity"),
+              f.ssd_capacity, std::string("--ssd-shards"), std::to_string(f.shards)}) {
+          argv.push_back(a);
+        }
+      }
+      proc_ = std::make_unique<Proc>("orbitkv-cache-manager", argv);
+      if (!proc_->started()) {
+        error_ = proc_->error();
+        return;
+      }
+      if (proc_->WaitOutput("orbitkv-cache-manager ready", 30s)) {
+        error_.clear();
+        return;
+      }
+      error_ = "not ready (" + DescribeStatus(proc_->WaitExit(100ms)) + "): " + proc_->Tail();
+      // Someone may have taken the port between our probe and the bind: retry.
+      if (proc_->Output().find("--metrics-port") == std::string::npos) return;
+    }
+  }
+
+  bool ok() const { return error_.empty(); }
+  const std::string& error() const { return error_; }
+  pid_t pid() const { return proc_->pid(); }
+  int port() const { return port_; }
+  const std::string& socket() const { return socket_; }
+  Proc& proc() { return *proc_; }
+  bool Running() { return proc_->Running(); }
+  bool stopped_by_test() const { return stopped_by_test_; }
+
+  std::optional<Metrics> Scrape(std::string* error) { return integration::Scrape(port_, error); }
+
+  // Polls /metrics until every gauge in `names` reads 0.
+  ::testing::AssertionResult GaugesReachZero(const std::vector<std::string>& names,
+                                             std::chrono::milliseconds timeout) {
+    const auto deadline = Clock::now() + timeout;
+    std::string last;
+    for (;;) {
+      std::string err;
+      std::optional<Metrics> m = Scrape(&err);
+      bool zero = m.has_value();
+      if (m) {
+        for (const std::string& n : names) {
+          std::optional<double> v = m->Get(n);
+          zero = zero && v.has_value() && *v == 0;
+        }
+        last = Describe(*m, names);
+      } else {
+        last = "scrape failed: " + err;
+      }
+      if (zero) return ::testing::AssertionSuccess();
+      if (Clock::now() >= deadline) {
+        return ::testing::AssertionFailure()
+               << "gauges not back to 0 after " << timeout.count() << " ms:" << last;
+      }
+      std::this_thread::sleep_for(50ms);
+    }
+  }
+
+  // Polls /metrics until gauge `name` reads at least `min`.
+  bool WaitGaugeAtLeast(const std::string& name, double min, std::chrono::milliseconds timeout) {
+    const auto deadline = Clock::now() + timeout;
+    do {
+      std::string err;
+      std::optional<Metrics> m = Scrape(&err);
+      if (m && m->Get(name).value_or(0) >= min) return true;
+    } while (Clock::now() < deadline);
+    return false;
+  }
+
+  // SIGTERM; the Manager must exit 0 (and log a clean shutdown) in time.
+  ::testing::AssertionResult Stop() {
+    stopped_by_test_ = true;
+    proc_->Signal(SIGTERM);
+    std::optional<int> st = proc_->WaitExit(30s);
+    if (!st || !WIFEXITED(*st) || WEXITSTATUS(*st) != 0) {
+      return ::testing::AssertionFailure() << "Manager did not exit 0 on SIGTERM ("
+                                           << DescribeStatus(st) << "): " << proc_->Tail();
+    }
+    if (!proc_->WaitOutput("shutdown complete", 2s)) {
+      return ::testing::AssertionFailure()
+             << "no 'shutdown complete' in the log: " << proc_->Tail();
+    }
+    return ::testing::AssertionSuccess();
+  }
+  void Kill() {
+    stopped_by_test_ = true;
+    proc_->Signal(SIGKILL);
+    proc_->WaitExit(10s);
+  }
+
+ private:
+  std::string socket_;
+  int port_ = 0;
+  std::unique_ptr<Proc> proc_;
+  std::string error_;
+  bool stopped_by_test_ = false;
+};
+
+// ---- raw protocol connections (hostile clients) -----------------------------------------
+
+class RawConn {
+ public:
+  explicit RawConn(const std::string& path) {
+    fd_.Reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::strncpy(a.sun_path, path.c_str(), sizeof(a.sun_path) - 1);
+    connected_ = ::connect(fd_.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    timeval tv{5, 0};
+    ::setsockopt(fd_.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    ::setsockopt(fd_.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  }
+  bool connected() const { return connected_; }
+  int fd() const { return fd_.get(); }
+
+  bool SendRaw(const void* data, size_t len) {
+    const uint8_t* p = static_cast<const uint8_t*>(data);
+    while (len > 0) {
+      const ssize_t n = ::send(fd_.get(), p, len, MSG_NOSIGNAL);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return false;
+      p += n;
+      len -= static_cast<size_t>(n);
+    }
+    return true;
+  }
+  Status Send(const std::vector<uint8_t>& payload, std::span<const int> fds = {}) {
+    return protocol::SendFrame(fd_.get(), payload, fds);
+  }
+
+  enum class Outcome { kReply, kClosed, kTimeout, kUndecodable };
+  struct Reply {
+    Outcome outcome = Outcome::kTimeout;
+    protocol::DecodedMessage msg;
+    std::string why;
+  };
+  Reply Recv() {
+    Reply r;
+    Result<protocol::Frame> f = protocol::RecvFrame(fd_.get(), 64u << 20, 0);
+    if (!f.ok()) {
+      r.why = f.status().ToString();
+      r.outcome =
+          f.status().code() == StatusCode::kDeadlineExceeded ? Outcome::kTimeout : Outcome::kClosed;
+      return r;
+    }
+    Result<protocol::DecodedMessage> m = protocol::DecodeMessage(f->payload);
+    if (!m.ok()) {
+      r.outcome = Outcome::kUndecodable;
+      r.why = m.status().ToString();
+      return r;
+    }
+    r.outcome = Outcome::kReply;
+    r.msg = std::move(m).value();
+    return r;
+  }
+  // True if the server closes the connection within the receive timeout.
+  bool WaitClosed() {
+    char buf[4096];
+    for (;;) {
+      const ssize_t n = ::recv(fd_.get(), buf, sizeof buf, 0);
+      if (n == 0) return true;
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return errno == ECONNRESET || errno == EPIPE;
+    }
+  }
+
+ private:
+  UniqueFd fd_;
+  bool connected_ = false;
+};
+
+// The reply to request `id` must be an ErrorReply (or the server may close the
+// connection). Sets *closed when it did.
+::testing::AssertionResult ErrorOrClosed(RawConn& c, uint64_t id, const std::string& what,
+                                         bool* closed = nullptr) {
+  RawConn::Reply r = c.Recv();
+  if (closed) *closed = r.outcome == RawConn::Outcome::kClosed;
+  switch (r.outcome) {
+    case RawConn::Outcome::kClosed:
+      return ::testing::AssertionSuccess() << what << ": connection closed";
+    case RawConn::Outcome::kTimeout:
+      return ::testing::AssertionFailure() << what << ": no reply within 5 s (" << r.why << ")";
+    case RawConn::Outcome::kUndecodable:
+      return ::testing::AssertionFailure() << what << ": undecodable reply: " << r.why;
+    case RawConn::Outcome::kReply:
+      break;
+  }
+  const auto* err = std::get_if<protocol::ErrorReply>(&r.msg.body);
+  if (err == nullptr) {
+    return ::testing::AssertionFailure()
+           << what << ": got " << protocol::MessageName(r.msg.body) << ", want an ErrorReply";
+  }
+  if (err->status.ok()) return ::testing::AssertionFailure() << what << ": OK ErrorReply";
+  if (r.msg.id != id && r.msg.id != 0) {
+    return ::testing::AssertionFailure()
+           << what << ": error addressed to id " << r.msg.id << ", sent " << id;
+  }
+  return ::testing::AssertionSuccess() << what << ": " << err->status.ToString();
+}
+
+// The reply to request `id` must be a T.
+template <typename T>
+std::optional<T> ExpectReply(RawConn& c, uint64_t id, const std::string& what) {
+  RawConn::Reply r = c.Recv();
+  if (r.outcome != RawConn::Outcome::kReply) {
+    ADD_FAILURE() << what << ": no reply (" << r.why << ")";
+    return std::nullopt;
+  }
+  if (const auto* err = std::get_if<protocol::ErrorReply>(&r.msg.body)) {
+    ADD_FAILURE() << what << ": error " << err->status.ToString();
+    return std::nullopt;
+  }
+  if (r.msg.id != id) ADD_FAILURE() << what << ": reply id " << r.msg.id << ", sent " << id;
+  const T* t = std::get_if<T>(&r.msg.body);
+  if (t == nullptr) {
+    ADD_FAILURE() << what << ": got " << protocol::MessageName(r.msg.body);
+    return std::nullopt;
+  }
+  return *t;
+}
+
+// Hello + Register of `layout` in namespace `ns` on a raw connection.
+std::optional<InstanceId> RawRegister(RawConn& c, const std::string& ns,
+                                      const InstanceLayout& layout, testing::HostPages& pages,
+                                      uint64_t* id) {
+  protocol::HelloRequest hello;
+  hello.client_pid = ::getpid();
+  hello.client_name = "raw-" + ns;
+  if (!c.Send(protocol::EncodeRequest(++*id, hello)).ok()) return std::nullopt;
+  if (!ExpectReply<protocol::HelloReply>(c, *id, "Hello")) return std::nullopt;
+  RegisterRequest rr;
+  rr.ns = ns;
+  rr.layout = layout;
+  if (!c.Send(protocol::EncodeRequest(++*id, rr), pages.fds()).ok()) return std::nullopt;
+  std::optional<protocol::RegisterReply> r =
+      ExpectReply<protocol::RegisterReply>(c, *id, "Register");
+  if (!r) return std::nullopt;
+  return r->instance;
+}
+
+std::vector<uint8_t> RandomBytes(std::mt19937_64& rng, size_t n) {
+  std::vector<uint8_t> v(n);
+  for (auto& b : v) b = static_cast<uint8_t>(rng());
+  return v;
+}
+
+// ---- fixture ----------------------------------------------------------------------------
+
+class ManagerProcessTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    manager_bin_ = BinaryFromEnv("ORBITKV_MANAGER_BINARY");
+    engine_bin_ = BinaryFromEnv("ORBITKV_TEST_ENGINE_BINARY");
+    // Not a skip: without the binaries this test checks nothing.
+    ASSERT_FALSE(manager_bin_.empty()) << "set ORBITKV_MANAGER_BINARY (ctest does)";
+    ASSERT_FALSE(engine_bin_.empty()) << "set ORBITKV_TEST_ENGINE_BINARY (ctest does)";
+    ASSERT_EQ(::access(manager_bin_.c_str(), X_OK), 0) << manager_bin_;
+    ASSERT_EQ(::access(engine_bin_.c_str(), X_OK), 0) << engine_bin_;
+    socket_ = dir_.File("mgr.sock");
+    ssd_path_ = dir_.File("cache.bin");
+  }
+  void TearDown() override {
+    if (!mgr_) return;
+    if (mgr_->Running()) {
+      EXPECT_TRUE(mgr_->Stop());
+    } else if (!mgr_->stopped_by_test()) {
+      ADD_FAILURE() << "the Manager died during the test ("
+                    << DescribeStatus(mgr_->proc().WaitExit(0ms)) << "): " << mgr_->proc().Tail();
+    }
+  }
+
+  // Starts (or restarts) the Manager on the test's socket and SSD path.
+  void StartManager(const ManagerFlags& f) {
+    mgr_ = std::make_unique<ManagerProc>(manager_bin_, socket_, ssd_path_, f);
+    ASSERT_TRUE(mgr_->ok()) << mgr_->error();
+  }
+
+  std::vector<std::string> EngineArgv(const std::string& cmd,
+                                      const std::vector<std::string>& args) const {
+    std::vector<std::string> argv = {engine_bin_, cmd, "--socket", socket_};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return argv;
+  }
+  std::unique_ptr<Proc> StartEngine(const std::string& cmd, const std::vector<std::string>& args) {
+    return std::make_unique<Proc>("engine " + cmd, EngineArgv(cmd, args));
+  }
+  static EngineRun Finish(Proc& p, std::chrono::milliseconds timeout = 60s) {
+    EngineRun r;
+    std::optional<int> st = p.WaitExit(timeout);
+    if (!st) p.Signal(SIGKILL);
+    if (st && WIFEXITED(*st)) r.rc = WEXITSTATUS(*st);
+    p.WaitEof(5s);
+    r.out = p.Output() + (st ? "" : "\n[killed: timed out]");
+    if (st && !WIFEXITED(*st)) r.out += "\n[" + DescribeStatus(st) + "]";
+    return r;
+  }
+  EngineRun Engine(const std::string& cmd, const std::vector<std::string>& args,
+                   std::chrono::milliseconds timeout = 60s) {
+    std::unique_ptr<Proc> p = StartEngine(cmd, args);
+    if (!p->started()) return {-1, p->error()};
+    return Finish(*p, timeout);
+  }
+
+  std::unique_ptr<Client> Connect(std::chrono::milliseconds timeout = 20000ms) {
+    ClientConfig cc;
+    cc.socket_path = socket_;
+    cc.timeout = timeout;
+    cc.client_name = "manager_process_test";
+    Result<std::unique_ptr<Client>> c = Client::Connect(cc);
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    return c.ok() ? std::move(c).value() : nullptr;
+  }
+
+  void ExpectReleased(std::chrono::milliseconds timeout = 15s) {
+    EXPECT_TRUE(mgr_->GaugesReachZero(kReleaseGauges, timeout)) << mgr_->proc().Tail(1500);
+  }
+
+  std::string manager_bin_, engine_bin_;
+  testing::TempDir dir_;
+  std::string socket_, ssd_path_;
+  std::unique_ptr<ManagerProc> mgr_;
+};
+
+#define EXPECT_ENGINE_OK(run) EXPECT_EQ((run).rc, 0) << (run).out
+
+// ---- 1 + 4: DRAM restores across processes, split and page-first, unaligned slots ------
+
+TEST_F(ManagerProcessTest, DramRestoresByteExactAcrossProcesses) {
+  ASSERT_NO_FATAL_FAILURE(StartManager({.pool = "8mib"}));
+  // Unaligned components: multiples of neither 512 nor 4096.
+  const std::string slots = "1000,333,4096,70";
+  for (const std::string layout : {"split", "page-first"}) {
+    SCOPED_TRACE(layout);
+    const std::string ns = "dram-" + layout;
+    const std::vector<std::string> common = {"--ns", ns,        "--layout", layout,   "--slots",
+                                             slots,  "--pages", "32",       "--seed", "11"};
+    auto with = [&](std::vector<std::string> more) {
+      std::vector<std::string> a = common;
+      a.insert(a.end(), more.begin(), more.end());
+      return a;
+    };
+    // Client A publishes 8 blocks from pages 0..7.
+    EngineRun a = Engine("publish", with({"--keys", "0..8"}));
+    EXPECT_ENGINE_OK(a);
+    EXPECT_EQ(Field(a.out, "publish", "sealed"), 8) << a.out;
+    EXPECT_EQ(Field(a.out, "publish", "skipped"), 0) << a.out;
+    EXPECT_EQ(Field(a.out, "publish", "dropped"), 0) << a.out;
+    // Client B, another process with its own pages, restores them into pages 16..23.
+    EngineRun b = Engine("restore-verify",
+                         with({"--keys", "0..8", "--expect-source", "dram", "--dst-page", "16"}));
+    EXPECT_ENGINE_OK(b);
+    EXPECT_EQ(Field(b.out, "restore", "verified"), 8) << b.out;
+    EXPECT_EQ(StrField(b.out, "restore", "sources"), "DDDDDDDD") << b.out;
+    // The other layout restores the same namespace's objects byte-exact too
+    // (the group shape, not the memory layout, is per namespace).
+    const std::string other = layout == "split" ? "page-first" : "split";
+    std::vector<std::string> cross = with({"--keys", "2..6", "--dst-page", "24"});
+    cross[3] = other;
+    EngineRun c = Engine("restore-verify", cross);
+    EXPECT_ENGINE_OK(c);
+    EXPECT_EQ(Field(c.out, "restore", "verified"), 4) << c.out;
+    // Control: the verifier notices wrong bytes (another seed).
+    std::vector<std::string> wrong = with({"--keys", "0..2"});
+    wrong[9] = "12";
+    EngineRun d = Engine("restore-verify", wrong);
+    EXPECT_EQ(d.rc, 1) << "the verifier must reject other bytes:\n" << d.out;
+    // Another namespace sees nothing.
+    std::vector<std::string> foreign = with({"--keys", "0..8", "--expect-prefix", "0"});
+    foreign[1] = ns + "-other";
+    EngineRun e = Engine("restore-verify", foreign);
+    EXPECT_ENGINE_OK(e);
+  }
+  ExpectReleased();
+}
+
+// ---- 2 + 3: SSD after DRAM eviction; a new engine process finds the same keys ----------
+
+TEST_F(ManagerProcessTest, SsdRestoresAfterEvictionAndEngineRestart) {
+  ASSERT_NO_FATAL_FAILURE(StartManager({.pool = "2mib", .shards = 2}));
+  // 64 KiB objects (two slots, one unaligned); 96 of them in a 2 MiB pool.
+  const std::vector<std::string> common = {"--ns",    "ssd", "--slots", "32768,32668",
+                                           "--pages", "96",  "--seed",  "21"};
+  auto with = [&](std::vector<std::string> more) {
+    std::vector<std::string> a = common;
+    a.insert(a.end(), more.begin(), more.end());
+    return a;
+  };
+  EngineRun a = Engine("publish", with({"--keys", "0..96", "--retry-ms", "20000"}));
+  EXPECT_ENGINE_OK(a);
+  EXPECT_EQ(Field(a.out, "publish", "sealed"), 96) << a.out;
+  EXPECT_EQ(Field(a.out, "publish", "skipped"), 0) << a.out;
+  EXPECT_EQ(Field(a.out, "publish", "dropped"), 0) << a.out;
+
+  // The first blocks were evicted after writeback: another process restores them from SSD.
+  EngineRun b = Engine("restore-verify", with({"--keys", "0..8", "--wait-source", "ssd",
+                                               "--expect-source", "ssd", "--dst-page", "80"}));
+  EXPECT_ENGINE_OK(b);
+  EXPECT_EQ(StrField(b.out, "restore", "sources"), "SSSSSSSS") << b.out;
+  EXPECT_EQ(Field(b.out, "restore", "verified"), 8) << b.out;
+  std::string err;
+  std::optional<Metrics> m = mgr_->Scrape(&err);
+  ASSERT_TRUE(m) << err;
+  EXPECT_GT(m->Get("orbitkv_pool_evictions_total").value_or(0), 0);
+  EXPECT_GT(m->series["orbitkv_cache_hits_total{tier=\"ssd\"}"], 0);
+  EXPECT_GT(m->series["orbitkv_bytes_total{route=\"restore_ssd_uring\"}"], 0);
+
+  // The engine restarts: a new process with the same keys finds them cached
+  // (publishing again stores nothing) and restores them byte-exact, from
+  // whichever tier holds them now.
+  EngineRun again = Engine("publish", with({"--keys", "0..96"}));
+  EXPECT_ENGINE_OK(again);
+  EXPECT_EQ(Field(again.out, "publish", "skipped"), 96) << again.out;
+  EXPECT_EQ(Field(again.out, "publish", "dropped"), 0) << again.out;
+  EXPECT_EQ(Field(again.out, "publish", "sealed"), 0) << again.out;
+  EngineRun c = Engine("restore-verify", with({"--keys", "8..24", "--dst-page", "0"}));
+  EXPECT_ENGINE_OK(c);
+  EXPECT_EQ(Field(c.out, "restore", "verified"), 16) << c.out;
+  EngineRun d = Engine("restore-verify", with({"--keys", "84..96", "--dst-page", "0"}));
+  EXPECT_ENGINE_OK(d);
+  EXPECT_EQ(Field(d.out, "restore", "verified"), 12) << d.out;
+  ExpectReleased();
+}
+
+// ---- 5: fragmented publication, one process and two (a multi-writer group) --------------
+
+TEST_F(ManagerProcessTest, FragmentedAndMultiWriterPublication) {
+  ASSERT_NO_FATAL_FAILURE(StartManager({.pool = "8mib"}));
+  const std::vector<std::string> frag = {"--ns",    "frag", "--slots", "512,1000,7",
+                                         "--pages", "16",   "--seed",  "31"};
+  auto with = [](std::vector<std::string> a, std::vector<std::string> more) {
+    a.insert(a.end(), more.begin(), more.end());
+    return a;
+  };
+  // One process, slot subsets in separate Publish calls: sealed by the last.
+  EngineRun a = Engine("publish", with(frag, {"--keys", "0..4", "--fragments", "0;2;1"}));
+  EXPECT_ENGINE_OK(a);
+  EXPECT_EQ(Field(a.out, "fragment=0", "sealed"), 0) << a.out;
+  EXPECT_EQ(Field(a.out, "fragment=1", "sealed"), 0) << a.out;
+  EXPECT_EQ(Field(a.out, "fragment=2", "sealed"), 4) << a.out;
+  EngineRun av = Engine("restore-verify", with(frag, {"--keys", "0..4"}));
+  EXPECT_ENGINE_OK(av);
+  EXPECT_EQ(Field(av.out, "restore", "verified"), 4) << av.out;
+
+  // Fragments from two processes: invisible until the last part arrives.
+  EngineRun b1 = Engine("publish", with(frag, {"--keys", "8..12", "--fragments", "1"}));
+  EXPECT_ENGINE_OK(b1);
+  EXPECT_EQ(Field(b1.out, "publish", "stored"), 4) << b1.out;
+  EXPECT_EQ(Field(b1.out, "publish", "sealed"), 0) << b1.out;
+  EngineRun bq = Engine("query", with(frag, {"--keys", "8..12"}));
+  EXPECT_ENGINE_OK(bq);
+  EXPECT_EQ(Field(bq.out, "query", "prefix"), 0) << "visible while assembling:\n" << bq.out;
+  EngineRun b2 = Engine("publish", with(frag, {"--keys", "8..12", "--fragments", "2,0"}));
+  EXPECT_ENGINE_OK(b2);
+  EXPECT_EQ(Field(b2.out, "publish", "sealed"), 4) << b2.out;
+  EngineRun bv =
+      Engine("restore-verify", with(frag, {"--keys", "8..12", "--expect-source", "dram"}));
+  EXPECT_ENGINE_OK(bv);
+  EXPECT_EQ(Field(bv.out, "restore", "verified"), 4) << bv.out;
+
+  // A TP=2 group: rank 0 holds slots 0-1 (split), rank 1 slots 2-3 (page-first).
+  const std::vector<std::string> r0 = {
+      "--ns",         "tp2", "--rank",  "0",  "--slots", "600,600,900,900",
+      "--hold-slots", "0,1", "--pages", "16", "--seed",  "41"};
+  const std::vector<std::string> r1 = {
+      "--ns", "tp2",      "--rank",     "1",       "--slots", "600,600,900,900", "--hold-slots",
+      "2,3",  "--layout", "page-first", "--pages", "16",      "--seed",          "41"};
+  // Sequential: rank 0's half stays invisible until rank 1 publishes its half.
+  EngineRun p0 = Engine("publish", with(r0, {"--keys", "0..3"}));
+  EXPECT_ENGINE_OK(p0);
+  EXPECT_EQ(Field(p0.out, "publish", "sealed"), 0) << p0.out;
+  EngineRun q0 = Engine("query", with(r1, {"--keys", "0..3"}));
+  EXPECT_EQ(Field(q0.out, "query", "prefix"), 0) << "visible with half the slots:\n" << q0.out;
+  EngineRun p1 = Engine("publish", with(r1, {"--keys", "0..3"}));
+  EXPECT_ENGINE_OK(p1);
+  EXPECT_EQ(Field(p1.out, "publish", "sealed"), 3) << p1.out;
+  // Concurrent: both ranks publish at once; together they seal every block.
+  std::unique_ptr<Proc> c0 =
+      StartEngine("publish", with(r0, {"--keys", "10..16", "--page-base", "4"}));
+  std::unique_ptr<Proc> c1 =
+      StartEngine("publish", with(r1, {"--keys", "10..16", "--page-base", "4"}));
+  EngineRun e0 = Finish(*c0), e1 = Finish(*c1);
+  EXPECT_ENGINE_OK(e0);
+  EXPECT_ENGINE_OK(e1);
+  EXPECT_EQ(Field(e0.out, "publish", "sealed") + Field(e1.out, "publish", "sealed"), 6)
+      << e0.out << e1.out;
+  // Each rank restores its own slots, in its own process, byte-exact.
+  for (const auto& rank : {r0, r1}) {
+    for (const std::string keys : {"0..3", "10..16"}) {
+      EngineRun v = Engine("restore-verify", with(rank, {"--keys", keys, "--dst-page", "8"}));
+      EXPECT_ENGINE_OK(v);
+      EXPECT_GT(Field(v.out, "restore", "verified"), 0) << v.out;
+    }
+  }
+  ExpectReleased();
+  // No assembly is left half done.
+  EXPECT_TRUE(mgr_->GaugesReachZero({"orbitkv_pool_assembling_objects"}, 5s));
+}
+
+// ---- 6: cancellation before and after submission --------------------------------------
+
+// A Manager whose SSD reads are slow to finish: one reader, queue depth 1, one
+// shard, and small objects read one by one (every other key, so no two
+// extents are adjacent and nothing coalesces).
+const ManagerFlags kSlowReader{
+    .pool = "4mib", .ssd_capacity = "64mib", .shards = 1, .io_workers = 1, .queue_depth = 1};
+constexpr int kSmallKeys = 3000;
+const std::vector<std::string> kSmall = {"--ns",    "small", "--slots", "3000",
+                                         "--pages", "3000",  "--seed",  "51"};
+
+TEST_F(ManagerProcessTest, CancelBeforeAndAfterSubmission) {
+  ASSERT_NO_FATAL_FAILURE(StartManager(kSlowReader));
+  std::vector<std::string> pub = kSmall;
+  for (const char* a : {"--keys", "0..3000", "--retry-ms", "60000"}) pub.push_back(a);
+  EngineRun p = Engine("publish", pub, 120s);
+  ASSERT_EQ(p.rc, 0) << p.out;
+  ASSERT_EQ(Field(p.out, "publish", "sealed"), kSmallKeys) << p.out;
+  // Objects awaiting writeback cannot be evicted; SSD reads need the pool for scratch.
+  ASSERT_TRUE(mgr_->GaugesReachZero({"orbitkv_pool_writeback_pending"}, 60s));
+
+  // This process is the second client: its own pages, the same namespace.
+  std::unique_ptr<Client> c = Connect();
+  ASSERT_TRUE(c);
+  LayoutSpec spec;
+  spec.slot_bytes = {3000};
+  spec.pages = kSmallKeys;
+  InstanceLayout layout = BuildLayout(spec);
+  testing::HostPages pages(layout);
+  RegisterRequest rr;
+  rr.ns = "small";
+  rr.layout = layout;
+  Result<InstanceId> inst = c->RegisterInstance(rr, pages.fds());
+  ASSERT_TRUE(inst.ok()) << inst.status().ToString();
+  auto query = [&](const std::vector<uint64_t>& keys) {
+    QueryRequest q;
+    q.instance = *inst;
+    for (uint64_t k : keys) q.keys.push_back(KeyOf(k));
+    Result<QueryResult> r = c->Query(q);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : QueryResult{};
+  };
+
+  // A: a large SSD restore that keeps the only reader busy. B: queued behind it.
+  // B is cancelled before submission (its blocks report Cancelled); A is
+  // cancelled after submission and completes normally. Timing decides whether
+  // B really waited behind A; an attempt where A finished first proves
+  // nothing and is repeated on fresh keys with a larger A.
+  bool conclusive = false;
+  uint64_t base = 0;
+  for (int attempt = 0; attempt < 3 && !conclusive; ++attempt) {
+    const uint64_t span = 300 + 200 * attempt;  // A: keys base, base+2, ... (span/2 blocks)
+    std::vector<uint64_t> a_keys;
+    for (uint64_t k = base; k < base + span; k += 2) a_keys.push_back(k);
+    const uint64_t b_key = base + 1;
+    base += span;
+    QueryResult qa = query(a_keys);
+    QueryResult qb = query({b_key});
+    ASSERT_EQ(qa.prefix, a_keys.size());
+    ASSERT_EQ(qb.prefix, 1u);
+    size_t a_ssd = 0;
+    for (Tier t : qa.sources) a_ssd += t == Tier::kSsd;
+    ASSERT_EQ(qb.sources[0], Tier::kSsd) << "key " << b_key << " should have been evicted";
+    RestoreRequest ra{*inst, qa.query, {}, {}}, rb{*inst, qb.query, {0}, {kSmallKeys - 1}};
+    for (uint32_t i = 0; i < a_keys.size(); ++i) {
+      ra.blocks.push_back(i);
+      ra.pages.push_back(1200 + i);
+      pages.Clear(0, 1200 + i);
+    }
+    pages.Clear(0, kSmallKeys - 1);
+    const uint64_t ta = c->NewTicket(), tb = c->NewTicket();
+    std::optional<Result<RestoreResult>> a_res, b_res;
+    int64_t a_ms = 0;
+    std::thread a_thread([&] {
+      const auto t0 = Clock::now();
+      a_res.emplace(c->Restore(ra, ta));
+      a_ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+    });
+    // Order the requests by watching the Manager count them in flight: A
+    // first, then B, then the cancels (threads alone could be reordered).
+    EXPECT_TRUE(mgr_->WaitGaugeAtLeast("orbitkv_restores_inflight", 1, 5s));
+    std::thread b_thread([&] { b_res.emplace(c->Restore(rb, tb)); });
+    const bool both = mgr_->WaitGaugeAtLeast("orbitkv_restores_inflight", 2, 5s);
+    Result<bool> cb = c->CancelRestore(tb);  // from a thread other than B's
+    Result<bool> ca = c->CancelRestore(ta);
+    a_thread.join();
+    b_thread.join();
+    ASSERT_TRUE(cb.ok()) << cb.status().ToString();
+    ASSERT_TRUE(ca.ok()) << ca.status().ToString();
+    ASSERT_TRUE(a_res->ok()) << a_res->status().ToString();
+    ASSERT_TRUE(b_res->ok()) << b_res->status().ToString();
+    const Status& b_status = (*b_res)->blocks.at(0).status;
+    size_t a_ok = 0, a_cancelled = 0, a_verified = 0;
+    std::map<std::string, int> a_errors;
+    for (const BlockResult& br : (*a_res)->blocks) {
+      a_ok += br.status.ok();
+      a_cancelled += br.status.IsCancelled();
+      if (!br.status.ok() && !br.status.IsCancelled()) a_errors[br.status.ToString()]++;
+      if (br.status.ok() && pages.Holds(0, 1200 + br.block, SeedOf(51, a_keys[br.block]))) {
+        ++a_verified;
+      }
+    }
+    std::printf(
+        "attempt %d: A %zu blocks (%zu from SSD) in %lld ms: %zu ok, %zu cancelled, "
+        "cancel(A)=%d; B: %s, cancel(B)=%d; A and B seen in flight together: %d\n",
+        attempt, a_keys.size(), a_ssd, static_cast<long long>(a_ms), a_ok, a_cancelled, int(*ca),
+        b_status.ToString().c_str(), int(*cb), int(both));
+    // Whatever the timing, no block may be lost or damaged.
+    for (const auto& [what, n] : a_errors) ADD_FAILURE() << n << " blocks of A failed: " << what;
+    EXPECT_EQ(a_verified, a_ok) << "restored blocks with wrong bytes";
+    if (!b_status.IsCancelled()) {
+      EXPECT_TRUE(b_status.ok()) << b_status.ToString();
+      EXPECT_TRUE(pages.Holds(0, kSmallKeys - 1, SeedOf(51, b_key)));
+      continue;  // B ran before the cancel: inconclusive
+    }
+    // B was cancelled before submission: released, page untouched, reply says so.
+    EXPECT_TRUE(*cb) << "CancelRestore(B) released B but returned false";
+    const uint8_t* bp = pages.Slot(0, 0, kSmallKeys - 1);
+    EXPECT_TRUE(std::all_of(bp, bp + 3000, [](uint8_t x) { return x == 0; }))
+        << "a cancelled block wrote the page";
+    if (a_cancelled != 0) continue;  // A had not been submitted yet either: inconclusive
+    // A was submitted when cancelled: it completed normally, byte-exact.
+    EXPECT_EQ(a_ok, a_keys.size());
+    conclusive = true;
+    // client.h: CancelRestore is "True if something not yet submitted was
+    // released". Nothing of A was, so the answer must be false.
+    EXPECT_FALSE(*ca) << "BUG: CancelRestore(A) returned true although A was already submitted "
+                         "and completed every block: include/orbitkv/client.h:38 promises 'True "
+                         "if something not yet submitted was released', but "
+                         "src/server/service.cc:122 answers 'found in flight' "
+                         "(Manager::CancelRestore is OK for any in-flight restore)";
+    // The cancelled block is still cached and restorable: its lease was released cleanly.
+    QueryResult again = query({b_key});
+    ASSERT_EQ(again.prefix, 1u);
+    Result<RestoreResult> rr2 = c->Restore({*inst, again.query, {0}, {kSmallKeys - 1}});
+    ASSERT_TRUE(rr2.ok()) << rr2.status().ToString();
+    EXPECT_TRUE(rr2->blocks[0].status.ok()) << rr2->blocks[0].status.ToString();
+    EXPECT_TRUE(pages.Holds(0, kSmallKeys - 1, SeedOf(51, b_key)));
+  }
+  EXPECT_TRUE(conclusive) << "could not queue B behind A's SSD reads in 3 attempts: the "
+                             "cancel-before-submission path was not exercised";
+  EXPECT_TRUE(c->UnregisterInstance(*inst).ok());
+  c->Close();
+  ExpectReleased();
+}
+
+// ---- 7: a client SIGKILLed mid-restore ------------------------------------------------
+
+TEST_F(ManagerProcessTest, KilledClientMidRestoreReleasesEverything) {
+  ASSERT_NO_FATAL_FAILURE(StartManager(kSlowReader));
+  std::vector<std::string> pub = kSmall;
+  for (const char* a : {"--keys", "0..3000", "--retry-ms", "60000"}) pub.push_back(a);
+  EngineRun p = Engine("publish", pub, 120s);
+  ASSERT_EQ(p.rc, 0) << p.out;
+  ASSERT_EQ(Field(p.out, "publish", "sealed"), kSmallKeys) << p.out;
+  // Objects awaiting writeback cannot be evicted; SSD reads need the pool for scratch.
+  ASSERT_TRUE(mgr_->GaugesReachZero({"orbitkv_pool_writeback_pending"}, 60s));
+
+  // Client A: a long SSD restore (every other key, read one by one) on a
+  // thread, plus a second query (recent keys, in DRAM) that it never restores.
+  std::vector<std::string> hold = kSmall;
+  for (const char* a :
+       {"--keys", "0..1300", "--stride", "2", "--hold-keys", "2800..2900", "--dst-page", "1400"}) {
+    hold.push_back(a);
+  }
+  std::unique_ptr<Proc> a = StartEngine("hold-restore", hold);
+  ASSERT_TRUE(a->started()) << a->error();
+  ASSERT_TRUE(a->WaitOutput("@ restoring", 30s)) << a->Tail();
+  EXPECT_TRUE(mgr_->WaitGaugeAtLeast("orbitkv_restores_inflight", 1, 5s))
+      << "client A's restore never showed up in flight:\n"
+      << a->Output();
+  std::string err;
+  std::optional<Metrics> busy = mgr_->Scrape(&err);
+  // Client B, another process, keeps working meanwhile.
+  std::vector<std::string> b_args = kSmall;
+  for (const char* x : {"--keys", "2900..3000", "--dst-page", "0"}) b_args.push_back(x);
+  std::unique_ptr<Proc> b = StartEngine("restore-verify", b_args);
+  const bool mid_restore = a->Output().find("@ restore-done") == std::string::npos;
+  a->Signal(SIGKILL);
+  std::optional<int> st = a->WaitExit(10s);
+  ASSERT_TRUE(st && WIFSIGNALED(*st) && WTERMSIG(*st) == SIGKILL) << DescribeStatus(st);
+  std::printf("client A held prefix=%lld (hold_prefix=%lld); killed %s\n",
+              static_cast<long long>(Field(a->Output(), "held", "prefix")),
+              static_cast<long long>(Field(a->Output(), "held", "hold_prefix")),
+              mid_restore ? "mid-restore" : "after its restore finished");
+
+  ASSERT_TRUE(busy) << err;
+  const std::string busy_text = Describe(*busy, kReleaseGauges);
+  std::printf("gauges while A held its queries:%s\n", busy_text.c_str());
+  EXPECT_GE(busy->Get("orbitkv_sessions").value_or(0), 1) << busy_text;
+  EXPECT_GE(busy->Get("orbitkv_instances").value_or(0), 1) << busy_text;
+  EXPECT_GE(busy->Get("orbitkv_queries_active").value_or(0), 1) << busy_text;  // the held query
+  EXPECT_GT(busy->Get("orbitkv_query_budget_used_bytes").value_or(0), 0) << busy_text;
+  EXPECT_GT(busy->Get("orbitkv_pool_pinned_bytes").value_or(0), 0) << busy_text;
+  EXPECT_GE(busy->Get("orbitkv_restores_inflight").value_or(0) +
+                busy->Get("orbitkv_ssd_leases_active").value_or(0),
+            1)
+      << busy_text;
+  EXPECT_TRUE(mid_restore) << "client A's restore finished before the kill; the test did not "
+                              "kill it mid-restore:\n"
+                           << a->Output();
+
+  EngineRun br = Finish(*b);
+  EXPECT_ENGINE_OK(br);
+  EXPECT_EQ(Field(br.out, "restore", "verified"), 100) << br.out;
+  // Everything A held is released once the Manager sees its connection end.
+  ExpectReleased();
+  EXPECT_TRUE(mgr_->Running());
+  // The data A was restoring is intact and the Manager keeps serving.
+  std::vector<std::string> v = kSmall;
+  for (const char* x : {"--keys", "0..40", "--stride", "2", "--dst-page", "0"}) v.push_back(x);
+  EngineRun after = Engine("restore-verify", v);
+  EXPECT_ENGINE_OK(after);
+  EXPECT_EQ(Field(after.out, "restore", "verified"), 20) << after.out;
+  ExpectReleased();
+}
+
+// ---- 7b: a client that stops reading its replies ---------------------------------------------
+
+// SSD restores finish on the Manager's restore lane, which sends the reply
+// itself. A client whose socket is full (it stopped reading) must not hold
+// that lane, and with it every other client's SSD restores, hostage.
+TEST_F(ManagerProcessTest, NonReadingClientDoesNotStallOtherClients) {
+  ASSERT_NO_FATAL_FAILURE(StartManager(kSlowReader));
+  std::vector<std::string> pub = kSmall;
+  for (const char* a : {"--keys", "0..3000", "--retry-ms", "60000"}) pub.push_back(a);
+  EngineRun p = Engine("publish", pub, 120s);
+  ASSERT_EQ(p.rc, 0) << p.out;
+  ASSERT_EQ(Field(p.out, "publish", "sealed"), kSmallKeys) << p.out;
+  ASSERT_TRUE(mgr_->GaugesReachZero({"orbitkv_pool_writeback_pending"}, 60s));
+
+  // Client H: queries 500 SSD blocks, asks for their restore, then floods the
+  // socket with requests and never reads a reply.
+  LayoutSpec spec;
+  spec.slot_bytes = {3000};
+  spec.pages = kSmallKeys;
+  InstanceLayout layout = BuildLayout(spec);
+  testing::HostPages pages(layout);
+  RawConn h(socket_);
+  ASSERT_TRUE(h.connected());
+  uint64_t id = 0;
+  std::optional<InstanceId> inst = RawRegister(h, "small", layout, pages, &id);
+  ASSERT_TRUE(inst);
+  QueryRequest q{*inst, 0, {}, 60000};
+  for (uint64_t k = 0; k < 1000; k += 2) q.keys.push_back(KeyOf(k));
+  ASSERT_TRUE(h.Send(protocol::EncodeRequest(++id, q)).ok());
+  std::optional<QueryResult> qr = ExpectReply<QueryResult>(h, id, "Query");
+  ASSERT_TRUE(qr);
+  ASSERT_EQ(qr->prefix, 500u);
+  ASSERT_EQ(qr->sources[0], Tier::kSsd);
+  RestoreRequest r{*inst, qr->query, {}, {}};
+  for (uint32_t b = 0; b < 500; ++b) {
+    r.blocks.push_back(b);
+    r.pages.push_back(b);
+  }
+  ASSERT_TRUE(h.Send(protocol::EncodeRequest(++id, r)).ok());
+  std::vector<uint8_t> flood;
+  for (int i = 0; i < 20000; ++i) {
+    std::vector<uint8_t> m =
+        protocol::EncodeRequest(++id, QueryRequest{*inst + 999, 0, {KeyOf(0)}, 1000});
+    const uint32_t len = static_cast<uint32_t>(m.size());
+    const uint8_t hdr[4] = {uint8_t(len), uint8_t(len >> 8), uint8_t(len >> 16),
+                            uint8_t(len >> 24)};
+    flood.insert(flood.end(), hdr, hdr + 4);
+    flood.insert(flood.end(), m.begin(), m.end());
+  }
+  size_t sent = 0;
+  for (auto deadline = Clock::now() + 500ms; Clock::now() < deadline && sent < flood.size();) {
+    const ssize_t n =
+        ::send(h.fd(), flood.data() + sent, flood.size() - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n > 0) sent += static_cast<size_t>(n);
+    if (n <= 0) std::this_thread::sleep_for(5ms);
+  }
+  std::printf("non-reading client pushed %zu of %zu request bytes\n", sent, flood.size());
+  std::this_thread::sleep_for(500ms);  // H's restore completes meanwhile
+
+  // Client G, another process, restores other SSD blocks; it must not wait for H.
+  std::vector<std::string> g_args = kSmall;
+  for (const char* a : {"--keys", "1001..1101", "--stride", "2", "--expect-source", "ssd",
+                        "--dst-page", "0", "--timeout-ms", "3000"}) {
+    g_args.push_back(a);
+  }
+  const auto t0 = Clock::now();
+  EngineRun g = Engine("restore-verify", g_args);
+  const auto g_ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0);
+  std::printf("client G's SSD restore took %lld ms\n", static_cast<long long>(g_ms.count()));
+  EXPECT_EQ(g.rc, 0)
+      << "BUG: another client's SSD restore was stalled by a client that stopped reading its "
+         "socket. The single host-restore lane thread (src/manager/manager.cc CopyLane -> "
+         "FinishBlock -> done, line 254) runs the reply callback of src/server/service.cc:104, "
+         "whose Session::Send waits for send_mu_ (src/protocol/server.cc:99) held by the "
+         "non-reading session's reader thread, blocked in sendmsg for up to "
+         "ServerOptions::send_timeout (30 s, src/protocol/server.h:99):\n"
+      << g.out;
+  EXPECT_LT(g_ms.count(), 2500);
+  // H hangs up; everything it held is released.
+  ::shutdown(h.fd(), SHUT_RDWR);
+  ExpectReleased(40s);
+}
+
+// ---- 8: a Manager restart ------------------------------------------------------------------
+
+TEST_F(ManagerProcessTest, ManagerRestartStartsEmptyAndOldClientsFail) {
+  const ManagerFlags flags{.pool = "2mib", .shards = 2};
+  ASSERT_NO_FATAL_FAILURE(StartManager(flags));
+  const std::vector<std::string> common = {"--ns",    "restart", "--slots", "32768,32668",
+                                           "--pages", "64",      "--seed",  "61"};
+  auto with = [&](std::vector<std::string> more) {
+    std::vector<std::string> a = common;
+    a.insert(a.end(), more.begin(), more.end());
+    return a;
+  };
+  EngineRun p = Engine("publish", with({"--keys", "0..48", "--retry-ms", "20000"}));
+  ASSERT_EQ(p.rc, 0) << p.out;
+  ASSERT_EQ(Field(p.out, "publish", "sealed"), 48) << p.out;
+
+  LayoutSpec spec;
+  spec.slot_bytes = {32768, 32668};
+  spec.pages = 64;
+  InstanceLayout layout = BuildLayout(spec);
+  testing::HostPages pages(layout);
+  RegisterRequest rr;
+  rr.ns = "restart";
+  rr.layout = layout;
+  QueryRequest q;
+  for (uint64_t k = 0; k < 48; ++k) q.keys.push_back(KeyOf(k));
+
+  // A client of the old Manager holds a query when the Manager stops.
+  std::unique_ptr<Client> old = Connect();
+  ASSERT_TRUE(old);
+  Result<InstanceId> old_inst = old->RegisterInstance(rr, pages.fds());
+  ASSERT_TRUE(old_inst.ok()) << old_inst.status().ToString();
+  q.instance = *old_inst;
+  Result<QueryResult> held = old->Query(q);
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  EXPECT_GT(held->prefix, 0u);
+  ASSERT_TRUE(mgr_->Stop());  // SIGTERM with a client connected: exit 0
+
+  auto expect_fails_fast = [&](Client& c, InstanceId inst, const char* what) {
+    const auto t0 = Clock::now();
+    QueryRequest qq = q;
+    qq.instance = inst;
+    Result<QueryResult> r = c.Query(qq);
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0);
+    ASSERT_FALSE(r.ok()) << what << ": a query to a dead Manager succeeded";
+    EXPECT_TRUE(r.status().code() == StatusCode::kCancelled ||
+                r.status().code() == StatusCode::kUnavailable)
+        << what << ": " << r.status().ToString();
+    EXPECT_LT(ms.count(), 5000) << what << ": took " << ms.count() << " ms";
+    Result<RestoreResult> rs = c.Restore({inst, held->query, {0}, {60}}, c.NewTicket());
+    EXPECT_FALSE(rs.ok()) << what;
+  };
+  expect_fails_fast(*old, *old_inst, "after SIGTERM");
+
+  // A new Manager on the same socket and SSD files starts empty: misses, not errors.
+  ASSERT_NO_FATAL_FAILURE(StartManager(flags));
+  std::unique_ptr<Client> fresh = Connect();
+  ASSERT_TRUE(fresh);
+  Result<InstanceId> fresh_inst = fresh->RegisterInstance(rr, pages.fds());
+  ASSERT_TRUE(fresh_inst.ok()) << fresh_inst.status().ToString();
+  q.instance = *fresh_inst;
+  Result<QueryResult> miss = fresh->Query(q);
+  ASSERT_TRUE(miss.ok()) << miss.status().ToString();
+  EXPECT_EQ(miss->prefix, 0u);
+  EXPECT_EQ(miss->query, 0u);
+  EXPECT_TRUE(miss->sources.empty());
+  EngineRun e = Engine("restore-verify", with({"--keys", "0..48", "--expect-prefix", "0"}));
+  EXPECT_ENGINE_OK(e);
+  // The old client stays failed; it does not reach the new Manager's session.
+  expect_fails_fast(*old, *old_inst, "old client after the restart");
+  // The new Manager caches and restores as usual on the same files.
+  EngineRun p2 = Engine("publish", with({"--keys", "0..40", "--retry-ms", "20000"}));
+  EXPECT_ENGINE_OK(p2);
+  EXPECT_EQ(Field(p2.out, "publish", "sealed"), 40) << p2.out;
+  EngineRun v2 = Engine("restore-verify", with({"--keys", "0..4", "--wait-source", "ssd"}));
+  EXPECT_ENGINE_OK(v2);
+  EXPECT_EQ(Field(v2.out, "restore", "verified"), 4) << v2.out;
+
+  // A crash (SIGKILL) with a client connected and a restore in flight: errors, no hang.
+  q.instance = *fresh_inst;
+  std::vector<BlockKey> keys8(q.keys.begin(), q.keys.begin() + 8);
+  QueryRequest q8{*fresh_inst, 0, keys8, 60000};
+  Result<QueryResult> before = fresh->Query(q8);
+  ASSERT_TRUE(before.ok()) << before.status().ToString();
+  std::optional<Result<RestoreResult>> inflight;
+  std::thread t([&] {
+    RestoreRequest r{*fresh_inst, before->query, {}, {}};
+    for (uint32_t i = 0; i < before->prefix; ++i) {
+      r.blocks.push_back(i);
+      r.pages.push_back(48 + i);
+    }
+    if (r.blocks.empty()) return;
+    inflight.emplace(fresh->Restore(r, fresh->NewTicket()));
+  });
+  mgr_->Kill();
+  t.join();
+  if (inflight) {
+    // Finished before the kill, or failed with the connection: never hangs.
+    std::printf("restore racing the crash: %s\n", inflight->status().ToString().c_str());
+  }
+  expect_fails_fast(*fresh, *fresh_inst, "after SIGKILL");
+
+  // Restart after the crash: stale socket, the crashed Manager's SSD files.
+  ASSERT_NO_FATAL_FAILURE(StartManager(flags));
+  EngineRun e3 = Engine("restore-verify", with({"--keys", "0..40", "--expect-prefix", "0"}));
+  EXPECT_ENGINE_OK(e3);
+  EngineRun p3 = Engine("publish", with({"--keys", "0..4"}));
+  EXPECT_ENGINE_OK(p3);
+  EXPECT_EQ(Field(p3.out, "publish", "sealed"), 4) << p3.out;
+  EngineRun v3 = Engine("restore-verify", with({"--keys", "0..4", "--expect-source", "dram"}));
+  EXPECT_ENGINE_OK(v3);
+  old.reset();
+  fresh.reset();
+  ExpectReleased();
+}
+
+// ---- 9: malformed and hostile messages -------------------------------------------------------
+
+TEST_F(ManagerProcessTest, HostileMessagesGetErrorsAndManagerKeepsServing) {
+  ASSERT_NO_FATAL_FAILURE(StartManager({.pool = "8mib"}));
+  const pid_t pid = mgr_->pid();
+  const std::vector<std::string> good = {"--ns",    "hostile", "--slots", "4000",
+                                         "--pages", "16",      "--seed",  "71"};
+  auto with = [&](std::vector<std::string> more) {
+    std::vector<std::string> a = good;
+    a.insert(a.end(), more.begin(), more.end());
+    return a;
+  };
+  EngineRun p = Engine("publish", with({"--keys", "0..8"}));
+  ASSERT_EQ(p.rc, 0) << p.out;
+  ASSERT_TRUE(mgr_->GaugesReachZero({"orbitkv_sessions"}, 10s));
+  // The idle Manager's descriptors: wait until a finished session's socket is reaped.
+  int fds_before = CountFds(pid);
+  for (int stable = 0; stable < 5; std::this_thread::sleep_for(50ms)) {
+    const int n = CountFds(pid);
+    stable = n == fds_before ? stable + 1 : 0;
+    fds_before = n;
+  }
+  ASSERT_GT(fds_before, 0);
+  std::mt19937_64 rng(12345);
+
+  // (a) Frames of random bytes: an ErrorReply each (or a closed connection);
+  // when the session survives, it still answers a Hello.
+  {
+    RawConn c(socket_);
+    ASSERT_TRUE(c.connected());
+    bool closed = false;
+    for (size_t n : {0, 1, 3, 17, 100, 4096, 70000}) {
+      ASSERT_TRUE(c.Send(RandomBytes(rng, n)).ok());
+      ::testing::AssertionResult r =
+          ErrorOrClosed(c, 0, "random frame of " + std::to_string(n) + " bytes", &closed);
+      EXPECT_TRUE(r);
+      if (r) std::printf("  %s\n", r.message());
+      if (closed) break;
+    }
+    if (!closed) {
+      ASSERT_TRUE(c.Send(protocol::EncodeRequest(77, protocol::HelloRequest{})).ok());
+      EXPECT_TRUE(ExpectReply<protocol::HelloReply>(c, 77, "Hello after garbage"));
+    }
+  }
+  // (b) Unframed garbage, then hang up.
+  for (int i = 0; i < 8; ++i) {
+    RawConn c(socket_);
+    ASSERT_TRUE(c.connected());
+    std::vector<uint8_t> junk = RandomBytes(rng, 1 + rng() % 300);
+    c.SendRaw(junk.data(), junk.size());
+  }
+  // (c) Huge length prefixes: the connection is closed, nothing is allocated.
+  for (uint32_t len : {0xFFFFFFFFu, (64u << 20) + 1, 0x80000000u}) {
+    RawConn c(socket_);
+    ASSERT_TRUE(c.connected());
+    const uint8_t hdr[4] = {uint8_t(len), uint8_t(len >> 8), uint8_t(len >> 16),
+                            uint8_t(len >> 24)};
+    c.SendRaw(hdr, 4);
+    c.SendRaw("0123456789abcdef", 16);
+    EXPECT_TRUE(c.WaitClosed()) << "length prefix " << len << " did not close the connection";
+  }
+  // (d) A frame announced as 32 MiB that stops after 1 KiB, then hangs up.
+  {
+    RawConn c(socket_);
+    const uint32_t len = 32u << 20;
+    const uint8_t hdr[4] = {uint8_t(len), uint8_t(len >> 8), uint8_t(len >> 16),
+                            uint8_t(len >> 24)};
+    c.SendRaw(hdr, 4);
+    std::vector<uint8_t> part = RandomBytes(rng, 1024);
+    c.SendRaw(part.data(), part.size());
+  }
+
+  // A connection that announces 1 MiB, sends 10 bytes and stalls stays open
+  // while everything below runs: it must not hold anybody else up.
+  auto stalled = std::make_unique<RawConn>(socket_);
+  {
+    const uint32_t len = 1u << 20;
+    const uint8_t hdr[4] = {uint8_t(len), uint8_t(len >> 8), uint8_t(len >> 16),
+                            uint8_t(len >> 24)};
+    stalled->SendRaw(hdr, 4);
+    stalled->SendRaw("0123456789", 10);
+  }
+
+  // (e) Valid envelopes with out-of-range pages and ids, on a registered session.
+  LayoutSpec spec;
+  spec.slot_bytes = {4000};
+  spec.pages = 16;
+  InstanceLayout layout = BuildLayout(spec);
+  testing::HostPages pages(layout);
+  uint64_t id = 100;
+  {
+    RawConn c(socket_);
+    ASSERT_TRUE(c.connected());
+    std::optional<InstanceId> inst = RawRegister(c, "hostile", layout, pages, &id);
+    ASSERT_TRUE(inst);
+    auto bad = [&](const std::vector<uint8_t>& msg, const std::string& what) {
+      ASSERT_TRUE(c.Send(msg).ok()) << what;
+      bool closed = false;
+      ::testing::AssertionResult r = ErrorOrClosed(c, id, what, &closed);
+      EXPECT_TRUE(r);
+      if (r) std::printf("  %s\n", r.message());
+      ASSERT_FALSE(closed) << what << ": the Manager closed a session over a bad request; the "
+                           << "remaining cases need it";
+    };
+    auto publish = [&](InstanceId i, uint32_t group, std::vector<uint64_t> keys,
+                       std::vector<uint64_t> pgs, std::vector<uint32_t> slots) {
+      PublishRequest r{i, group, {}, std::move(pgs), std::move(slots)};
+      for (uint64_t k : keys) r.keys.push_back(KeyOf(k));
+      return protocol::EncodeRequest(++id, r);
+    };
+    bad(publish(*inst, 0, {1}, {16}, {}), "Publish page == num_pages");
+    bad(publish(*inst, 0, {1}, {~0ull}, {}), "Publish page 2^64-1");
+    bad(publish(*inst, 0, {1}, {1ull << 40}, {}), "Publish page 2^40");
+    bad(publish(*inst + 1000, 0, {1}, {0}, {}), "Publish unknown instance");
+    bad(publish(0, 0, {1}, {0}, {}), "Publish instance 0");
+    bad(publish(*inst, 7, {1}, {0}, {}), "Publish unknown group");
+    bad(publish(*inst, ~0u, {1}, {0}, {}), "Publish group 2^32-1");
+    bad(publish(*inst, 0, {1}, {0}, {9}), "Publish slot not held");
+    bad(publish(*inst, 0, {1}, {0}, {0, 0}), "Publish slot twice");
+    bad(publish(*inst, 0, {1, 2}, {0}, {}), "Publish 2 keys, 1 page");
+    bad(protocol::EncodeRequest(++id, QueryRequest{*inst + 1000, 0, {KeyOf(0)}, 1000}),
+        "Query unknown instance");
+    bad(protocol::EncodeRequest(++id, QueryRequest{*inst, 0, {KeyOf(0)}, 0}), "Query ttl 0");
+    bad(protocol::EncodeRequest(++id, QueryRequest{*inst, 9, {KeyOf(0)}, 1000}),
+        "Query unknown group");
+    bad(protocol::EncodeRequest(++id, RestoreRequest{*inst, 987654321, {0}, {0}}),
+        "Restore unknown query");
+    // A real query, then restores that misuse it; the query survives them.
+    ASSERT_TRUE(
+        c.Send(protocol::EncodeRequest(++id, QueryRequest{*inst, 0, {KeyOf(0), KeyOf(1)}, 30000}))
+            .ok());
+    std::optional<QueryResult> q = ExpectReply<QueryResult>(c, id, "Query");
+    ASSERT_TRUE(q);
+    ASSERT_EQ(q->prefix, 2u);
+    bad(protocol::EncodeRequest(++id, RestoreRequest{*inst, q->query, {2}, {0}}),
+        "Restore block beyond the prefix");
+    bad(protocol::EncodeRequest(++id, RestoreRequest{*inst, q->query, {~0u}, {0}}),
+        "Restore block 2^32-1");
+    bad(protocol::EncodeRequest(++id, RestoreRequest{*inst, q->query, {0}, {16}}),
+        "Restore page == num_pages");
+    bad(protocol::EncodeRequest(++id, RestoreRequest{*inst, q->query, {0}, {~0ull}}),
+        "Restore page 2^64-1");
+    bad(protocol::EncodeRequest(++id, RestoreRequest{*inst, q->query, {0, 0}, {1, 2}}),
+        "Restore block twice");
+    bad(protocol::EncodeRequest(++id, RestoreRequest{*inst, q->query, {0, 1}, {1}}),
+        "Restore 2 blocks, 1 page");
+    bad(protocol::EncodeRequest(++id, RestoreRequest{*inst, q->query, {}, {}}),
+        "Restore no blocks");
+    bad(protocol::EncodeRequest(++id, RestoreRequest{*inst + 1000, q->query, {0}, {1}}),
+        "Restore unknown instance");
+    ASSERT_TRUE(
+        c.Send(protocol::EncodeRequest(++id, RestoreRequest{*inst, q->query, {0, 1}, {10, 11}}))
+            .ok());
+    std::optional<RestoreResult> rr = ExpectReply<RestoreResult>(c, id, "Restore");
+    ASSERT_TRUE(rr);
+    for (const BlockResult& b : rr->blocks) EXPECT_TRUE(b.status.ok()) << b.status.ToString();
+    EXPECT_TRUE(pages.Holds(0, 10, SeedOf(71, 0)));
+    EXPECT_TRUE(pages.Holds(0, 11, SeedOf(71, 1)));
+    // CancelRestore of an unknown id: answered, nothing cancelled.
+    ASSERT_TRUE(c.Send(protocol::EncodeRequest(++id, protocol::CancelRestoreRequest{424242})).ok());
+    std::optional<protocol::CancelRestoreReply> cr =
+        ExpectReply<protocol::CancelRestoreReply>(c, id, "CancelRestore unknown");
+    ASSERT_TRUE(cr);
+    EXPECT_FALSE(cr->cancelled);
+    bad(protocol::EncodeRequest(++id, protocol::UnregisterRequest{*inst + 1000}),
+        "Unregister unknown instance");
+    bad(protocol::EncodeRequest(++id, PrepareRequest{*inst + 1000, 0, {KeyOf(0)}}),
+        "Prepare unknown instance");
+    // Replies sent as requests.
+    bad(protocol::EncodeReply(++id, protocol::HelloReply{}), "HelloReply as a request");
+    bad(protocol::EncodeReply(++id, RestoreResult{{BlockResult{0, Tier::kDram, {}}}}),
+        "RestoreReply as a request");
+    bad(protocol::EncodeError(++id, Status::Internal("x")), "ErrorReply as a request");
+    // Envelopes the decoder must refuse: another version; keys not 32-byte multiples.
+    {
+      flatbuffers::FlatBufferBuilder fbb;
+      auto hello = wire::CreateHello(fbb, protocol::kProtocolVersion, 1, fbb.CreateString("v"));
+      auto env = wire::CreateEnvelope(fbb, 99, ++id, wire::Body_Hello, hello.Union());
+      wire::FinishEnvelopeBuffer(fbb, env);
+      bad({fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize()}, "Envelope version 99");
+    }
+    {
+      flatbuffers::FlatBufferBuilder fbb;
+      std::vector<uint8_t> keys(33, 1);
+      std::vector<uint64_t> pgs = {0};
+      auto pub = wire::CreatePublish(fbb, *inst, 0, fbb.CreateVector(keys), fbb.CreateVector(pgs));
+      auto env = wire::CreateEnvelope(fbb, protocol::kProtocolVersion, ++id, wire::Body_Publish,
+                                      pub.Union());
+      wire::FinishEnvelopeBuffer(fbb, env);
+      bad({fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize()},
+          "Publish keys of 33 bytes");
+    }
+    {
+      flatbuffers::FlatBufferBuilder fbb;
+      auto env = wire::CreateEnvelope(fbb, protocol::kProtocolVersion, ++id,
+                                      static_cast<wire::Body>(200), 0);
+      wire::FinishEnvelopeBuffer(fbb, env);
+      bad({fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize()}, "unknown body type");
+    }
+    // (f) Register with fds that are not usable memfds.
+    RegisterRequest rr1;
+    rr1.ns = "hostile";
+    rr1.layout = layout;
+    auto bad_register = [&](RegisterRequest r, std::vector<int> fds, const std::string& what) {
+      ASSERT_TRUE(c.Send(protocol::EncodeRequest(++id, r), fds).ok()) << what;
+      for (int fd : fds) ::close(fd);
+      bool closed = false;
+      ::testing::AssertionResult res = ErrorOrClosed(c, id, what, &closed);
+      EXPECT_TRUE(res);
+      if (res) std::printf("  %s\n", res.message());
+      ASSERT_FALSE(closed) << what;
+    };
+    const uint64_t region = layout.region_bytes[0];
+    bad_register(rr1, {::open("/dev/null", O_RDWR | O_CLOEXEC)}, "Register /dev/null");
+    {
+      const std::string file = dir_.File("regular");
+      int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+      ASSERT_EQ(::ftruncate(fd, static_cast<off_t>(region)), 0);
+      bad_register(rr1, {fd}, "Register a regular file");
+    }
+    {
+      int pp[2];
+      ASSERT_EQ(::pipe2(pp, O_CLOEXEC), 0);
+      ::close(pp[1]);
+      bad_register(rr1, {pp[0]}, "Register a pipe");
+    }
+    bad_register(rr1, {::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)}, "Register a socket");
+    {
+      int fd = ::memfd_create("unsealed", MFD_CLOEXEC);
+      ASSERT_EQ(::ftruncate(fd, static_cast<off_t>(region)), 0);
+      bad_register(rr1, {fd}, "Register an unsealed memfd");
+    }
+    {
+      int fd = ::memfd_create("small", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+      ASSERT_EQ(::ftruncate(fd, static_cast<off_t>(region / 2)), 0);
+      ASSERT_EQ(::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+      bad_register(rr1, {fd}, "Register a sealed memfd smaller than its region");
+    }
+    {
+      int fd = ::memfd_create("readonly", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+      ASSERT_EQ(::ftruncate(fd, static_cast<off_t>(region)), 0);
+      ASSERT_EQ(::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE), 0);
+      bad_register(rr1, {fd}, "Register a write-sealed memfd");
+    }
+    // (g) More fds than regions, fewer, and fds on a message that takes none.
+    {
+      std::vector<int> three = pages.DupFds();
+      for (int fd : pages.DupFds()) three.push_back(fd);
+      for (int fd : pages.DupFds()) three.push_back(fd);
+      bad_register(rr1, three, "Register 3 fds for 1 region");
+    }
+    bad_register(rr1, {}, "Register 0 fds for 1 region");
+    {
+      RegisterRequest two = rr1;
+      two.layout.region_bytes.push_back(4096);  // 2 regions, 1 fd
+      bad_register(two, pages.DupFds(), "Register 1 fd for 2 regions");
+    }
+    {
+      RegisterRequest many = rr1;
+      many.layout.region_bytes.assign(kMaxRegions + 1, 4096);
+      bad_register(many, {}, "Register with kMaxRegions + 1 regions");
+    }
+    {
+      RegisterRequest cuda = rr1;
+      cuda.device = "cuda:0";
+      bad_register(cuda, pages.DupFds(), "Register cuda:0 with memfds");
+    }
+    {
+      std::vector<int> fds = pages.DupFds();
+      PublishRequest pr{*inst, 0, {KeyOf(5)}, {5}, {}};
+      ASSERT_TRUE(c.Send(protocol::EncodeRequest(++id, pr), fds).ok());
+      for (int fd : fds) ::close(fd);
+      EXPECT_TRUE(ErrorOrClosed(c, id, "Publish carrying an fd"));
+    }
+  }
+  // The stalled connection goes away too.
+  stalled.reset();
+
+  // The Manager is alive, leaked no descriptor, counted the bad frames, and
+  // still serves a well-behaved client byte-exact.
+  EXPECT_TRUE(mgr_->Running());
+  EXPECT_EQ(::kill(pid, 0), 0);
+  EXPECT_TRUE(mgr_->GaugesReachZero({"orbitkv_sessions"}, 10s));
+  int fds_after = -1;
+  for (auto deadline = Clock::now() + 5s; Clock::now() < deadline;) {
+    fds_after = CountFds(pid);
+    if (fds_after <= fds_before) break;
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_LE(fds_after, fds_before) << "the Manager leaked file descriptors (memfds or sockets "
+                                      "of refused requests)";
+  std::string err;
+  std::optional<Metrics> m = mgr_->Scrape(&err);
+  ASSERT_TRUE(m) << err;
+  EXPECT_GT(m->Get("orbitkv_protocol_bad_frames_total").value_or(0), 0);
+  EngineRun v = Engine("restore-verify", with({"--keys", "0..8", "--dst-page", "8"}));
+  EXPECT_ENGINE_OK(v);
+  EXPECT_EQ(Field(v.out, "restore", "verified"), 8) << v.out;
+  ExpectReleased();
+  EXPECT_TRUE(mgr_->Running());
+}
+
+}  // namespace
+}  // namespace orbitkv::integration
