@@ -69,6 +69,10 @@ class [[nodiscard]] Status {
     return {StatusCode::kPermissionDenied, std::move(msg)};
   }
   static Status Internal(std::string msg) { return {StatusCode::kInternal, std::move(msg)}; }
+  // A status of any code (kOk gives OK); for decoders and error mappers.
+  static Status FromCode(StatusCode code, std::string msg) {
+    return code == StatusCode::kOk ? Status() : Status(code, std::move(msg));
+  }
   // An I/O failure. `what` names the file (and range); err is the errno.
   // ENOSPC/EDQUOT map to kNoSpace. EINTR/EAGAIN/EBUSY are marked retryable.
   static Status IOError(std::string what, int err, bool data_loss = false);

@@ -76,20 +76,7 @@ StatusCode CodeFor(cudaError_t err) {
 }
 
 Status MakeStatus(StatusCode code, std::string msg) {
-  switch (code) {
-    case StatusCode::kResourceExhausted:
-      return Status::ResourceExhausted(std::move(msg));
-    case StatusCode::kUnavailable:
-      return Status::Unavailable(std::move(msg));
-    case StatusCode::kInvalidArgument:
-      return Status::InvalidArgument(std::move(msg));
-    case StatusCode::kAlreadyExists:
-      return Status::AlreadyExists(std::move(msg));
-    case StatusCode::kFailedPrecondition:
-      return Status::FailedPrecondition(std::move(msg));
-    default:
-      return Status::Internal(std::move(msg));
-  }
+  return Status::FromCode(code, std::move(msg));
 }
 
 const char* BaseName(const char* path) {

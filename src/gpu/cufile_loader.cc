@@ -113,26 +113,7 @@ const OpErrorInfo* FindOpError(int code) {
 }
 
 Status MakeStatus(StatusCode code, std::string msg) {
-  switch (code) {
-    case StatusCode::kUnavailable:
-      return Status::Unavailable(std::move(msg));
-    case StatusCode::kInvalidArgument:
-      return Status::InvalidArgument(std::move(msg));
-    case StatusCode::kAlreadyExists:
-      return Status::AlreadyExists(std::move(msg));
-    case StatusCode::kFailedPrecondition:
-      return Status::FailedPrecondition(std::move(msg));
-    case StatusCode::kPermissionDenied:
-      return Status::PermissionDenied(std::move(msg));
-    case StatusCode::kResourceExhausted:
-      return Status::ResourceExhausted(std::move(msg));
-    case StatusCode::kBusy:
-      return Status::Busy(std::move(msg));
-    case StatusCode::kIOError:
-      return Status::IOError(std::move(msg), EIO);
-    default:
-      return Status::Internal(std::move(msg));
-  }
+  return Status::FromCode(code, std::move(msg));
 }
 
 std::string RangeText(int fd, off_t offset, size_t size) {

@@ -94,6 +94,16 @@ class ManagerTest : public ::testing::Test {
     return r.ok() ? *r : RestoreResult{};
   }
 
+  // Keys 0..n-1 from pages 0..n-1 (seed = key), each written back to SSD before
+  // the next, so a small pool evicts the oldest to SSD.
+  void PublishOneByOne(InstanceId inst, HostPages& pages, uint64_t n) {
+    for (uint64_t i = 0; i < n; ++i) {
+      pages.Fill(0, i, i);
+      Publish(inst, {i}, {i});
+      mgr->Drain();
+    }
+  }
+
   void ExpectAllReleased() {
     mgr->Drain();
     Manager::Gauges g = mgr->gauges();
@@ -244,11 +254,7 @@ TEST_F(ManagerTest, CancelBeforeSubmissionReleasesAfterSubmissionCompletes) {
   InstanceLayout l = SplitLayout(64, {65536});
   HostPages pages(l);
   InstanceId inst = Register(pages, l);
-  for (uint64_t i = 0; i < 40; ++i) {
-    pages.Fill(0, i, i);
-    Publish(inst, {i}, {i});
-    mgr->Drain();
-  }
+  PublishOneByOne(inst, pages, 40);
   QueryResult qa = Query(inst, {0});
   QueryResult qb = Query(inst, {1});
   ASSERT_EQ(qa.sources[0], Tier::kSsd);
@@ -285,11 +291,7 @@ TEST_F(ManagerTest, SessionCloseReleasesEverything) {
   InstanceLayout l = SplitLayout(32, {65536});
   HostPages pages(l);
   InstanceId inst = Register(pages, l);
-  for (uint64_t i = 0; i < 24; ++i) {
-    pages.Fill(0, i, i);
-    Publish(inst, {i}, {i});
-    mgr->Drain();
-  }
+  PublishOneByOne(inst, pages, 24);
   pages.Fill(0, 30, 99);
   Publish(inst, {99}, {30}, {});
   QueryResult q = Query(inst, {0, 1, 2});
@@ -381,11 +383,7 @@ TEST_F(ManagerTest, SsdReadFailureAndCorruptionAreBlockErrors) {
   InstanceLayout l = SplitLayout(64, {65536});
   HostPages pages(l);
   InstanceId inst = Register(pages, l);
-  for (uint64_t i = 0; i < 40; ++i) {
-    pages.Fill(0, i, i);
-    Publish(inst, {i}, {i});
-    mgr->Drain();
-  }
+  PublishOneByOne(inst, pages, 40);
   faults.AddRule({IoOp::kRead, 1, ScriptedIoFaults::Fault::kError, EIO});
   QueryResult q = Query(inst, {0});
   ASSERT_EQ(q.sources[0], Tier::kSsd);
@@ -410,11 +408,7 @@ TEST_F(ManagerTest, PrepareWarmsSsdObjectsIntoDram) {
   InstanceLayout l = SplitLayout(64, {65536});
   HostPages pages(l);
   InstanceId inst = Register(pages, l);
-  for (uint64_t i = 0; i < 40; ++i) {
-    pages.Fill(0, i, i);
-    Publish(inst, {i}, {i});
-    mgr->Drain();
-  }
+  PublishOneByOne(inst, pages, 40);
   ASSERT_EQ(Query(inst, {0}).sources[0], Tier::kSsd);
   mgr->CloseSession(session);
   session = mgr->OpenSession(getpid());
