@@ -510,6 +510,8 @@ Result<std::unique_ptr<Manager>> Manager::Create(const ManagerConfig& config) {
   d.clock = config.clock;
   // With SSD on, a sealed object waits for writeback (never evicted before it).
   d.writeback_on_seal = ssd_on;
+  d.on_arena = config.register_host_memory;
+  d.on_arena_release = config.unregister_host_memory;
   ORBITKV_ASSIGN_OR_RETURN(impl->dram, DramCache::Create(d));
   if (ssd_on) {
     DramCacheOptions st = d;

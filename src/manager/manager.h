@@ -48,6 +48,10 @@ struct ManagerConfig {
   uint64_t read_staging_bytes = 0;
   // How long a Publish waits for writeback to free pool room before dropping.
   std::chrono::milliseconds publish_wait{2000};
+  // Registers the pinned pool and staging with the GPU runtime (src/gpu's
+  // HostMemoryHooks); empty on hosts without CUDA.
+  std::function<Status(void*, uint64_t)> register_host_memory;
+  std::function<void(void*)> unregister_host_memory;
   FileSystem* fs = FileSystem::Default();
   Clock* clock = Clock::Real();
   MetricsRegistry* metrics = nullptr;    // required

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <memory>
 
+#include "gpu/host_memory_hooks.h"
 #include "manager/manager.h"
 #include "orbitkv/client.h"
 #include "orbitkv/logging.h"
@@ -56,6 +57,9 @@ int Run(int argc, char** argv) {
   ManagerConfig config;
   config.options = o;
   config.metrics = &metrics;
+  HostMemoryHooks gpu = GetHostMemoryHooks();
+  config.register_host_memory = gpu.register_memory;
+  config.unregister_host_memory = gpu.unregister_memory;
   Result<std::unique_ptr<Manager>> manager = Manager::Create(config);
   if (!manager.ok()) return Fail(manager.status());
   ManagerService service(manager->get(), &metrics);
@@ -73,9 +77,9 @@ int Run(int argc, char** argv) {
   }
   const bool ssd = !o.ssd_cache_path.empty();
   OKV_LOG_INFO(
-      "orbitkv-cache-manager ready: pool {} | ssd {} capacity {} in {} shards | backend {} | "
+      "orbitkv-cache-manager ready: pool {} ({}) | ssd {} capacity {} in {} shards | backend {} | "
       "read path {} | queue depth {} x {} workers | socket {} | metrics {}",
-      FormatByteSize(o.pool_size), ssd ? o.ssd_cache_path : "off",
+      FormatByteSize(o.pool_size), gpu.description, ssd ? o.ssd_cache_path : "off",
       FormatByteSize(o.ssd_cache_capacity), o.ssd_shards,
       !ssd                                 ? "-"
       : o.ssd_backend == SsdBackend::kAuto ? "uring (auto: cuFile is not available in this build)"

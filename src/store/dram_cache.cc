@@ -139,6 +139,7 @@ struct DramCache::Impl {
                     FormatByteSize(scratch_bytes_));
       assert(false && "DramCache destroyed while in use");
     }
+    if (options_.on_arena_release) options_.on_arena_release(base_);
     if (munmap(base_, capacity_) != 0) {
       OKV_LOG_ERROR("munmap of the DRAM pool failed: {}", ErrnoText(errno));
     }

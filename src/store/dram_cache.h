@@ -46,6 +46,8 @@ struct DramCacheOptions {
   bool writeback_on_seal = false;
   // Called once with the arena after it is mapped (CUDA host registration).
   std::function<Status(void* base, uint64_t size)> on_arena;
+  // Called with the arena before it is unmapped (undo on_arena).
+  std::function<void(void* base)> on_arena_release;
 };
 
 using EntryId = uint64_t;
