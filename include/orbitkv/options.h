@@ -20,6 +20,9 @@ std::string_view SsdReadPathName(SsdReadPath p);
 struct ManagerOptions {
   // DRAM tier.
   uint64_t pool_size = 4ull * 1000 * 1000 * 1000;  // --pool-size 4gb
+  // all: keep every published object in DRAM; reuse: keep one in DRAM only
+  // when its key was seen before (others go to SSD and leave DRAM).
+  bool admission_reuse = false;  // --admission all|reuse (default all)
   // SSD tier. SSD caching is off when ssd_cache_path is empty.
   std::string ssd_cache_path;                                 // --ssd-cache-path
   uint64_t ssd_cache_capacity = 512ull * 1000 * 1000 * 1000;  // --ssd-cache-capacity 512gb

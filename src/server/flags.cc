@@ -16,6 +16,10 @@ Result<ParsedFlags> ParseFlags(int argc, const char* const* argv, std::string* o
   std::string pool = "4gb", capacity = "512gb", backend = "auto", read_path;
   app.add_option("--pool-size", pool, "Pinned DRAM pool size (e.g. 8gb, 512mib)")
       ->capture_default_str();
+  std::string admission = "all";
+  app.add_option("--admission", admission,
+                 "all|reuse: DRAM admission of published objects (reuse: only keys seen before)")
+      ->capture_default_str();
   app.add_option("--ssd-cache-path", o.ssd_cache_path,
                  "SSD cache file; shards are PATH, PATH.1, ... SSD caching is off without it")
       ->capture_default_str();
@@ -70,6 +74,11 @@ Result<ParsedFlags> ParseFlags(int argc, const char* const* argv, std::string* o
   };
   ORBITKV_RETURN_IF_ERROR(size_flag("--pool-size", pool, &o.pool_size));
   ORBITKV_RETURN_IF_ERROR(size_flag("--ssd-cache-capacity", capacity, &o.ssd_cache_capacity));
+  if (admission == "all" || admission == "reuse") {
+    o.admission_reuse = admission == "reuse";
+  } else {
+    return Status::InvalidArgument("--admission: '" + admission + "' is not one of all, reuse");
+  }
   if (backend == "auto")
     o.ssd_backend = SsdBackend::kAuto;
   else if (backend == "uring")

@@ -27,7 +27,7 @@ TEST(Flags, HelpListsEveryFlagWithItsDefault) {
   for (const char* want :
        {"--pool-size", "--ssd-cache-path", "--ssd-cache-capacity", "512gb", "--ssd-backend", "auto",
         "--ssd-read-path", "unset", "--metrics-port", "9464", "--ssd-shards", "--ssd-queue-depth",
-        "--ssd-io-workers", "--socket"}) {
+        "--ssd-io-workers", "--socket", "--admission"}) {
     EXPECT_NE(help.find(want), std::string::npos) << want << "\n" << help;
   }
 }
@@ -57,6 +57,7 @@ TEST(Flags, BadValuesNameTheFlagOnOneLine) {
            {{"--ssd-cache-capacity", "1.5.gb"}, "--ssd-cache-capacity"},
            {{"--ssd-cache-capacity", "12zb"}, "--ssd-cache-capacity"},
            {{"--ssd-backend", "spdk"}, "--ssd-backend"},
+           {{"--admission", "lru"}, "--admission"},
            {{"--ssd-read-path", "auto"}, "--ssd-read-path"},
            {{"--ssd-queue-depth", "0"}, "--ssd-queue-depth"},
            {{"--ssd-queue-depth", "lots"}, "--ssd-queue-depth"},
