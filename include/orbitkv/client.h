@@ -32,6 +32,8 @@ class Client {
   virtual Status UnregisterInstance(InstanceId instance) = 0;
   virtual Result<PublishResult> Publish(const PublishRequest& request) = 0;
   virtual Result<QueryResult> Query(const QueryRequest& request) = 0;
+  // Releases what a query still holds (blocks the engine will not restore).
+  virtual Status ReleaseQuery(InstanceId instance, QueryId query) = 0;
   // A ticket names a restore for CancelRestore; take one before calling Restore.
   virtual uint64_t NewTicket() = 0;
   virtual Result<RestoreResult> Restore(const RestoreRequest& request, uint64_t ticket = 0) = 0;

@@ -499,6 +499,15 @@ class PyClient {
     return out;
   }
 
+  void ReleaseQuery(InstanceId instance, QueryId query) {
+    std::shared_ptr<Client> c = Get();
+    Status st = [&] {
+      py::gil_scoped_release nogil;
+      return c->ReleaseQuery(instance, query);
+    }();
+    Check(st);
+  }
+
   uint64_t NewTicket() { return Get()->NewTicket(); }
 
   std::vector<PyBlockResult> Restore(InstanceId instance, QueryId query, py::handle blocks,
@@ -841,6 +850,9 @@ context manager (closes on exit).)doc")
            py::arg("ttl_ms") = 30000,
            "Looks up a key chain (key i names blocks 0..i). Returns a QueryResult whose "
            "leases expire after ttl_ms.")
+      .def("release_query", &PyClient::ReleaseQuery, py::arg("instance"), py::arg("query"),
+           "Releases the sources a query still holds (blocks that will not be restored), "
+           "instead of waiting for its ttl.")
       .def("new_ticket", &PyClient::NewTicket,
            "A ticket naming a later restore, for cancel_restore from another thread.")
       .def("restore", &PyClient::Restore, py::arg("instance"), py::arg("query"), py::arg("blocks"),

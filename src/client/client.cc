@@ -52,6 +52,10 @@ class SocketClient final : public Client {
   Result<QueryResult> Query(const QueryRequest& request) override {
     return Call<QueryResult>(request);
   }
+  Status ReleaseQuery(InstanceId instance, QueryId query) override {
+    return Call<protocol::ReleaseQueryReply>(protocol::ReleaseQueryRequest{instance, query})
+        .status();
+  }
   uint64_t NewTicket() override { return conn_->NextId(); }
   Result<RestoreResult> Restore(const RestoreRequest& request, uint64_t ticket) override {
     return Call<RestoreResult>(request, {}, ticket);

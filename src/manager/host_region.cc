@@ -28,6 +28,10 @@ Result<std::unique_ptr<HostRegion>> HostRegion::Map(int fd, uint64_t bytes) {
   if ((seals & F_SEAL_SHRINK) == 0) {
     return Status::InvalidArgument("host region: memfd must be sealed with F_SEAL_SHRINK");
   }
+  if ((seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE)) != 0) {
+    return Status::InvalidArgument(
+        "host region: memfd is sealed against writes; restores write pages");
+  }
   struct stat st;
   if (::fstat(fd, &st) != 0) return Status::IOError("host region: fstat", errno);
   if (static_cast<uint64_t>(st.st_size) < bytes) {

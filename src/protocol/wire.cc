@@ -320,6 +320,14 @@ Status Decode(const w::Unregister& t, UnregisterRequest* m) {
 
 Status Decode(const w::UnregisterReply&, UnregisterReply*) { return Status::OK(); }
 
+Status Decode(const w::ReleaseQuery& t, ReleaseQueryRequest* m) {
+  m->instance = t.instance();
+  m->query = t.query();
+  return Status::OK();
+}
+
+Status Decode(const w::ReleaseQueryReply&, ReleaseQueryReply*) { return Status::OK(); }
+
 Status Decode(const w::ErrorReply& t, ErrorReply* m) {
   WireStatus ws;
   ws.code = t.code();
@@ -488,6 +496,16 @@ std::vector<uint8_t> EncodeReply(uint64_t id, const PrepareReply& m) {
   return Finish<PrepareReply>(fbb, id, w::CreatePrepareReply(fbb, m.queued, m.skipped));
 }
 
+std::vector<uint8_t> EncodeRequest(uint64_t id, const ReleaseQueryRequest& m) {
+  fb::FlatBufferBuilder fbb(64);
+  return Finish<ReleaseQueryRequest>(fbb, id, w::CreateReleaseQuery(fbb, m.instance, m.query));
+}
+
+std::vector<uint8_t> EncodeReply(uint64_t id, const ReleaseQueryReply&) {
+  fb::FlatBufferBuilder fbb(64);
+  return Finish<ReleaseQueryReply>(fbb, id, w::CreateReleaseQueryReply(fbb));
+}
+
 std::vector<uint8_t> EncodeReply(uint64_t id, const UnregisterReply&) {
   fb::FlatBufferBuilder fbb(64);
   return Finish<UnregisterReply>(fbb, id, w::CreateUnregisterReply(fbb));
@@ -596,6 +614,13 @@ Result<DecodedMessage> DecodeMessage(std::span<const uint8_t> input) {
       break;
     case w::Body_ErrorReply:
       st = DecodeBody<ErrorReply, w::ErrorReply>(*env, "ErrorReply", &out.body);
+      break;
+    case w::Body_ReleaseQuery:
+      st = DecodeBody<ReleaseQueryRequest, w::ReleaseQuery>(*env, "ReleaseQuery", &out.body);
+      break;
+    case w::Body_ReleaseQueryReply:
+      st =
+          DecodeBody<ReleaseQueryReply, w::ReleaseQueryReply>(*env, "ReleaseQueryReply", &out.body);
       break;
     default:
       // The verifier accepts unknown union members (forward compatibility);

@@ -77,6 +77,12 @@ struct UnregisterRequest {
 
 struct UnregisterReply {};
 
+struct ReleaseQueryRequest {
+  InstanceId instance = 0;
+  QueryId query = 0;
+};
+struct ReleaseQueryReply {};
+
 // Cancels this session's in-flight Restore whose envelope id is restore_id.
 // The restore still answers its own request (blocks not restored report
 // Cancelled); this reply only says whether it was found in flight.
@@ -99,11 +105,11 @@ struct ErrorReply {
 };
 
 // Every body an Envelope can carry, in the order of the schema's Body union.
-using Message =
-    std::variant<HelloRequest, HelloReply, RegisterRequest, RegisterReply, PublishRequest,
-                 PublishResult, QueryRequest, QueryResult, RestoreRequest, RestoreResult,
-                 CancelRestoreRequest, CancelRestoreReply, PrepareRequest, PrepareReply,
-                 UnregisterRequest, UnregisterReply, ErrorReply>;
+using Message = std::variant<HelloRequest, HelloReply, RegisterRequest, RegisterReply,
+                             PublishRequest, PublishResult, QueryRequest, QueryResult,
+                             RestoreRequest, RestoreResult, CancelRestoreRequest,
+                             CancelRestoreReply, PrepareRequest, PrepareReply, UnregisterRequest,
+                             UnregisterReply, ErrorReply, ReleaseQueryRequest, ReleaseQueryReply>;
 
 struct DecodedMessage {
   uint16_t version = 0;
@@ -123,6 +129,7 @@ std::vector<uint8_t> EncodeRequest(uint64_t id, const RestoreRequest& m);
 std::vector<uint8_t> EncodeRequest(uint64_t id, const CancelRestoreRequest& m);
 std::vector<uint8_t> EncodeRequest(uint64_t id, const PrepareRequest& m);
 std::vector<uint8_t> EncodeRequest(uint64_t id, const UnregisterRequest& m);
+std::vector<uint8_t> EncodeRequest(uint64_t id, const ReleaseQueryRequest& m);
 
 std::vector<uint8_t> EncodeReply(uint64_t id, const HelloReply& m);
 std::vector<uint8_t> EncodeReply(uint64_t id, const RegisterReply& m);
@@ -132,6 +139,7 @@ std::vector<uint8_t> EncodeReply(uint64_t id, const RestoreResult& m);
 std::vector<uint8_t> EncodeReply(uint64_t id, const CancelRestoreReply& m);
 std::vector<uint8_t> EncodeReply(uint64_t id, const PrepareReply& m);
 std::vector<uint8_t> EncodeReply(uint64_t id, const UnregisterReply& m);
+std::vector<uint8_t> EncodeReply(uint64_t id, const ReleaseQueryReply& m);
 std::vector<uint8_t> EncodeReply(uint64_t id, const ErrorReply& m);
 // An ErrorReply carrying `status`; an OK status becomes Internal (a bug).
 std::vector<uint8_t> EncodeError(uint64_t id, const Status& status);

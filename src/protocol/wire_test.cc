@@ -125,6 +125,13 @@ TEST(WireTest, RegisterRoundTrip) {
   EXPECT_EQ(rr.instance, 77u);
 }
 
+TEST(WireTest, ReleaseQueryRoundTrip) {
+  auto m = DecodeAs<ReleaseQueryRequest>(EncodeRequest(8, ReleaseQueryRequest{3, 77}), 8);
+  EXPECT_EQ(m.instance, 3u);
+  EXPECT_EQ(m.query, 77u);
+  DecodeAs<ReleaseQueryReply>(EncodeReply(9, ReleaseQueryReply{}), 9);
+}
+
 TEST(WireTest, UnregisterRoundTrip) {
   EXPECT_EQ(DecodeAs<UnregisterRequest>(EncodeRequest(4, UnregisterRequest{12}), 4).instance, 12u);
   DecodeAs<UnregisterReply>(EncodeReply(5, UnregisterReply{}), 5);

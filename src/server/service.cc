@@ -94,6 +94,15 @@ void ManagerService::OnFrame(protocol::Session& session, protocol::Frame&& frame
           // The callback may run inline (DRAM-only restores) or later on a lane;
           // `finished` orders it against recording the restore for CancelRestore.
           auto finished = std::make_shared<bool>(false);
+          {
+            std::lock_guard<std::mutex> l(mu_);
+            if (restores_.count(key)) {
+              reply(protocol::EncodeError(
+                  rid, Status::InvalidArgument("restore request id " + std::to_string(rid) +
+                                               " is already in flight on this session")));
+              return;
+            }
+          }
           Result<RestoreId> started = manager_->StartRestore(
               sid, m, [this, ref, rid, key, finished](Result<RestoreResult> r) {
                 {
@@ -133,6 +142,13 @@ void ManagerService::OnFrame(protocol::Session& session, protocol::Frame&& frame
             p.queued = *n;
             p.skipped = static_cast<uint32_t>(m.keys.size()) - *n;
             reply(protocol::EncodeReply(rid, p));
+          }
+        } else if constexpr (std::is_same_v<T, protocol::ReleaseQueryRequest>) {
+          Status st = manager_->ReleaseQuery(sid, m.query);
+          if (st.ok()) {
+            reply(protocol::EncodeReply(rid, protocol::ReleaseQueryReply{}));
+          } else {
+            reply(protocol::EncodeError(rid, st));
           }
         } else if constexpr (std::is_same_v<T, protocol::UnregisterRequest>) {
           Status st = manager_->UnregisterInstance(sid, m.instance);

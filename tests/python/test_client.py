@@ -176,6 +176,21 @@ def test_fragmented_publication_seals_when_complete(client):
     assert eng.read(5) == written
 
 
+def test_release_query_frees_its_sources(client):
+    eng = Engine(orbitkv.split_layout(8, [4000]))
+    inst = eng.register(client, "release")
+    eng.fill(0)
+    k = keys("release", [1])
+    assert client.publish(inst, 0, k, [0]).sealed == 1
+    q = client.query(inst, 0, k)
+    assert q.prefix == 1
+    client.release_query(inst, q.query)
+    with pytest.raises(orbitkv.NotFoundError):
+        client.restore(inst, q.query, [0], [1])  # released: nothing left to restore
+    with pytest.raises(orbitkv.NotFoundError):
+        client.release_query(inst, q.query)
+
+
 def test_restore_from_ssd_after_dram_eviction(start_manager):
     mgr = start_manager(pool_size="2mib")  # ~30 objects of 64 KiB
     ns = "ssd"
