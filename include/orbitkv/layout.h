@@ -52,6 +52,45 @@ struct InstanceLayout {
 // slot (page_stride < bytes_per_page): engines may alias memory on purpose.
 Status ValidateLayout(const InstanceLayout& layout);
 
+// Split layout (one tensor per slot, e.g. per layer): region s holds slot s of
+// every page, stride = slot bytes. One group, every slot held.
+inline InstanceLayout SplitLayout(uint64_t pages, const std::vector<uint64_t>& slot_bytes,
+                                  uint32_t group_id = 0) {
+  InstanceLayout l;
+  l.num_pages = pages;
+  GroupLayout g;
+  g.group_id = group_id;
+  g.num_slots = static_cast<uint32_t>(slot_bytes.size());
+  g.slot_bytes = slot_bytes;
+  for (uint32_t s = 0; s < slot_bytes.size(); ++s) {
+    l.region_bytes.push_back(pages * slot_bytes[s]);
+    g.slots.push_back({s, s, 0, slot_bytes[s], slot_bytes[s]});
+  }
+  l.groups.push_back(std::move(g));
+  return l;
+}
+
+// Page-first layout: one region; a page holds all its slots back to back.
+inline InstanceLayout PageFirstLayout(uint64_t pages, const std::vector<uint64_t>& slot_bytes,
+                                      uint32_t group_id = 0) {
+  InstanceLayout l;
+  l.num_pages = pages;
+  GroupLayout g;
+  g.group_id = group_id;
+  g.num_slots = static_cast<uint32_t>(slot_bytes.size());
+  g.slot_bytes = slot_bytes;
+  uint64_t page_bytes = 0;
+  for (uint64_t b : slot_bytes) page_bytes += b;
+  uint64_t off = 0;
+  for (uint32_t s = 0; s < slot_bytes.size(); ++s) {
+    g.slots.push_back({s, 0, off, page_bytes, slot_bytes[s]});
+    off += slot_bytes[s];
+  }
+  l.region_bytes.push_back(pages * page_bytes);
+  l.groups.push_back(std::move(g));
+  return l;
+}
+
 // Byte offset of (slot, page) inside its region. REQUIRES: layout validated, page < num_pages.
 inline uint64_t SlotPageOffset(const SlotLayout& s, uint64_t page) {
   return s.offset + page * s.page_stride;

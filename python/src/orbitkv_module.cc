@@ -26,6 +26,7 @@
 
 #include "orbitkv/cache_api.h"
 #include "orbitkv/client.h"
+#include "orbitkv/host_memory.h"
 #include "orbitkv/layout.h"
 #include "orbitkv/status.h"
 
@@ -233,8 +234,8 @@ std::string TierName(Tier t) {
 
 // ---- host pages --------------------------------------------------------------
 
-// One sealed memfd (F_SEAL_SHRINK | F_SEAL_GROW, what the Manager requires),
-// mapped read-write here and exported through the buffer protocol.
+// One HostMemory (a sealed memfd, what the Manager requires) exported through
+// the buffer protocol.
 class HostPages {
  public:
   HostPages(uint64_t size, const std::string& name) : size_(size) {
@@ -242,25 +243,14 @@ class HostPages {
     if (size > static_cast<uint64_t>(std::numeric_limits<Py_ssize_t>::max())) {
       throw py::value_error("HostPages size too large");
     }
-    fd_ = ::memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    if (fd_ < 0) ThrowOSError();
-    if (::ftruncate(fd_, static_cast<off_t>(size)) != 0 ||
-        ::fcntl(fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) {
-      const int err = errno;
-      ::close(fd_);
-      fd_ = -1;
-      errno = err;
+    Result<HostMemory> m = HostMemory::Create(size, name);
+    if (!m.ok()) {
+      errno = m.status().err_no() != 0 ? m.status().err_no() : EINVAL;
       ThrowOSError();
     }
-    void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
-    if (p == MAP_FAILED) {
-      const int err = errno;
-      ::close(fd_);
-      fd_ = -1;
-      errno = err;
-      ThrowOSError();
-    }
-    data_ = static_cast<uint8_t*>(p);
+    memory_ = std::move(m).value();
+    fd_ = memory_.fd();
+    data_ = memory_.data();
   }
   ~HostPages() { Release(); }
   HostPages(const HostPages&) = delete;
@@ -315,16 +305,16 @@ class HostPages {
 
  private:
   void Release() {
-    if (data_ != nullptr) ::munmap(data_, size_);
+    memory_ = HostMemory();  // unmaps and closes
     data_ = nullptr;
-    if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
   }
 
   uint64_t size_ = 0;
-  int fd_ = -1;
-  uint8_t* data_ = nullptr;
-  int exports_ = 0;  // live Py_buffer exports; guarded by the GIL
+  HostMemory memory_;
+  int fd_ = -1;              // memory_.fd() while open
+  uint8_t* data_ = nullptr;  // memory_.data() while open
+  int exports_ = 0;          // live Py_buffer exports; guarded by the GIL
 };
 
 // ---- layouts -----------------------------------------------------------------

@@ -1,27 +1,24 @@
-// Pages: an engine's host KV pages in a split layout (one region per slot,
-// i.e. one tensor per layer and K/V; slot s of page p at region s + p * slot
-// bytes). Each region is a memfd sealed against shrinking and growing, as the
-// Manager requires, mapped here so the engine can write and check pages.
+// Pages: an engine's host KV pages in a split layout (orbitkv::SplitLayout: one
+// region per slot, i.e. one tensor per layer and K/V). Each region is a
+// HostMemory (a sealed memfd, as the Manager requires) mapped here so the
+// engine can write and check pages.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
+#include "orbitkv/host_memory.h"
 #include "orbitkv/layout.h"
 #include "orbitkv/status.h"
 
 namespace orbitkv::demo {
 
-// Split layout of `pages` pages for one group (id 0) with these slot sizes.
-InstanceLayout SplitLayout(uint64_t pages, const std::vector<uint64_t>& slot_bytes);
-
 class Pages {
  public:
   static Result<Pages> Create(const InstanceLayout& layout);
-  Pages(Pages&& other) noexcept;
+  Pages(Pages&& other) noexcept = default;
   Pages& operator=(Pages&&) = delete;
   Pages(const Pages&) = delete;
-  ~Pages();
 
   // The region fds, for RegisterInstance (the client sends them; we keep ours).
   const std::vector<int>& fds() const { return fds_; }
@@ -38,8 +35,9 @@ class Pages {
  private:
   explicit Pages(const InstanceLayout& layout) : layout_(layout) {}
   InstanceLayout layout_;
-  std::vector<int> fds_;
-  std::vector<uint8_t*> maps_;
+  std::vector<HostMemory> memory_;
+  std::vector<int> fds_;        // memory_[i].fd()
+  std::vector<uint8_t*> maps_;  // memory_[i].data()
 };
 
 }  // namespace orbitkv::demo

@@ -1,6 +1,5 @@
-// HostPages: engine-side host page memory for tests and the demo engine: one
-// memfd per region, sealed against shrinking and growing (what the Manager
-// requires), mapped here for writing and checking page bytes.
+// HostPages: engine-side host page memory for tests: one HostMemory (sealed
+// memfd) per layout region, with byte patterns to fill and check pages.
 #pragma once
 
 #include <fcntl.h>
@@ -13,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "orbitkv/host_memory.h"
 #include "orbitkv/layout.h"
 
 namespace orbitkv::testing {
@@ -21,21 +21,11 @@ class HostPages {
  public:
   explicit HostPages(const InstanceLayout& layout) : layout_(layout) {
     for (uint64_t bytes : layout.region_bytes) {
-      int fd = ::memfd_create("orbitkv-pages", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-      if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(bytes)) != 0 ||
-          ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) {
-        throw std::runtime_error("memfd setup failed");
-      }
-      void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-      if (p == MAP_FAILED) throw std::runtime_error("mmap failed");
-      fds_.push_back(fd);
-      maps_.push_back(static_cast<uint8_t*>(p));
-    }
-  }
-  ~HostPages() {
-    for (size_t i = 0; i < maps_.size(); ++i) {
-      ::munmap(maps_[i], layout_.region_bytes[i]);
-      ::close(fds_[i]);
+      Result<HostMemory> m = HostMemory::Create(bytes, "orbitkv-test-pages");
+      if (!m.ok()) throw std::runtime_error(m.status().ToString());
+      fds_.push_back(m->fd());
+      maps_.push_back(m->data());
+      memory_.push_back(std::move(m).value());
     }
   }
   HostPages(const HostPages&) = delete;
@@ -88,46 +78,12 @@ class HostPages {
 
  private:
   InstanceLayout layout_;
-  std::vector<int> fds_;
-  std::vector<uint8_t*> maps_;
+  std::vector<HostMemory> memory_;
+  std::vector<int> fds_;        // memory_[i].fd()
+  std::vector<uint8_t*> maps_;  // memory_[i].data()
 };
 
-// Split layout: one region per slot (a tensor per layer), stride = slot bytes.
-inline InstanceLayout SplitLayout(uint64_t pages, const std::vector<uint64_t>& slot_bytes,
-                                  uint32_t group_id = 0) {
-  InstanceLayout l;
-  l.num_pages = pages;
-  GroupLayout g;
-  g.group_id = group_id;
-  g.num_slots = static_cast<uint32_t>(slot_bytes.size());
-  g.slot_bytes = slot_bytes;
-  for (uint32_t s = 0; s < slot_bytes.size(); ++s) {
-    l.region_bytes.push_back(pages * slot_bytes[s]);
-    g.slots.push_back({s, s, 0, slot_bytes[s], slot_bytes[s]});
-  }
-  l.groups.push_back(g);
-  return l;
-}
-
-// Page-first layout: one region; a page holds all its slots back to back.
-inline InstanceLayout PageFirstLayout(uint64_t pages, const std::vector<uint64_t>& slot_bytes,
-                                      uint32_t group_id = 0) {
-  InstanceLayout l;
-  l.num_pages = pages;
-  GroupLayout g;
-  g.group_id = group_id;
-  g.num_slots = static_cast<uint32_t>(slot_bytes.size());
-  g.slot_bytes = slot_bytes;
-  uint64_t page_bytes = 0;
-  for (uint64_t b : slot_bytes) page_bytes += b;
-  uint64_t off = 0;
-  for (uint32_t s = 0; s < slot_bytes.size(); ++s) {
-    g.slots.push_back({s, 0, off, page_bytes, slot_bytes[s]});
-    off += slot_bytes[s];
-  }
-  l.region_bytes.push_back(pages * page_bytes);
-  l.groups.push_back(g);
-  return l;
-}
+using ::orbitkv::PageFirstLayout;
+using ::orbitkv::SplitLayout;
 
 }  // namespace orbitkv::testing
