@@ -104,7 +104,6 @@ struct RestoreBlock {
   QueryBlock src;
   uint64_t page = 0;
   DramView scratch;  // SSD route: where the object was read
-  bool submitted = false;
 };
 
 struct RestoreRec {
@@ -123,7 +122,6 @@ struct ReadJob {
   std::shared_ptr<RestoreRec> restore;  // restore read, or
   std::vector<RestoreBlock> blocks;
   std::vector<QueryBlock> prepare;  // prepare (warm-up) reads
-  SessionId session = 0;
 };
 
 struct CopyJob {
@@ -1085,7 +1083,6 @@ Result<RestoreId> Manager::StartRestore(SessionId session, const RestoreRequest&
     ReadJob job;
     job.restore = r;
     job.blocks = std::move(ssd_blocks);
-    job.session = session;
     impl_->LaneStarted();
     if (!impl_->reader->TryPush(job)) {
       impl_->LaneDone();
@@ -1158,7 +1155,6 @@ Result<uint32_t> Manager::Prepare(SessionId session, const PrepareRequest& req) 
   }
   if (!impl_->ssd) return 0u;
   ReadJob job;
-  job.session = session;
   const Clock::TimePoint deadline = impl_->config.clock->Now() + std::chrono::seconds(30);
   for (const BlockKey& k : req.keys) {
     QueryBlock b;
