@@ -1,0 +1,160 @@
+// The GPU tier's seam: what the Manager needs from CUDA and cuFile, as an
+// interface with no CUDA types, so the code above it (the per instance/device
+// SSD worker, CUDA page registration, backend selection) builds and is
+// unit-tested everywhere.
+//
+// Implementations:
+//  * CreateCudaPlatform() (gpu/cuda_platform.h, CUDA builds only): the CUDA
+//    runtime and the dlopen()ed libcufile.
+//  * FakePlatform (gpu/fake_platform.h): host memory posing as device memory,
+//    one thread per stream, pread/pwrite for cuFile; CPU tests and CI.
+//  * FaultInjectingPlatform (gpu/fault_injecting_platform.h): wraps either one
+//    to fail, shorten or hold cuFile operations and to count them (the spec's
+//    gates run against it on the H200 and in CI).
+//
+// Model (mirrors CUDA): work enqueued on one Stream runs in order; an Event
+// recorded on a stream completes when everything enqueued before it has run.
+// Enqueue calls return an error only for a refused submission; failures of
+// the work itself show up at Poll/Wait of a later event, or, for storage I/O,
+// in AsyncIo::bytes_done (cuFile's contract: a short or negative count).
+//
+// DevPtr is a device address in the device's unified address space (fake:
+// a host address). Host pointers passed to copies must be pinned (the DRAM
+// pool and read staging are registered with CUDA).
+//
+// Thread-safety: every method of Platform and Device is thread-safe. A Stream
+// may be enqueued on from several threads; callers that need their copies and
+// their event to be contiguous serialise themselves.
+#pragma once
+
+#include <sys/types.h>
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "orbitkv/status.h"
+
+namespace orbitkv::gpu {
+
+using DevPtr = uint64_t;
+
+// cudaIpcMemHandle_t's bytes (64), as an engine exports them.
+using IpcHandle = std::array<uint8_t, 64>;
+
+class Stream {
+ public:
+  virtual ~Stream() = default;
+};
+
+class Event {
+ public:
+  virtual ~Event() = default;
+};
+
+// A file registered with cuFile (cuFileHandleRegister). Deregistered by the
+// destructor. REQUIRES: destroyed before its Platform.
+class StorageFile {
+ public:
+  virtual ~StorageFile() = default;
+  virtual int fd() const = 0;
+};
+
+// One asynchronous cuFile operation's arguments. cuFile reads size,
+// file_offset and buf_offset when the operation runs on its stream, not when it
+// is submitted, and writes bytes_done when it completes: the object must stay
+// at the same address until an event recorded after the operation completes.
+struct AsyncIo {
+  size_t size = 0;
+  off_t file_offset = 0;
+  off_t buf_offset = 0;  // into the registered buffer passed with it
+  ssize_t bytes_done = 0;  // out: bytes transferred, or a negative error
+};
+
+// One contiguous copy between device (or pinned host) addresses.
+struct CopyOp {
+  DevPtr dst = 0;
+  DevPtr src = 0;
+  uint64_t bytes = 0;
+};
+
+// An engine allocation opened from its IPC handle.
+struct IpcMapping {
+  DevPtr base = 0;
+  uint64_t bytes = 0;  // the size of the whole allocation the handle names
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual int ordinal() const = 0;
+
+  // Opens an allocation another process exported with cudaIpcGetMemHandle.
+  // InvalidArgument for a handle that does not open (the driver's message).
+  virtual Result<IpcMapping> OpenIpc(const IpcHandle& handle) = 0;
+  // REQUIRES: no work that touches the mapping is still enqueued.
+  virtual Status CloseIpc(DevPtr base) = 0;
+
+  // Device memory (staging). ResourceExhausted when it cannot be allocated.
+  virtual Result<DevPtr> Allocate(uint64_t bytes) = 0;
+  virtual Status Free(DevPtr ptr) = 0;
+
+  virtual Result<std::unique_ptr<Stream>> CreateStream() = 0;
+  virtual Result<std::unique_ptr<Event>> CreateEvent() = 0;
+  virtual Status Record(Event& event, Stream& stream) = 0;
+  // true once the work before the event's latest Record has completed; an
+  // error when that work failed. An event never recorded is complete.
+  virtual Result<bool> Poll(Event& event) = 0;
+  // Blocks until Poll would return true (or the error).
+  virtual Status Wait(Event& event) = 0;
+  virtual Status Synchronize(Stream& stream) = 0;
+
+  // Copies every op, in any order among themselves, after the stream's earlier
+  // work. Addresses are device addresses or pinned host addresses (UVA); ops
+  // must not overlap. One launch on CUDA.
+  virtual Status CopyAsync(std::span<const CopyOp> ops, Stream& stream) = 0;
+  virtual Status MemsetAsync(DevPtr dst, uint8_t value, uint64_t bytes, Stream& stream) = 0;
+  // Runs fn on a runtime thread when the stream reaches this point; the stream
+  // waits for fn to return. fn must not call into the Platform.
+  virtual Status HostFuncAsync(std::function<void()> fn, Stream& stream) = 0;
+
+  // cuFile, on this device. Buffers and streams used with ReadAsync/WriteAsync
+  // are registered first (cuFileBufRegister, cuFileStreamRegister).
+  virtual Status RegisterBuffer(DevPtr ptr, uint64_t bytes) = 0;
+  virtual Status DeregisterBuffer(DevPtr ptr) = 0;
+  virtual Status RegisterStream(Stream& stream) = 0;
+  virtual Status DeregisterStream(Stream& stream) = 0;
+  // cuFileReadAsync / cuFileWriteAsync between `file` and buffer + io->buf_offset.
+  // `buffer` is the base a RegisterBuffer call registered.
+  virtual Status ReadAsync(StorageFile& file, DevPtr buffer, AsyncIo* io, Stream& stream) = 0;
+  virtual Status WriteAsync(StorageFile& file, DevPtr buffer, AsyncIo* io, Stream& stream) = 0;
+};
+
+// How the storage driver is opened (see gpu/cufile_loader.h for the policy).
+enum class StoragePolicy {
+  kAutoNativeOnly,  // --ssd-backend auto: native GDS or nothing
+  kExplicit,        // --ssd-backend cufile: cuFile's configuration as is
+};
+
+class Platform {
+ public:
+  virtual ~Platform() = default;
+  // "CUDA 13.0, 1 device" / "fake, 2 devices"; for the startup log.
+  virtual std::string Describe() const = 0;
+  virtual int device_count() const = 0;
+  // The device, created on first use and owned by the Platform.
+  // InvalidArgument for an out-of-range ordinal.
+  virtual Result<Device*> device(int ordinal) = 0;
+
+  // Loads and opens the storage driver under `policy`. Unavailable (with the
+  // driver's code, e.g. "5001", or "libcufile.so.0: not found") when it cannot
+  // be used. Returns a one-line description of what was opened.
+  virtual Result<std::string> OpenStorage(StoragePolicy policy) = 0;
+  // REQUIRES: OpenStorage succeeded. `fd` is open with O_DIRECT.
+  virtual Result<std::unique_ptr<StorageFile>> RegisterFile(int fd) = 0;
+};
+
+}  // namespace orbitkv::gpu
