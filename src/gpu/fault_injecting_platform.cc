@@ -1,0 +1,393 @@
+// FaultInjectingPlatform: see fault_injecting_platform.h.
+//
+// Holds: State::epoch counts ReleaseHeld() calls. An operation submitted while
+// its hold is on stamps its stream with the current epoch; an event recorded
+// on a stamped stream takes the stamp. A stamp equal to the current epoch is
+// held; ReleaseHeld() bumps the epoch, which releases every stamp at once.
+#include "gpu/fault_injecting_platform.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <condition_variable>
+#include <optional>
+#include <set>
+#include <utility>
+
+namespace orbitkv::gpu {
+
+struct FaultInjectingPlatform::State {
+  // REQUIRES: mu held.
+  bool Held(uint64_t stamp) const { return stamp != 0 && stamp == epoch; }
+
+  mutable std::mutex mu;
+  std::condition_variable cv;  // signalled by ReleaseHeld
+  Status open_storage_fault;
+  Status register_file_fault;
+  int register_buffer_failures = 0;
+  Status register_buffer_fault;
+  int read_failures = 0;
+  IoFault read_fault = IoFault::kError;
+  int write_failures = 0;
+  IoFault write_fault = IoFault::kError;
+  int refused_reads = 0;
+  Status refuse_status;
+  bool hold_reads = false;
+  bool hold_writes = false;
+  uint64_t epoch = 1;           // stamps are epochs; 0 is "not held"
+  std::set<const Event*> held;  // events whose stamp is the current epoch
+  Calls calls;
+};
+
+namespace {
+
+using State = FaultInjectingPlatform::State;
+using IoFault = FaultInjectingPlatform::IoFault;
+
+class WrappedStream : public Stream {
+ public:
+  explicit WrappedStream(std::unique_ptr<Stream> inner) : inner_(std::move(inner)) {}
+  Stream& inner() { return *inner_; }
+  uint64_t stamp = 0;  // guarded by State::mu
+
+ private:
+  std::unique_ptr<Stream> inner_;
+};
+
+class WrappedEvent : public Event {
+ public:
+  WrappedEvent(std::shared_ptr<State> state, std::unique_ptr<Event> inner)
+      : state_(std::move(state)), inner_(std::move(inner)) {}
+  ~WrappedEvent() override {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->held.erase(this);
+  }
+  Event& inner() { return *inner_; }
+  uint64_t stamp = 0;  // guarded by State::mu
+
+ private:
+  std::shared_ptr<State> state_;
+  std::unique_ptr<Event> inner_;
+};
+
+class WrappedFile : public StorageFile {
+ public:
+  explicit WrappedFile(std::unique_ptr<StorageFile> inner) : inner_(std::move(inner)) {}
+  int fd() const override { return inner_->fd(); }
+  StorageFile& inner() { return *inner_; }
+
+ private:
+  std::unique_ptr<StorageFile> inner_;
+};
+
+ssize_t Injected(IoFault fault, size_t size) {
+  if (fault == IoFault::kError) return -EIO;
+  return static_cast<ssize_t>(size > 4096 ? size - 4096 : size / 2);
+}
+
+class WrappedDevice : public Device {
+ public:
+  WrappedDevice(std::shared_ptr<State> state, Device* inner)
+      : state_(std::move(state)), inner_(inner) {}
+
+  int ordinal() const override { return inner_->ordinal(); }
+  Result<IpcMapping> OpenIpc(const IpcHandle& handle) override { return inner_->OpenIpc(handle); }
+  Status CloseIpc(DevPtr base) override { return inner_->CloseIpc(base); }
+  Result<DevPtr> Allocate(uint64_t bytes) override { return inner_->Allocate(bytes); }
+  Status Free(DevPtr ptr) override { return inner_->Free(ptr); }
+
+  Result<std::unique_ptr<Stream>> CreateStream() override {
+    std::unique_ptr<Stream> inner;
+    ORBITKV_ASSIGN_OR_RETURN(inner, inner_->CreateStream());
+    return std::unique_ptr<Stream>(std::make_unique<WrappedStream>(std::move(inner)));
+  }
+
+  Result<std::unique_ptr<Event>> CreateEvent() override {
+    std::unique_ptr<Event> inner;
+    ORBITKV_ASSIGN_OR_RETURN(inner, inner_->CreateEvent());
+    return std::unique_ptr<Event>(std::make_unique<WrappedEvent>(state_, std::move(inner)));
+  }
+
+  Status Record(Event& event, Stream& stream) override {
+    WrappedEvent* e = nullptr;
+    WrappedStream* s = nullptr;
+    ORBITKV_ASSIGN_OR_RETURN(e, Unwrap(event, "Record"));
+    ORBITKV_ASSIGN_OR_RETURN(s, Unwrap(stream, "Record"));
+    ORBITKV_RETURN_IF_ERROR(inner_->Record(e->inner(), s->inner()));
+    std::lock_guard<std::mutex> lock(state_->mu);
+    if (state_->Held(s->stamp)) {
+      e->stamp = s->stamp;
+      state_->held.insert(e);
+    } else {
+      e->stamp = 0;
+      state_->held.erase(e);
+    }
+    return Status::OK();
+  }
+
+  Result<bool> Poll(Event& event) override {
+    WrappedEvent* e = nullptr;
+    ORBITKV_ASSIGN_OR_RETURN(e, Unwrap(event, "Poll"));
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      if (state_->Held(e->stamp)) return false;
+    }
+    return inner_->Poll(e->inner());
+  }
+
+  Status Wait(Event& event) override {
+    WrappedEvent* e = nullptr;
+    ORBITKV_ASSIGN_OR_RETURN(e, Unwrap(event, "Wait"));
+    ORBITKV_RETURN_IF_ERROR(inner_->Wait(e->inner()));
+    std::unique_lock<std::mutex> lock(state_->mu);
+    state_->cv.wait(lock, [&] { return !state_->Held(e->stamp); });
+    return Status::OK();
+  }
+
+  Status Synchronize(Stream& stream) override {
+    WrappedStream* s = nullptr;
+    ORBITKV_ASSIGN_OR_RETURN(s, Unwrap(stream, "Synchronize"));
+    ORBITKV_RETURN_IF_ERROR(inner_->Synchronize(s->inner()));
+    std::unique_lock<std::mutex> lock(state_->mu);
+    state_->cv.wait(lock, [&] { return !state_->Held(s->stamp); });
+    return Status::OK();
+  }
+
+  Status CopyAsync(std::span<const CopyOp> ops, Stream& stream) override {
+    WrappedStream* s = nullptr;
+    ORBITKV_ASSIGN_OR_RETURN(s, Unwrap(stream, "CopyAsync"));
+    return inner_->CopyAsync(ops, s->inner());
+  }
+
+  Status MemsetAsync(DevPtr dst, uint8_t value, uint64_t bytes, Stream& stream) override {
+    WrappedStream* s = nullptr;
+    ORBITKV_ASSIGN_OR_RETURN(s, Unwrap(stream, "MemsetAsync"));
+    return inner_->MemsetAsync(dst, value, bytes, s->inner());
+  }
+
+  Status HostFuncAsync(std::function<void()> fn, Stream& stream) override {
+    WrappedStream* s = nullptr;
+    ORBITKV_ASSIGN_OR_RETURN(s, Unwrap(stream, "HostFuncAsync"));
+    return inner_->HostFuncAsync(std::move(fn), s->inner());
+  }
+
+  Status RegisterBuffer(DevPtr ptr, uint64_t bytes) override {
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      ++state_->calls.register_buffers;
+      if (state_->register_buffer_failures > 0) {
+        --state_->register_buffer_failures;
+        return state_->register_buffer_fault;
+      }
+    }
+    return inner_->RegisterBuffer(ptr, bytes);
+  }
+
+  Status DeregisterBuffer(DevPtr ptr) override { return inner_->DeregisterBuffer(ptr); }
+
+  Status RegisterStream(Stream& stream) override {
+    WrappedStream* s = nullptr;
+    ORBITKV_ASSIGN_OR_RETURN(s, Unwrap(stream, "RegisterStream"));
+    return inner_->RegisterStream(s->inner());
+  }
+
+  Status DeregisterStream(Stream& stream) override {
+    WrappedStream* s = nullptr;
+    ORBITKV_ASSIGN_OR_RETURN(s, Unwrap(stream, "DeregisterStream"));
+    return inner_->DeregisterStream(s->inner());
+  }
+
+  Status ReadAsync(StorageFile& file, DevPtr buffer, AsyncIo* io, Stream& stream) override {
+    return Submit(file, buffer, io, stream, /*write=*/false);
+  }
+  Status WriteAsync(StorageFile& file, DevPtr buffer, AsyncIo* io, Stream& stream) override {
+    return Submit(file, buffer, io, stream, /*write=*/true);
+  }
+
+ private:
+  static Result<WrappedStream*> Unwrap(Stream& stream, const char* what) {
+    auto* s = dynamic_cast<WrappedStream*>(&stream);
+    if (s == nullptr) {
+      return Status::InvalidArgument(
+          fmt::format("{}: stream does not come from this FaultInjectingPlatform", what));
+    }
+    return s;
+  }
+  static Result<WrappedEvent*> Unwrap(Event& event, const char* what) {
+    auto* e = dynamic_cast<WrappedEvent*>(&event);
+    if (e == nullptr) {
+      return Status::InvalidArgument(
+          fmt::format("{}: event does not come from this FaultInjectingPlatform", what));
+    }
+    return e;
+  }
+
+  Status Submit(StorageFile& file, DevPtr buffer, AsyncIo* io, Stream& stream, bool write) {
+    const char* what = write ? "WriteAsync" : "ReadAsync";
+    WrappedStream* s = nullptr;
+    ORBITKV_ASSIGN_OR_RETURN(s, Unwrap(stream, what));
+    auto* f = dynamic_cast<WrappedFile*>(&file);
+    if (f == nullptr) {
+      return Status::InvalidArgument(
+          fmt::format("{}: file does not come from this FaultInjectingPlatform", what));
+    }
+    if (io == nullptr) return Status::InvalidArgument(fmt::format("{}: null AsyncIo", what));
+    if (!write) {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      if (state_->refused_reads > 0) {
+        --state_->refused_reads;
+        return state_->refuse_status;
+      }
+    }
+    const size_t size = io->size;  // the caller may change it once submitted
+    const int fd = f->fd();
+    ORBITKV_RETURN_IF_ERROR(write ? inner_->WriteAsync(f->inner(), buffer, io, s->inner())
+                                  : inner_->ReadAsync(f->inner(), buffer, io, s->inner()));
+    std::optional<IoFault> fault;
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      FaultInjectingPlatform::Calls& calls = state_->calls;
+      if (write) {
+        ++calls.writes;
+        calls.write_bytes += size;
+      } else {
+        ++calls.reads;
+        calls.read_bytes += size;
+        calls.read_sizes.push_back(size);
+        calls.read_fds.push_back(fd);
+      }
+      int& failures = write ? state_->write_failures : state_->read_failures;
+      if (failures > 0) {
+        --failures;
+        fault = write ? state_->write_fault : state_->read_fault;
+      }
+      if (write ? state_->hold_writes : state_->hold_reads) s->stamp = state_->epoch;
+    }
+    if (fault) {
+      // Runs on the stream after the operation completed; reads the size the
+      // operation ran with.
+      Status st = inner_->HostFuncAsync(
+          [io, f = *fault] { io->bytes_done = Injected(f, io->size); }, s->inner());
+      if (!st.ok()) {
+        return st.WithContext(fmt::format("{} submitted, but its injected fault was not", what));
+      }
+    }
+    return Status::OK();
+  }
+
+  const std::shared_ptr<State> state_;
+  Device* const inner_;
+};
+
+}  // namespace
+
+FaultInjectingPlatform::FaultInjectingPlatform(Platform* inner)
+    : inner_(inner), state_(std::make_shared<State>()) {
+  devices_.resize(static_cast<size_t>(std::max(inner_->device_count(), 0)));
+}
+
+FaultInjectingPlatform::~FaultInjectingPlatform() = default;
+
+void FaultInjectingPlatform::FailOpenStorage(Status status) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->open_storage_fault = std::move(status);
+}
+
+void FaultInjectingPlatform::FailRegisterFile(Status status) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->register_file_fault = std::move(status);
+}
+
+void FaultInjectingPlatform::FailRegisterBuffer(int count, Status status) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->register_buffer_failures = status.ok() ? 0 : count;
+  state_->register_buffer_fault = std::move(status);
+}
+
+void FaultInjectingPlatform::FailReads(int count, IoFault fault) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->read_failures = count;
+  state_->read_fault = fault;
+}
+
+void FaultInjectingPlatform::FailWrites(int count, IoFault fault) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->write_failures = count;
+  state_->write_fault = fault;
+}
+
+void FaultInjectingPlatform::RefuseReadSubmits(int count, Status status) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->refused_reads = status.ok() ? 0 : count;
+  state_->refuse_status = std::move(status);
+}
+
+void FaultInjectingPlatform::HoldWrites(bool hold) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->hold_writes = hold;
+}
+
+void FaultInjectingPlatform::HoldReads(bool hold) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->hold_reads = hold;
+}
+
+void FaultInjectingPlatform::ReleaseHeld() {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  ++state_->epoch;
+  state_->held.clear();
+  state_->cv.notify_all();
+}
+
+int FaultInjectingPlatform::held_events() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return static_cast<int>(state_->held.size());
+}
+
+FaultInjectingPlatform::Calls FaultInjectingPlatform::calls() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->calls;
+}
+
+void FaultInjectingPlatform::ResetCalls() {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->calls = Calls{};
+}
+
+std::string FaultInjectingPlatform::Describe() const {
+  return "fault injection over " + inner_->Describe();
+}
+
+int FaultInjectingPlatform::device_count() const { return inner_->device_count(); }
+
+Result<Device*> FaultInjectingPlatform::device(int ordinal) {
+  Device* inner = nullptr;
+  ORBITKV_ASSIGN_OR_RETURN(inner, inner_->device(ordinal));
+  std::lock_guard<std::mutex> lock(devices_mu_);
+  if (static_cast<size_t>(ordinal) >= devices_.size()) devices_.resize(ordinal + 1);
+  auto& d = devices_[ordinal];
+  if (d == nullptr) d = std::make_unique<WrappedDevice>(state_, inner);
+  return d.get();
+}
+
+Result<std::string> FaultInjectingPlatform::OpenStorage(StoragePolicy policy) {
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    if (!state_->open_storage_fault.ok()) return state_->open_storage_fault;
+  }
+  return inner_->OpenStorage(policy);
+}
+
+Result<std::unique_ptr<StorageFile>> FaultInjectingPlatform::RegisterFile(int fd) {
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    ++state_->calls.register_files;
+    if (!state_->register_file_fault.ok()) return state_->register_file_fault;
+  }
+  std::unique_ptr<StorageFile> inner;
+  ORBITKV_ASSIGN_OR_RETURN(inner, inner_->RegisterFile(fd));
+  return std::unique_ptr<StorageFile>(std::make_unique<WrappedFile>(std::move(inner)));
+}
+
+}  // namespace orbitkv::gpu
