@@ -33,7 +33,11 @@ struct RegisterRequest {
   std::string device = "host";  // "host" or "cuda:N"
   InstanceLayout layout;
   // Host regions are passed as memfds alongside the request (one per
-  // layout.region_bytes entry); CUDA regions as IPC handles (GPU tier).
+  // layout.region_bytes entry). CUDA regions ("cuda:N") are passed here
+  // instead: one cudaIpcGetMemHandle per region, in layout order, each naming
+  // an allocation of at least that region's bytes on device N (the Manager
+  // checks the size of what it opens).
+  std::vector<std::array<uint8_t, 64>> ipc_handles;
 };
 
 struct PublishRequest {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -10,6 +11,8 @@
 #include <unordered_map>
 
 #include "manager/host_region.h"
+#include "manager/ssd_backend.h"
+#include "manager/ssd_gpu_worker.h"
 #include "manager/work_queue.h"
 #include "orbitkv/logging.h"
 #include "orbitkv/units.h"
@@ -36,6 +39,7 @@ struct GroupShape {
 };
 
 struct Instance {
+  ~Instance() { ReleaseDevice(); }
   InstanceId id = 0;
   SessionId session = 0;
   uint64_t ns = 0;
@@ -50,6 +54,42 @@ struct Instance {
   std::condition_variable cv;
   int inflight = 0;      // guarded by mu
   bool closing = false;  // guarded by mu
+
+  // CUDA instances: the device, the mapped regions and the copy streams.
+  gpu::Device* device = nullptr;
+  std::vector<gpu::IpcMapping> mappings;  // one per region
+  std::unique_ptr<gpu::Stream> h2d, d2h;
+  std::mutex h2d_mu, d2h_mu;  // a job's copies and its event are contiguous
+  std::mutex worker_mu;
+  std::unique_ptr<SsdGpuWorker> worker;  // guarded by worker_mu; created on first use
+
+  bool cuda() const { return device != nullptr; }
+  gpu::DevPtr DevicePage(const SlotLayout& s, uint64_t page) const {
+    return mappings[s.region].base + SlotPageOffset(s, page);
+  }
+  // Drains and releases the worker, the streams, then the mappings.
+  void ReleaseDevice() {
+    if (!device) return;
+    std::unique_ptr<SsdGpuWorker> w;
+    {
+      std::lock_guard<std::mutex> l(worker_mu);
+      w = std::move(worker);
+    }
+    w.reset();  // Close: drains submitted batches, deregisters staging
+    for (auto* s : {h2d.get(), d2h.get()}) {
+      if (s) device->Synchronize(*s).IgnoreError("instance teardown");
+    }
+    h2d.reset();
+    d2h.reset();
+    for (const gpu::IpcMapping& m : mappings) {
+      if (Status st = device->CloseIpc(m.base); !st.ok()) {
+        OKV_LOG_WARN("instance {}: closing a CUDA IPC mapping failed: {}", id, st.ToString());
+      }
+    }
+    std::lock_guard<std::mutex> l(worker_mu);
+    mappings.clear();
+    device = nullptr;
+  }
 };
 
 // Holds an instance open for one operation; Unregister waits for all of them.
@@ -116,12 +156,33 @@ struct RestoreRec {
   std::mutex mu;
   std::vector<BlockResult> results;  // guarded by mu
   size_t remaining = 0;              // guarded by mu
+  // SSD part: the cuFile job (cancellation) and the cost observation.
+  InstanceId instance = 0;
+  std::atomic<SsdGpuWorker*> worker{nullptr};  // the cuFile job, for CancelRestore
+  std::atomic<SsdGpuWorker::JobId> gpu_job{0};
+  size_t ssd_remaining = 0;  // guarded by mu
+  Histogram* ssd_cost = nullptr;
+  Clock::TimePoint ssd_start;
 };
 
 struct ReadJob {
   std::shared_ptr<RestoreRec> restore;  // restore read, or
   std::vector<RestoreBlock> blocks;
   std::vector<QueryBlock> prepare;  // prepare (warm-up) reads
+};
+
+// Complete-group cuFile writes of one Publish call, waited for before it returns.
+struct DirectWrites {
+  std::mutex mu;
+  std::condition_variable cv;
+  int outstanding = 0;  // guarded by mu
+  struct Done {
+    ObjectId id;
+    bool dram_copy = false;
+    DramView scratch;  // the header's pinned staging when there is no DRAM copy
+    Status status;
+  };
+  std::vector<Done> done;  // guarded by mu
 };
 
 struct CopyJob {
@@ -166,6 +227,15 @@ struct Manager::Impl {
   uint64_t budget_used = 0;                                             // guarded by mu
   uint64_t budget = 0;
 
+  // GPU storage tier.
+  SsdBackendSelection backend;  // cuFile file registrations when selected
+  std::atomic<bool> cufile_admit{false};
+  Counter *gpu_write_fallbacks = nullptr, *backend_fallbacks = nullptr;
+  Counter *bytes_restore_cufile = nullptr, *bytes_writeback_cufile = nullptr;
+  Histogram *cost_uring = nullptr, *cost_cufile = nullptr;  // ORBITKV_COST_OBSERVATIONS=1
+  std::mutex gpu_metrics_mu;
+  std::map<int, GpuWorkerMetrics> gpu_metrics;  // guarded by gpu_metrics_mu; by device
+
   std::thread reaper;
   std::mutex reaper_mu;
   std::condition_variable reaper_cv;
@@ -179,6 +249,223 @@ struct Manager::Impl {
   Counter *restore_blocks_ok, *restore_blocks_failed, *restore_cancelled, *queries_expired;
   Histogram *publish_seconds, *restore_seconds, *query_seconds;
   uint64_t collector = 0;
+
+  // ---- GPU storage tier ------------------------------------------------------
+
+  // The spec's cuFile series of one device, labelled device="cuda:N".
+  GpuWorkerMetrics DeviceMetrics(int ordinal) {
+    std::lock_guard<std::mutex> l(gpu_metrics_mu);
+    auto it = gpu_metrics.find(ordinal);
+    if (it != gpu_metrics.end()) return it->second;
+    MetricsRegistry& m = *metrics;
+    const Labels dev{{"device", "cuda:" + std::to_string(ordinal)}};
+    GpuWorkerMetrics g;
+    g.read_bytes = m.GetCounter("orbitkv_ssd_cufile_read_bytes_total",
+                                "Physical bytes read through cuFile, including alignment.", dev);
+    g.write_bytes =
+        m.GetCounter("orbitkv_ssd_cufile_write_bytes_total",
+                     "Physical bytes written through cuFile, including alignment.", dev);
+    g.read_failures = m.GetCounter("orbitkv_ssd_cufile_read_failures_total",
+                                   "cuFile reads that failed or were short.", dev);
+    g.write_failures = m.GetCounter("orbitkv_ssd_cufile_write_failures_total",
+                                    "cuFile writes that failed or were short.", dev);
+    g.read_seconds = m.GetHistogram(
+        "orbitkv_ssd_cufile_read_seconds",
+        "cuFile read batch submission to scatter completion (excludes waiting for a slot).",
+        LatencyBuckets(), dev);
+    g.write_seconds = m.GetHistogram("orbitkv_ssd_cufile_write_seconds",
+                                     "cuFile write job admission to publication, gather included.",
+                                     LatencyBuckets(), dev);
+    g.inflight_batches = m.GetGauge("orbitkv_ssd_cufile_inflight_batches",
+                                    "cuFile slots occupied through I/O and scatter.", dev);
+    g.staging_bytes = m.GetGauge("orbitkv_ssd_gpu_staging_bytes",
+                                 "Allocated registered GPU staging memory.", dev);
+    gpu_metrics[ordinal] = g;
+    return g;
+  }
+
+  bool UseCufileRead(const Instance& inst) const {
+    if (!inst.cuda() || !backend.cufile) return false;
+    if (config.options.ssd_read_path) {
+      return *config.options.ssd_read_path == SsdReadPath::kCufile;  // explicit: never switched
+    }
+    return cufile_admit.load();
+  }
+  bool UseCufileWrite(const Instance& inst) const {
+    return inst.cuda() && backend.cufile && cufile_admit.load();
+  }
+
+  // A cuFile buffer or I/O failure. Under auto, new cuFile work stops until
+  // restart (once, counted); the failing operation reports its own error.
+  void OnCufileFailure(const Status& st) {
+    if (config.options.ssd_backend != SsdBackend::kAuto) {
+      OKV_LOG_WARN("cuFile failure (--ssd-backend cufile keeps cuFile): {}", st.ToString());
+      return;
+    }
+    if (cufile_admit.exchange(false)) {
+      backend_fallbacks->Inc();
+      OKV_LOG_WARN(
+          "SSD backend fallback: cuFile failed ({}); auto stops admitting cuFile work and new "
+          "SSD work uses io_uring until restart{}",
+          st.ToString(),
+          config.options.ssd_read_path == SsdReadPath::kCufile
+              ? " (reads stay on cuFile: --ssd-read-path cufile is explicit)"
+              : "");
+    }
+  }
+
+  // The instance's SSD worker, created on first use.
+  Result<SsdGpuWorker*> Worker(Instance& inst) {
+    std::lock_guard<std::mutex> l(inst.worker_mu);
+    if (inst.worker) return inst.worker.get();
+    GpuWorkerOptions o;
+    o.device = inst.device;
+    for (auto& f : backend.files) o.files.push_back(f.get());
+    o.store = ssd.get();
+    o.slot_bytes = config.gpu_slot_bytes;
+    o.max_write_jobs = config.gpu_max_write_jobs;
+    o.metrics = DeviceMetrics(inst.device->ordinal());
+    o.on_io_failure = [this](const Status& st) { OnCufileFailure(st); };
+    Result<std::unique_ptr<SsdGpuWorker>> w = SsdGpuWorker::Create(std::move(o));
+    if (!w.ok()) {
+      OKV_LOG_WARN("instance {}: creating its cuFile worker failed: {}", inst.id,
+                   w.status().ToString());
+      OnCufileFailure(w.status());
+      return w.status();
+    }
+    inst.worker = std::move(w).value();
+    OKV_LOG_INFO("instance {}: cuFile worker on cuda:{} (2 x {} registered staging)", inst.id,
+                 inst.device->ordinal(), FormatByteSize(config.gpu_slot_bytes));
+    return inst.worker.get();
+  }
+
+  // Runs `ops` on the instance's H2D (to_device) or D2H stream and waits for
+  // this job's own event.
+  Status CopyAndWait(Instance& inst, bool to_device, std::span<const gpu::CopyOp> ops) {
+    if (ops.empty()) return Status::OK();
+    ORBITKV_ASSIGN_OR_RETURN(std::unique_ptr<gpu::Event> ev, inst.device->CreateEvent());
+    {
+      std::lock_guard<std::mutex> l(to_device ? inst.h2d_mu : inst.d2h_mu);
+      gpu::Stream& s = to_device ? *inst.h2d : *inst.d2h;
+      ORBITKV_RETURN_IF_ERROR(inst.device->CopyAsync(ops, s));
+      ORBITKV_RETURN_IF_ERROR(inst.device->Record(*ev, s));
+    }
+    return inst.device->Wait(*ev).WithContext(to_device ? "H2D copy into engine pages"
+                                                        : "D2H copy from engine pages");
+  }
+
+  void QueueWriteback(ObjectId id) {
+    LaneStarted();
+    if (!writeback->TryPush(id)) {
+      writeback_queue_full->Inc();
+      if (auto w = dram->TakeWriteback(id)) dram->FinishWriteback(*w, false);
+      LaneDone();
+    }
+  }
+
+  // Hands one sealed complete group to the instance's cuFile worker, written
+  // from its pages. Header bytes come from the DRAM copy when there is one,
+  // else from pinned staging. False when cuFile did not take it (no worker,
+  // no staging, admission full: counted, or no extent): the caller falls back.
+  bool SubmitDirectWrite(Instance& inst, const GroupLayout& g, const GroupShape& shape,
+                         const ObjectId& id, uint64_t page, const uint8_t* dram_header,
+                         const std::shared_ptr<DirectWrites>& dw) {
+    Result<SsdGpuWorker*> worker = Worker(inst);
+    if (!worker.ok()) return false;
+    DramView scratch{};
+    const uint8_t* header = dram_header;
+    if (header == nullptr) {
+      Result<DramView> sv = staging->AllocateScratch(shape.header_bytes);
+      if (!sv.ok()) return false;
+      scratch = *sv;
+      WriteObjectHeader(id, shape.slot_bytes, /*codec=*/0, {scratch.data, shape.header_bytes});
+      header = scratch.data;
+    }
+    GpuWriteRequest w;
+    w.key = StoreKey(id);
+    w.object_size = shape.object_size;
+    w.header = header;
+    w.header_bytes = shape.header_bytes;
+    for (const SlotLayout& s : g.slots) {
+      w.gather.push_back(
+          {shape.segments[s.slot_id].offset, s.bytes_per_page, inst.DevicePage(s, page)});
+    }
+    const bool dram_copy = dram_header != nullptr;
+    w.done = [dw, id, dram_copy, scratch](Result<ExtentRef> r) {
+      std::lock_guard<std::mutex> l(dw->mu);
+      dw->done.push_back({id, dram_copy, scratch, r.status()});
+      --dw->outstanding;
+      dw->cv.notify_all();
+    };
+    {
+      std::lock_guard<std::mutex> l(dw->mu);
+      ++dw->outstanding;
+    }
+    Status st = (*worker)->SubmitWrite(std::move(w));
+    if (st.ok()) return true;
+    {
+      std::lock_guard<std::mutex> l(dw->mu);
+      --dw->outstanding;
+    }
+    if (scratch.data) ReleaseStaging(scratch);
+    if (st.code() == StatusCode::kResourceExhausted) {
+      gpu_write_fallbacks->Inc();  // eight GPU writes admitted: D2H + io_uring instead
+    } else {
+      OKV_LOG_DEBUG("cuFile write of a group not submitted: {}", st.ToString());
+    }
+    return false;
+  }
+
+  // Restores SSD blocks of a CUDA instance through its cuFile worker. Every
+  // source lease stays held until that block's GPU scatter completed.
+  void StartCufileRead(const std::shared_ptr<RestoreRec>& r, SsdGpuWorker* worker,
+                       std::vector<RestoreBlock> blocks) {
+    Instance& inst = *r->inst;
+    const GroupLayout* g = inst.groups.at(r->group);
+    const GroupShape& shape = *inst.shapes.at(r->group);
+    GpuReadRequest req;
+    auto taken = std::make_shared<std::vector<RestoreBlock>>();
+    for (RestoreBlock& b : blocks) {
+      if (!ssd->catalog().Submit(b.src.lease).ok()) {
+        FinishBlock(r, b.result, Tier::kSsd,
+                    Status::NotFound("SSD lease expired before the read was submitted"));
+        continue;
+      }
+      GpuReadItem it;
+      it.ref = b.src.ref;
+      for (const SlotLayout& s : g->slots) {
+        it.scatter.push_back(
+            {shape.segments[s.slot_id].offset, s.bytes_per_page, inst.DevicePage(s, b.page)});
+      }
+      req.items.push_back(std::move(it));
+      taken->push_back(b);
+    }
+    if (taken->empty()) return;
+    LaneStarted();
+    auto left = std::make_shared<std::atomic<size_t>>(taken->size());
+    req.item_done = [this, r, taken, left](size_t i, Status st) {
+      RestoreBlock& b = (*taken)[i];
+      ssd->catalog().Complete(b.src.lease);
+      if (st.ok()) {
+        bytes_restore_cufile->Inc(b.src.ref.object_size);
+      } else if (st.code() == StatusCode::kCancelled) {
+        restore_cancelled->Inc();
+      }
+      FinishBlock(r, b.result, Tier::kSsd, std::move(st));
+      if (left->fetch_sub(1) == 1) LaneDone();
+    };
+    r->worker.store(worker);
+    Result<SsdGpuWorker::JobId> job = worker->SubmitRead(std::move(req));
+    if (job.ok()) {
+      r->gpu_job.store(*job);
+      return;
+    }
+    for (RestoreBlock& b : *taken) {
+      ssd->catalog().Complete(b.src.lease);
+      FinishBlock(r, b.result, Tier::kSsd, job.status());
+    }
+    LaneDone();
+  }
 
   // ---- helpers -----------------------------------------------------------
   void LaneStarted() { lane_work.fetch_add(1); }
@@ -231,6 +518,9 @@ struct Manager::Impl {
     bool last = false;
     {
       std::lock_guard<std::mutex> l(r->mu);
+      if (tier == Tier::kSsd && r->ssd_remaining > 0 && --r->ssd_remaining == 0 && r->ssd_cost) {
+        r->ssd_cost->Observe(Seconds(config.clock->Now() - r->ssd_start));
+      }
       r->results[result].source = tier;
       r->results[result].status = std::move(st);
       (r->results[result].status.ok() ? restore_blocks_ok : restore_blocks_failed)->Inc();
@@ -252,19 +542,34 @@ struct Manager::Impl {
     done(std::move(res));
   }
 
-  // Copies one object's segments into the instance's pages for every slot it holds.
-  Status CopyObjectToPages(Instance& inst, uint32_t group, const uint8_t* object, uint64_t size,
-                           const ObjectId& id, uint64_t page) {
+  // Checks one object (in pinned host memory) against its id and shape, then
+  // copies its segments into the instance's page for every slot it holds:
+  // memcpy for host pages; for CUDA pages the copies are appended to `ops`.
+  Status ObjectToPages(Instance& inst, uint32_t group, const uint8_t* object, uint64_t size,
+                       const ObjectId& id, uint64_t page, std::vector<gpu::CopyOp>* ops) {
     const GroupLayout* g = inst.groups.at(group);
     const GroupShape& shape = *inst.shapes.at(group);
     ORBITKV_ASSIGN_OR_RETURN(ParsedHeader h,
                              ParseObjectHeader({object, std::min(size, shape.header_bytes)}, size));
     ORBITKV_RETURN_IF_ERROR(CheckObjectMatches(h, id, shape.slot_bytes));
     for (const SlotLayout& s : g->slots) {
-      uint8_t* dst = inst.regions[s.region]->data() + SlotPageOffset(s, page);
-      std::memcpy(dst, object + h.segments[s.slot_id].offset, s.bytes_per_page);
+      const uint8_t* src = object + h.segments[s.slot_id].offset;
+      if (inst.cuda()) {
+        ops->push_back(
+            {inst.DevicePage(s, page), reinterpret_cast<gpu::DevPtr>(src), s.bytes_per_page});
+      } else {
+        std::memcpy(inst.regions[s.region]->data() + SlotPageOffset(s, page), src,
+                    s.bytes_per_page);
+      }
     }
     return Status::OK();
+  }
+
+  Status CopyObjectToPages(Instance& inst, uint32_t group, const uint8_t* object, uint64_t size,
+                           const ObjectId& id, uint64_t page) {
+    std::vector<gpu::CopyOp> ops;
+    ORBITKV_RETURN_IF_ERROR(ObjectToPages(inst, group, object, size, id, page, &ops));
+    return CopyAndWait(inst, /*to_device=*/true, ops);
   }
 
   void CopyLane(CopyJob& job) {
@@ -521,12 +826,6 @@ Result<std::unique_ptr<Manager>> Manager::Create(const ManagerConfig& config) {
 
   const ManagerOptions& o = config.options;
   if (!o.ssd_cache_path.empty()) {
-    if (o.ssd_backend == SsdBackend::kCufile) {
-      return Status::Unavailable("--ssd-backend cufile: this build has no cuFile support");
-    }
-    if (o.ssd_read_path == SsdReadPath::kCufile) {
-      return Status::Unavailable("--ssd-read-path cufile: this build has no cuFile support");
-    }
     SsdStoreOptions so;
     so.path = o.ssd_cache_path;
     so.capacity = o.ssd_cache_capacity;
@@ -536,6 +835,11 @@ Result<std::unique_ptr<Manager>> Manager::Create(const ManagerConfig& config) {
     so.clock = config.clock;
     so.metrics = config.metrics;
     ORBITKV_ASSIGN_OR_RETURN(impl->ssd, SsdStore::Open(so));
+    // Cache-wide: cuFile for every shard (then reserved up front) or io_uring.
+    ORBITKV_ASSIGN_OR_RETURN(impl->backend,
+                             SelectSsdBackend(o, config.gpu, config.gpu_unavailable, *impl->ssd));
+    impl->cufile_admit = impl->backend.cufile;
+    OKV_LOG_INFO("SSD backend: {}", impl->backend.reason);
     const uint32_t workers = o.ssd_io_workers;
     for (uint32_t i = 0; i < workers; ++i) {
       ORBITKV_ASSIGN_OR_RETURN(auto w, CreateUringEngine({o.ssd_queue_depth, config.io_faults}));
@@ -618,20 +922,42 @@ void Manager::Impl::RegisterMetrics() {
   restore_seconds =
       m.GetHistogram("orbitkv_restore_seconds", "Latency of one restore, start to last block.");
   query_seconds = m.GetHistogram("orbitkv_query_seconds", "Latency of one Query call.");
-  // The GPU storage tier's series exist from the start (zero while idle).
-  for (const char* c :
-       {"orbitkv_ssd_cufile_read_bytes_total", "orbitkv_ssd_cufile_write_bytes_total",
-        "orbitkv_ssd_gpu_write_fallbacks_total", "orbitkv_ssd_cufile_read_failures_total",
-        "orbitkv_ssd_cufile_write_failures_total", "orbitkv_ssd_backend_fallbacks_total"}) {
-    m.GetCounter(c, "GPU storage tier (see the spec's Metrics section).");
+  // The GPU storage tier's series exist from the start (zero while idle):
+  // per device where there are CUDA devices, else one unlabelled series each.
+  gpu_write_fallbacks = m.GetCounter(
+      "orbitkv_ssd_gpu_write_fallbacks_total",
+      "GPU write jobs sent through D2H publication and io_uring: eight were already admitted.");
+  backend_fallbacks =
+      m.GetCounter("orbitkv_ssd_backend_fallbacks_total",
+                   "Transitions from automatic cuFile admission to io_uring (until restart).");
+  bytes_restore_cufile =
+      m.GetCounter("orbitkv_bytes_total", bytes, {{"route", "restore_ssd_cufile"}});
+  bytes_writeback_cufile =
+      m.GetCounter("orbitkv_bytes_total", bytes, {{"route", "writeback_ssd_cufile"}});
+  if (config.gpu && config.gpu->device_count() > 0) {
+    for (int d = 0; d < config.gpu->device_count(); ++d) DeviceMetrics(d);
+  } else {
+    for (const char* c :
+         {"orbitkv_ssd_cufile_read_bytes_total", "orbitkv_ssd_cufile_write_bytes_total",
+          "orbitkv_ssd_cufile_read_failures_total", "orbitkv_ssd_cufile_write_failures_total"}) {
+      m.GetCounter(c, "GPU storage tier (see the spec's Metrics section); no CUDA device.");
+    }
+    m.GetGauge("orbitkv_ssd_cufile_inflight_batches",
+               "cuFile slots occupied through I/O and scatter.");
+    m.GetGauge("orbitkv_ssd_gpu_staging_bytes", "Allocated registered GPU staging memory.");
+    m.GetHistogram("orbitkv_ssd_cufile_read_seconds",
+                   "cuFile read submission-to-completion latency.");
+    m.GetHistogram("orbitkv_ssd_cufile_write_seconds",
+                   "cuFile write submission-to-completion latency.");
   }
-  m.GetGauge("orbitkv_ssd_cufile_inflight_batches",
-             "cuFile slots occupied through I/O and scatter.");
-  m.GetGauge("orbitkv_ssd_gpu_staging_bytes", "Allocated registered GPU staging memory.");
-  m.GetHistogram("orbitkv_ssd_cufile_read_seconds",
-                 "cuFile read submission-to-completion latency.");
-  m.GetHistogram("orbitkv_ssd_cufile_write_seconds",
-                 "cuFile write submission-to-completion latency.");
+  if (const char* c = std::getenv("ORBITKV_COST_OBSERVATIONS"); c && std::string(c) == "1") {
+    const char* help =
+        "Opt-in cost observations: SSD restore enqueue to terminal (GPU completion), per route.";
+    cost_uring = m.GetHistogram("orbitkv_cost_seconds", help, LatencyBuckets(),
+                                {{"path", "ssd_uring_restore"}});
+    cost_cufile = m.GetHistogram("orbitkv_cost_seconds", help, LatencyBuckets(),
+                                 {{"path", "ssd_cufile_restore"}});
+  }
   if (!ssd) {
     // Keep the SSD series on /metrics even with SSD caching off.
     m.GetGauge("orbitkv_ssd_read_pinned_bytes", "SSD bytes held by restore leases.");
@@ -734,25 +1060,66 @@ Result<InstanceId> Manager::RegisterInstance(SessionId session, const RegisterRe
     close_fds();
     return Status::InvalidArgument("namespace must be 1..4096 bytes");
   }
-  if (req.device != "host") {
-    close_fds();
-    return Status::Unavailable("device '" + req.device + "': this Manager serves host pages only");
+  const bool host = req.device == "host";
+  int ordinal = -1;
+  if (!host) {
+    const std::string prefix = "cuda:";
+    const std::string num = req.device.substr(std::min(req.device.size(), prefix.size()));
+    if (req.device.rfind(prefix, 0) != 0 || num.empty() || num.size() > 4 ||
+        !std::all_of(num.begin(), num.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      close_fds();
+      return Status::InvalidArgument("device '" + req.device +
+                                     "': expected \"host\" or \"cuda:N\"");
+    }
+    ordinal = std::stoi(num);
+    if (impl_->config.gpu == nullptr) {
+      close_fds();
+      return Status::Unavailable("device '" + req.device + "': this Manager has no CUDA devices (" +
+                                 impl_->config.gpu_unavailable + ")");
+    }
+    if (!region_fds.empty()) {
+      close_fds();
+      return Status::InvalidArgument("device '" + req.device +
+                                     "': CUDA regions are passed as IPC handles, not memfds");
+    }
   }
   if (Status st = ValidateLayout(req.layout); !st.ok()) {
     close_fds();
     return st;
   }
-  if (region_fds.size() != req.layout.region_bytes.size()) {
+  const size_t regions = req.layout.region_bytes.size();
+  if (host && (region_fds.size() != regions || !req.ipc_handles.empty())) {
     close_fds();
-    return Status::InvalidArgument("layout declares " +
-                                   std::to_string(req.layout.region_bytes.size()) +
-                                   " regions, got " + std::to_string(region_fds.size()) + " fds");
+    return Status::InvalidArgument("layout declares " + std::to_string(regions) + " regions, got " +
+                                   std::to_string(region_fds.size()) + " fds" +
+                                   (req.ipc_handles.empty() ? "" : " and IPC handles"));
+  }
+  if (!host && req.ipc_handles.size() != regions) {
+    return Status::InvalidArgument("layout declares " + std::to_string(regions) + " regions, got " +
+                                   std::to_string(req.ipc_handles.size()) + " CUDA IPC handles");
   }
   auto inst = std::make_shared<Instance>();
   inst->session = session;
   inst->rank = req.rank;
   inst->ns_name = req.ns;
   inst->layout = req.layout;
+  if (!host) {
+    // Map every region and check it covers the layout before any I/O can
+    // target it; a failure releases what was mapped (~Instance).
+    ORBITKV_ASSIGN_OR_RETURN(inst->device, impl_->config.gpu->device(ordinal));
+    for (size_t i = 0; i < regions; ++i) {
+      Result<gpu::IpcMapping> m = inst->device->OpenIpc(req.ipc_handles[i]);
+      if (!m.ok()) return m.status().WithContext("region " + std::to_string(i) + " IPC handle");
+      inst->mappings.push_back(*m);
+      if (m->bytes < req.layout.region_bytes[i]) {
+        return Status::InvalidArgument("region " + std::to_string(i) + ": the CUDA allocation is " +
+                                       std::to_string(m->bytes) + " bytes, the layout needs " +
+                                       std::to_string(req.layout.region_bytes[i]));
+      }
+    }
+    ORBITKV_ASSIGN_OR_RETURN(inst->h2d, inst->device->CreateStream());
+    ORBITKV_ASSIGN_OR_RETURN(inst->d2h, inst->device->CreateStream());
+  }
   for (size_t i = 0; i < region_fds.size(); ++i) {
     Result<std::unique_ptr<HostRegion>> r =
         HostRegion::Map(region_fds[i], req.layout.region_bytes[i]);
@@ -794,8 +1161,9 @@ Result<InstanceId> Manager::RegisterInstance(SessionId session, const RegisterRe
   for (auto& [gid, shape] : new_shapes) impl_->shapes[{inst->ns, gid}] = shape;
   inst->id = impl_->next_id.fetch_add(1);
   impl_->instances[inst->id] = inst;
-  OKV_LOG_INFO("registered instance {} (namespace '{}', rank {}, {} pages, {} groups)", inst->id,
-               req.ns, req.rank, req.layout.num_pages, req.layout.groups.size());
+  OKV_LOG_INFO("registered instance {} (namespace '{}', rank {}, {}, {} pages, {} groups)",
+               inst->id, req.ns, req.rank, req.device, req.layout.num_pages,
+               req.layout.groups.size());
   return inst->id;
 }
 
@@ -814,16 +1182,22 @@ Status Manager::UnregisterInstance(SessionId session, InstanceId id) {
     inst->closing = true;
     inst->cv.wait(l, [&] { return inst->inflight == 0; });
   }
-  std::lock_guard<std::mutex> l(impl_->mu);
-  for (auto it = impl_->queries.begin(); it != impl_->queries.end();) {
-    if (it->second.instance == id) {
-      impl_->DropQueryLocked(it->second);
-      it = impl_->queries.erase(it);
-    } else {
-      ++it;
+  {
+    std::lock_guard<std::mutex> l(impl_->mu);
+    for (auto it = impl_->queries.begin(); it != impl_->queries.end();) {
+      if (it->second.instance == id) {
+        impl_->DropQueryLocked(it->second);
+        it = impl_->queries.erase(it);
+      } else {
+        ++it;
+      }
     }
+    impl_->instances.erase(id);
   }
-  impl_->instances.erase(id);  // mappings go when the last reference does
+  // Every operation of the instance has finished: drain and release its
+  // cuFile worker and streams, then its mappings (host mappings go with the
+  // last reference).
+  inst->ReleaseDevice();
   OKV_LOG_INFO("unregistered instance {}", id);
   return Status::OK();
 }
@@ -871,6 +1245,10 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
   std::vector<uint32_t> parts;
   for (const SlotLayout* s : slots) parts.push_back(s->slot_id);
   std::vector<uint8_t> header(shape.header_bytes);
+  // Complete groups of CUDA instances go to SSD straight from their pages
+  // through cuFile; the DRAM copy (if the pool takes it) is for hot reuse.
+  const bool direct = impl_->ssd && impl_->UseCufileWrite(*inst) && slots.size() == g.num_slots;
+  auto dw = std::make_shared<DirectWrites>();
 
   PublishResult out;
   for (size_t i = 0; i < req.keys.size(); ++i) {
@@ -898,6 +1276,10 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
       if (v.status().code() == StatusCode::kAlreadyExists) {
         ++out.skipped;
         impl_->publish_skipped->Inc();
+      } else if (direct &&
+                 impl_->SubmitDirectWrite(*inst, g, shape, id, req.pages[i], nullptr, dw)) {
+        ++out.stored;  // no room in DRAM: straight to SSD
+        ++out.sealed;
       } else {
         ++out.dropped;
         impl_->publish_pool_full->Inc();
@@ -905,28 +1287,49 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
       continue;
     }
     uint64_t copied = 0;
+    std::vector<gpu::CopyOp> ops;  // CUDA pages: D2H on the instance's stream
     for (const SlotLayout* s : slots) {
       const SegmentPos& seg = shape.segments[s->slot_id];
-      const uint8_t* src = inst->regions[s->region]->data() + SlotPageOffset(*s, req.pages[i]);
-      std::memcpy(v->data + seg.offset, src, s->bytes_per_page);
+      if (inst->cuda()) {
+        ops.push_back({reinterpret_cast<gpu::DevPtr>(v->data + seg.offset),
+                       inst->DevicePage(*s, req.pages[i]), s->bytes_per_page});
+      } else {
+        const uint8_t* src = inst->regions[s->region]->data() + SlotPageOffset(*s, req.pages[i]);
+        std::memcpy(v->data + seg.offset, src, s->bytes_per_page);
+      }
       const uint64_t padded = AlignUp(s->bytes_per_page, 512);
       std::memset(v->data + seg.offset + s->bytes_per_page, 0, padded - s->bytes_per_page);
       copied += s->bytes_per_page;
     }
+    if (Status st = impl_->CopyAndWait(*inst, /*to_device=*/false, ops); !st.ok()) {
+      impl_->dram->AbortAssembly(*v);
+      return st;
+    }
     impl_->bytes_publish->Inc(copied);
     const bool ssd_on = impl_->ssd != nullptr;
+    const uint8_t* dram_header = v->data;  // stays: a sealed entry waits for its writeback
     Result<bool> sealed = impl_->dram->CompleteParts(*v, parts);
     if (!sealed.ok()) return sealed.status();
     ++out.stored;
     if (!*sealed) continue;
     ++out.sealed;
     impl_->publish_objects->Inc();
-    if (ssd_on) {
-      impl_->LaneStarted();
-      if (!impl_->writeback->TryPush(id)) {
-        impl_->writeback_queue_full->Inc();
-        if (auto w = impl_->dram->TakeWriteback(id)) impl_->dram->FinishWriteback(*w, false);
-        impl_->LaneDone();
+    if (direct && impl_->SubmitDirectWrite(*inst, g, shape, id, req.pages[i], dram_header, dw)) {
+      continue;
+    }
+    if (ssd_on) impl_->QueueWriteback(id);
+  }
+  if (direct) {
+    // The pages stay the engine's only after their SSD writes finished.
+    std::unique_lock<std::mutex> l(dw->mu);
+    dw->cv.wait(l, [&] { return dw->outstanding == 0; });
+    for (DirectWrites::Done& d : dw->done) {
+      if (d.scratch.data) impl_->ReleaseStaging(d.scratch);
+      if (d.status.ok()) {
+        impl_->bytes_writeback_cufile->Inc(shape.object_size);
+        if (auto w = impl_->dram->TakeWriteback(d.id)) impl_->dram->FinishWriteback(*w, true);
+      } else if (d.dram_copy) {
+        impl_->QueueWriteback(d.id);  // the DRAM copy can still reach SSD through io_uring
       }
     }
   }
@@ -1078,8 +1481,36 @@ Result<RestoreId> Manager::StartRestore(SessionId session, const RestoreRequest&
     impl_->restores[r->id] = r;
   }
   r->inst = std::move(inst);
+  r->instance = req.instance;
   const RestoreId id = r->id;
+  bool host_route = !ssd_blocks.empty();
   if (!ssd_blocks.empty()) {
+    const bool cufile = impl_->UseCufileRead(*r->inst);
+    {
+      std::lock_guard<std::mutex> l(r->mu);
+      r->ssd_remaining = ssd_blocks.size();
+      r->ssd_start = impl_->config.clock->Now();
+      r->ssd_cost = cufile ? impl_->cost_cufile : impl_->cost_uring;
+    }
+    if (cufile) {
+      Result<SsdGpuWorker*> worker = impl_->Worker(*r->inst);
+      const ManagerOptions& o = impl_->config.options;
+      if (worker.ok()) {
+        impl_->StartCufileRead(r, *worker, std::move(ssd_blocks));
+        host_route = false;
+      } else if (o.ssd_read_path == SsdReadPath::kCufile || o.ssd_backend == SsdBackend::kCufile) {
+        for (RestoreBlock& b : ssd_blocks) {  // an explicit route is never switched
+          impl_->ssd->catalog().Cancel(b.src.lease);
+          impl_->FinishBlock(r, b.result, Tier::kSsd, worker.status());
+        }
+        host_route = false;
+      } else {
+        std::lock_guard<std::mutex> l(r->mu);
+        r->ssd_cost = impl_->cost_uring;  // auto fell back: io_uring serves it
+      }
+    }
+  }
+  if (host_route) {
     ReadJob job;
     job.restore = r;
     job.blocks = std::move(ssd_blocks);
@@ -1094,13 +1525,22 @@ Result<RestoreId> Manager::StartRestore(SessionId session, const RestoreRequest&
       }
     }
   }
-  // DRAM blocks copy here, on the caller's thread, from the entry the query pinned.
-  for (RestoreBlock& b : dram_blocks) {
-    const DramView& v = b.src.dram;
-    Status st = impl_->CopyObjectToPages(*r->inst, r->group, v.data, v.size, b.src.id, b.page);
-    if (st.ok()) impl_->bytes_restore_dram->Inc(v.size);
-    impl_->dram->Unpin(v.id);
-    impl_->FinishBlock(r, b.result, Tier::kDram, std::move(st));
+  // DRAM blocks copy here, on the caller's thread, from the entries the query
+  // pinned: memcpy into host pages, or one H2D job (one event) for CUDA pages.
+  std::vector<gpu::CopyOp> ops;
+  std::vector<Status> st(dram_blocks.size());
+  for (size_t i = 0; i < dram_blocks.size(); ++i) {
+    const RestoreBlock& b = dram_blocks[i];
+    st[i] = impl_->ObjectToPages(*r->inst, r->group, b.src.dram.data, b.src.dram.size, b.src.id,
+                                 b.page, &ops);
+  }
+  const Status copied = impl_->CopyAndWait(*r->inst, /*to_device=*/true, ops);
+  for (size_t i = 0; i < dram_blocks.size(); ++i) {
+    const RestoreBlock& b = dram_blocks[i];
+    if (st[i].ok()) st[i] = copied;
+    if (st[i].ok()) impl_->bytes_restore_dram->Inc(b.src.dram.size);
+    impl_->dram->Unpin(b.src.dram.id);
+    impl_->FinishBlock(r, b.result, Tier::kDram, std::move(st[i]));
   }
   return id;
 }
@@ -1130,6 +1570,14 @@ Result<uint32_t> Manager::CancelRestore(SessionId session, RestoreId id) {
     if (!r || r->session != session) return Status::NotFound("restore is not in flight");
   }
   if (!impl_->reader) return 0u;
+  uint32_t gpu_released = 0;
+  if (SsdGpuWorker* w = r->worker.load(); w && r->gpu_job.load() != 0) {
+    // Holding the instance keeps its worker alive; an instance that is
+    // unregistering cancels everything unsubmitted itself.
+    if (Result<InstanceGuard> g = impl_->Acquire(session, r->instance); g.ok()) {
+      gpu_released = w->CancelRead(r->gpu_job.load());
+    }
+  }
   std::vector<ReadJob> jobs =
       impl_->reader->RemoveIf([&](const ReadJob& j) { return j.restore == r; });
   uint32_t released = 0;
@@ -1142,7 +1590,7 @@ Result<uint32_t> Manager::CancelRestore(SessionId session, RestoreId id) {
     }
     impl_->LaneDone();
   }
-  return released;
+  return released + gpu_released;
 }
 
 // ---- prepare -----------------------------------------------------------------
@@ -1203,6 +1651,22 @@ Manager::Gauges Manager::gauges() const {
     g.ssd_leases = s.active_leases;
     g.ssd_pinned_bytes = s.pinned_bytes;
     g.ssd_reservations = s.writing_extents;
+  }
+  g.cufile_selected = impl_->backend.cufile;
+  g.cufile_admitting = impl_->cufile_admit.load();
+  std::vector<std::shared_ptr<Instance>> insts;
+  {
+    std::lock_guard<std::mutex> l(impl_->mu);
+    for (auto& [id, inst] : impl_->instances) insts.push_back(inst);
+  }
+  for (auto& inst : insts) {
+    std::lock_guard<std::mutex> l(inst->worker_mu);
+    g.gpu_ipc_mappings += inst->mappings.size();
+    if (!inst->worker) continue;
+    GpuWorkerStats ws = inst->worker->stats();
+    ++g.gpu_workers;
+    g.gpu_write_jobs += ws.write_jobs;
+    g.gpu_inflight_batches += ws.inflight_batches;
   }
   return g;
 }

@@ -10,6 +10,13 @@
 // engine pages, then releases leases and scratch). A reaper expires queries,
 // lease interests and stale assemblies.
 //
+// CUDA instances ("cuda:N") register IPC handles; their pages are mapped and
+// every copy runs on the instance's H2D/D2H streams with an event per job.
+// With cuFile selected (ssd_backend.h) their SSD reads and complete-group
+// writes go through a lazily created per-instance SsdGpuWorker; an I/O or
+// buffer failure under auto stops new cuFile admission until restart and
+// counts orbitkv_ssd_backend_fallbacks_total once.
+//
 // Ownership: a query pins its DRAM sources and leases its SSD extents until it
 // is restored, released, expires, or its session ends. A restore owns what it
 // took from its query until every block completes; cancelling before
@@ -22,8 +29,10 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "gpu/platform.h"
 #include "io/file_system.h"
 #include "io/io_engine.h"
 #include "orbitkv/cache_api.h"
@@ -52,6 +61,14 @@ struct ManagerConfig {
   // HostMemoryHooks); empty on hosts without CUDA.
   std::function<Status(void*, uint64_t)> register_host_memory;
   std::function<void(void*)> unregister_host_memory;
+  // The GPU storage tier's CUDA and cuFile seam (gpu/platform.h); null on a
+  // host without CUDA, where "cuda:N" instances are refused with
+  // gpu_unavailable and auto selects io_uring. Not owned; outlives the Manager.
+  gpu::Platform* gpu = nullptr;
+  std::string gpu_unavailable = "this build has no CUDA";
+  // Per instance/device SSD worker geometry (spec: two 4 MiB slots, eight writes).
+  uint64_t gpu_slot_bytes = 4u << 20;
+  uint32_t gpu_max_write_jobs = 8;
   FileSystem* fs = FileSystem::Default();
   Clock* clock = Clock::Real();
   MetricsRegistry* metrics = nullptr;    // required
@@ -101,6 +118,11 @@ class Manager {
     uint64_t query_budget_used = 0;
     DramStats dram;
     uint64_t ssd_leases = 0, ssd_pinned_bytes = 0, ssd_reservations = 0;
+    // GPU storage tier.
+    bool cufile_selected = false;   // startup selection (cache-wide)
+    bool cufile_admitting = false;  // false after an auto fallback
+    uint64_t gpu_workers = 0, gpu_write_jobs = 0, gpu_inflight_batches = 0;
+    uint64_t gpu_ipc_mappings = 0;
   };
   Gauges gauges() const;
 

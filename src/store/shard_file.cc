@@ -196,6 +196,24 @@ Result<std::unique_ptr<ShardSet>> ShardSet::Create(FileSystem* fs, const ShardSe
   return std::unique_ptr<ShardSet>(new ShardSet(fs, std::move(paths), std::move(data_fds)));
 }
 
+Status ShardSet::Reserve(uint64_t data_capacity) {
+  const uint64_t file_size = kShardHeaderSize + data_capacity;
+  for (size_t i = 0; i < fds_.size(); ++i) {
+    Status st = fs_->Fallocate(fds_[i], 0, file_size);
+    if (st.ok()) continue;
+    Status err = Status::IOError("reserving " + FormatByteSize(file_size) + " (" +
+                                     std::to_string(file_size) + " bytes) for SSD shard " +
+                                     std::to_string(i) + " " + paths_[i],
+                                 st.err_no());
+    for (size_t j = 0; j < fds_.size(); ++j) {
+      Status t = fs_->Truncate(fds_[j], kShardHeaderSize);
+      if (!t.ok()) OKV_LOG_ERROR("cleanup: truncating {} failed: {}", paths_[j], t.ToString());
+    }
+    return err;
+  }
+  return Status::OK();
+}
+
 ShardSet::~ShardSet() {
   for (int fd : fds_) fs_->Close(fd).IgnoreError("shutdown");
 }

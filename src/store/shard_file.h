@@ -64,6 +64,12 @@ class ShardSet {
   uint32_t count() const { return static_cast<uint32_t>(fds_.size()); }
   int fd(uint32_t shard) const { return fds_[shard]; }
   const std::string& path(uint32_t shard) const { return paths_[shard]; }
+  // Reserves the physical space of every shard (fallocate of header + data
+  // capacity) after a sparse Create: the cuFile modes call this once every
+  // shard registered with cuFile. ENOSPC/EDQUOT/EOPNOTSUPP (any failure) names
+  // the shard and size; every shard is then truncated to its header to give
+  // the space back (cleanup errors are logged). The caller fails startup.
+  Status Reserve(uint64_t data_capacity);
   // File offset of a data-region offset.
   static uint64_t FileOffset(uint64_t data_offset) { return kShardHeaderSize + data_offset; }
 

@@ -55,6 +55,8 @@ class SsdStore {
   ~SsdStore();
 
   SsdCatalog& catalog() { return *catalog_; }
+  // ShardSet::Reserve of every shard's capacity (cuFile modes; see there).
+  Status ReserveCapacity() { return shards_->Reserve(shard_capacity_); }
   const ShardSet& shards() const { return *shards_; }
   const SsdStoreOptions& options() const { return options_; }
   uint64_t shard_capacity() const { return shard_capacity_; }
