@@ -1,0 +1,190 @@
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+#include "gpu/copy_kernels.h"
+
+namespace orbitkv::gpu {
+namespace {
+
+constexpr unsigned kThreads = 256;
+// Caps the grid of one launch (kCopyOpsPerLaunch * this blocks at most); a
+// larger op is covered by grid-stride loops.
+constexpr uint64_t kMaxBlocksPerOp = 1024;
+
+// One launch's ops, passed by value as the kernel's parameter (constant bank,
+// read in place through __grid_constant__). first_block[i] is the first block
+// of op i; op i owns blocks [first_block[i], first_block[i + 1]).
+struct GatherScatterParams {
+  uint64_t dst[kCopyOpsPerLaunch];
+  uint64_t src[kCopyOpsPerLaunch];
+  uint64_t bytes[kCopyOpsPerLaunch];
+  uint32_t first_block[kCopyOpsPerLaunch];
+  uint32_t count;
+};
+// The classic kernel parameter limit is 4 KiB; stay well inside it.
+static_assert(sizeof(GatherScatterParams) <= 4000, "kernel parameters must stay under 4 KiB");
+
+// Copies n bytes with `nthreads` threads (this one is `tid`): bytes up to the
+// first V-aligned dst address, then V words, then the remaining bytes.
+// REQUIRES: dst and src congruent modulo sizeof(V); nthreads >= sizeof(V).
+template <typename V>
+__device__ __forceinline__ void CopySpan(unsigned char* __restrict__ dst,
+                                         const unsigned char* __restrict__ src, uint64_t n,
+                                         uint64_t tid, uint64_t nthreads) {
+  constexpr uint64_t kWord = sizeof(V);
+  uint64_t head = (kWord - (reinterpret_cast<uintptr_t>(dst) & (kWord - 1))) & (kWord - 1);
+  if (head > n) head = n;
+  if (tid < head) dst[tid] = src[tid];
+  const uint64_t words = (n - head) / kWord;
+  V* __restrict__ dv = reinterpret_cast<V*>(dst + head);
+  const V* __restrict__ sv = reinterpret_cast<const V*>(src + head);
+  uint64_t i = tid;
+  // Four loads in flight per thread before their stores.
+  for (; i + 3 * nthreads < words; i += 4 * nthreads) {
+    const V a = sv[i];
+    const V b = sv[i + nthreads];
+    const V c = sv[i + 2 * nthreads];
+    const V d = sv[i + 3 * nthreads];
+    dv[i] = a;
+    dv[i + nthreads] = b;
+    dv[i + 2 * nthreads] = c;
+    dv[i + 3 * nthreads] = d;
+  }
+  for (; i < words; i += nthreads) dv[i] = sv[i];
+  const uint64_t done = head + words * kWord;
+  if (tid < n - done) dst[done + tid] = src[done + tid];
+}
+
+__global__ void __launch_bounds__(kThreads)
+    GatherScatterKernel(const __grid_constant__ GatherScatterParams p) {
+  // The op owning this block: the last i with first_block[i] <= blockIdx.x.
+  const uint32_t block = blockIdx.x;
+  uint32_t lo = 0;
+  uint32_t hi = p.count - 1;
+  while (lo < hi) {
+    const uint32_t mid = (lo + hi + 1) / 2;
+    if (p.first_block[mid] <= block) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  const uint32_t op = lo;
+  const uint32_t end_block = op + 1 < p.count ? p.first_block[op + 1] : gridDim.x;
+  const uint64_t nthreads = static_cast<uint64_t>(end_block - p.first_block[op]) * blockDim.x;
+  const uint64_t tid = static_cast<uint64_t>(block - p.first_block[op]) * blockDim.x + threadIdx.x;
+
+  auto* dst = reinterpret_cast<unsigned char*>(p.dst[op]);
+  const auto* src = reinterpret_cast<const unsigned char*>(p.src[op]);
+  const uint64_t n = p.bytes[op];
+  const uint64_t skew = p.dst[op] ^ p.src[op];
+  if ((skew & 15) == 0) {
+    CopySpan<uint4>(dst, src, n, tid, nthreads);
+  } else if ((skew & 7) == 0) {
+    CopySpan<uint2>(dst, src, n, tid, nthreads);
+  } else if ((skew & 3) == 0) {
+    CopySpan<uint32_t>(dst, src, n, tid, nthreads);
+  } else if ((skew & 1) == 0) {
+    CopySpan<uint16_t>(dst, src, n, tid, nthreads);
+  } else {
+    CopySpan<uint8_t>(dst, src, n, tid, nthreads);
+  }
+}
+
+cudaError_t Launch(const GatherScatterParams& params, uint32_t blocks, cudaStream_t stream) {
+  (void)cudaGetLastError();  // report this launch's error, not an older one
+  GatherScatterKernel<<<blocks, kThreads, 0, stream>>>(params);
+  return cudaGetLastError();
+}
+
+#if CUDART_VERSION >= 12080
+// Set once a driver answered cudaMemcpyBatchAsync with "not supported".
+std::atomic<bool> g_batch_refused{false};
+#endif
+
+}  // namespace
+
+cudaError_t LaunchGatherScatter(const CopyDesc* ops, size_t count, cudaStream_t stream) {
+  GatherScatterParams params;
+  params.count = 0;
+  uint32_t blocks = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const CopyDesc& op = ops[i];
+    if (op.bytes == 0) continue;
+    uint64_t op_blocks = (op.bytes + kCopyBytesPerBlock - 1) / kCopyBytesPerBlock;
+    if (op_blocks > kMaxBlocksPerOp) op_blocks = kMaxBlocksPerOp;
+    const uint32_t k = params.count++;
+    params.dst[k] = op.dst;
+    params.src[k] = op.src;
+    params.bytes[k] = op.bytes;
+    params.first_block[k] = blocks;
+    blocks += static_cast<uint32_t>(op_blocks);
+    if (params.count == kCopyOpsPerLaunch) {
+      const cudaError_t err = Launch(params, blocks, stream);
+      if (err != cudaSuccess) return err;
+      params.count = 0;
+      blocks = 0;
+    }
+  }
+  if (params.count > 0) return Launch(params, blocks, stream);
+  return cudaSuccess;
+}
+
+bool EngineBatchCopyAvailable() {
+#if CUDART_VERSION >= 12080
+  return !g_batch_refused.load(std::memory_order_relaxed);
+#else
+  return false;
+#endif
+}
+
+cudaError_t EnqueueEngineCopies(const CopyDesc* ops, size_t count, cudaStream_t stream,
+                                bool* batched) {
+  if (batched != nullptr) *batched = false;
+  if (count == 0) return cudaSuccess;
+#if CUDART_VERSION >= 12080
+  if (count > 1 && !g_batch_refused.load(std::memory_order_relaxed)) {
+    std::vector<void*> dsts(count);
+    std::vector<void*> srcs(count);
+    std::vector<size_t> sizes(count);
+    for (size_t i = 0; i < count; ++i) {
+      dsts[i] = reinterpret_cast<void*>(ops[i].dst);
+      srcs[i] = reinterpret_cast<void*>(ops[i].src);
+      sizes[i] = static_cast<size_t>(ops[i].bytes);
+    }
+    // One attribute set for every op: sources read in stream order (after the
+    // stream's earlier work); no location hints (they only apply to managed
+    // or pageable memory).
+    cudaMemcpyAttributes attr = {};
+    attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+    attr.flags = cudaMemcpyFlagDefault;
+    size_t attr_index = 0;
+#if CUDART_VERSION >= 13000
+    const cudaError_t err = cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), count,
+                                                 &attr, &attr_index, 1, stream);
+#else
+    // CUDA 12.8/12.9: non-const arrays and a failIdx out-parameter.
+    size_t fail_index = 0;
+    const cudaError_t err = cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), count,
+                                                 &attr, &attr_index, 1, &fail_index, stream);
+#endif
+    if (err == cudaSuccess) {
+      if (batched != nullptr) *batched = true;
+      return cudaSuccess;
+    }
+    if (err != cudaErrorNotSupported && err != cudaErrorCallRequiresNewerDriver) return err;
+    (void)cudaGetLastError();
+    g_batch_refused.store(true, std::memory_order_relaxed);
+  }
+#endif
+  for (size_t i = 0; i < count; ++i) {
+    const cudaError_t err = cudaMemcpyAsync(
+        reinterpret_cast<void*>(ops[i].dst), reinterpret_cast<const void*>(ops[i].src),
+        static_cast<size_t>(ops[i].bytes), cudaMemcpyDefault, stream);
+    if (err != cudaSuccess) return err;
+  }
+  return cudaSuccess;
+}
+
+}  // namespace orbitkv::gpu

@@ -1,0 +1,643 @@
+#include "gpu/cuda_platform.h"
+
+#include <cuda.h>  // CUresult, CUdeviceptr: the driver entry point's types only
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <iterator>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gpu/copy_kernels.h"
+#include "gpu/cuda_check.h"
+#include "gpu/cuda_device.h"
+#include "gpu/cufile_loader.h"
+#include "orbitkv/logging.h"
+
+namespace orbitkv::gpu {
+namespace {
+
+static_assert(sizeof(cudaIpcMemHandle_t) == std::tuple_size_v<IpcHandle>,
+              "IpcHandle must hold a cudaIpcMemHandle_t");
+static_assert(sizeof(DevPtr) >= sizeof(void*));
+
+std::string Hex(uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof(buf), "0x%" PRIx64, v);
+  return buf;
+}
+
+std::string VersionText(int v) {
+  return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
+}
+
+CuFileInitPolicy ToCuFilePolicy(StoragePolicy policy) {
+  return policy == StoragePolicy::kAutoNativeOnly ? CuFileInitPolicy::kAutoNativeOnly
+                                                  : CuFileInitPolicy::kExplicit;
+}
+
+// Makes sure the calling thread has a current context (its current device's
+// primary context) without changing which device is current: cuFile calls
+// made outside a Device method find one.
+Status EnsureCurrentContext() {
+  int current = 0;
+  ORBITKV_CUDA_RETURN_IF_ERROR(cudaGetDevice(&current));
+  return ORBITKV_CUDA_STATUS(cudaSetDevice(current));
+}
+
+// The driver's cuMemGetAddressRange, resolved once; null when unavailable.
+using GetAddressRangeFn = CUresult (*)(CUdeviceptr* base, size_t* size, CUdeviceptr ptr);
+
+struct AddressRangeEntry {
+  GetAddressRangeFn fn = nullptr;
+  std::string error;  // why fn is null
+};
+
+const AddressRangeEntry& AddressRange() {
+  static const AddressRangeEntry entry = [] {
+    AddressRangeEntry e;
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+#if CUDART_VERSION >= 12050
+    // 12000: the cuMemGetAddressRange of CUDA 12.0 (its _v2 ABI).
+    const cudaError_t err = cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000,
+                                                             cudaEnableDefault, &found);
+#else
+    const cudaError_t err =
+        cudaGetDriverEntryPoint("cuMemGetAddressRange", &fn, cudaEnableDefault, &found);
+#endif
+    if (err != cudaSuccess || found != cudaDriverEntryPointSuccess || fn == nullptr) {
+      e.error = "resolving the driver's cuMemGetAddressRange: " +
+                (err != cudaSuccess ? CudaErrorText(err)
+                                    : "query result " + std::to_string(static_cast<int>(found)));
+      (void)cudaGetLastError();
+      return e;
+    }
+    e.fn = reinterpret_cast<GetAddressRangeFn>(fn);
+    return e;
+  }();
+  return entry;
+}
+
+class CudaPlatform;
+
+class CudaStream final : public Stream {
+ public:
+  CudaStream(const CudaPlatform* owner, int ordinal, cudaStream_t stream)
+      : owner_(owner), ordinal_(ordinal), stream_(stream) {}
+  ~CudaStream() override {
+    if (cudaSetDevice(ordinal_) != cudaSuccess) (void)cudaGetLastError();
+    if (const CuFileLibrary* lib = cufile_.exchange(nullptr)) {
+      Status st =
+          CuFileErrorStatus("cuFileStreamDeregister", lib->api().stream_deregister(stream_));
+      if (!st.ok()) OKV_LOG_WARN("destroying a registered stream: {}", st.ToString());
+    }
+    ORBITKV_CUDA_STATUS(cudaStreamDestroy(stream_)).IgnoreError("logged by the check");
+  }
+  CudaStream(const CudaStream&) = delete;
+  CudaStream& operator=(const CudaStream&) = delete;
+
+  const CudaPlatform* owner() const { return owner_; }
+  int ordinal() const { return ordinal_; }
+  cudaStream_t get() const { return stream_; }
+  // The library this stream is registered with (cuFileStreamRegister), if any.
+  std::atomic<const CuFileLibrary*>& cufile() { return cufile_; }
+
+ private:
+  const CudaPlatform* const owner_;
+  const int ordinal_;
+  const cudaStream_t stream_;
+  std::atomic<const CuFileLibrary*> cufile_{nullptr};
+};
+
+class CudaEvent final : public Event {
+ public:
+  CudaEvent(const CudaPlatform* owner, int ordinal, cudaEvent_t event)
+      : owner_(owner), ordinal_(ordinal), event_(event) {}
+  ~CudaEvent() override {
+    if (cudaSetDevice(ordinal_) != cudaSuccess) (void)cudaGetLastError();
+    ORBITKV_CUDA_STATUS(cudaEventDestroy(event_)).IgnoreError("logged by the check");
+  }
+  CudaEvent(const CudaEvent&) = delete;
+  CudaEvent& operator=(const CudaEvent&) = delete;
+
+  const CudaPlatform* owner() const { return owner_; }
+  int ordinal() const { return ordinal_; }
+  cudaEvent_t get() const { return event_; }
+
+ private:
+  const CudaPlatform* const owner_;
+  const int ordinal_;
+  const cudaEvent_t event_;
+};
+
+class CudaStorageFile final : public StorageFile {
+ public:
+  CudaStorageFile(const CudaPlatform* owner, FileRegistration registration)
+      : owner_(owner), registration_(std::move(registration)) {}
+  int fd() const override { return registration_.fd(); }
+  const CudaPlatform* owner() const { return owner_; }
+  cufile::CUfileHandle_t handle() const { return registration_.handle(); }
+
+ private:
+  const CudaPlatform* const owner_;
+  FileRegistration registration_;  // deregisters in its destructor
+};
+
+class CudaDevice final : public Device {
+ public:
+  CudaDevice(CudaPlatform* platform, int ordinal) : platform_(platform), ordinal_(ordinal) {}
+
+  int ordinal() const override { return ordinal_; }
+
+  Result<IpcMapping> OpenIpc(const IpcHandle& handle) override;
+  Status CloseIpc(DevPtr base) override;
+  Result<DevPtr> Allocate(uint64_t bytes) override;
+  Status Free(DevPtr ptr) override;
+  Result<std::unique_ptr<Stream>> CreateStream() override;
+  Result<std::unique_ptr<Event>> CreateEvent() override;
+  Status Record(Event& event, Stream& stream) override;
+  Result<bool> Poll(Event& event) override;
+  Status Wait(Event& event) override;
+  Status Synchronize(Stream& stream) override;
+  Status CopyAsync(std::span<const CopyOp> ops, Stream& stream) override;
+  Status MemsetAsync(DevPtr dst, uint8_t value, uint64_t bytes, Stream& stream) override;
+  Status HostFuncAsync(std::function<void()> fn, Stream& stream) override;
+  Status RegisterBuffer(DevPtr ptr, uint64_t bytes) override;
+  Status DeregisterBuffer(DevPtr ptr) override;
+  Status RegisterStream(Stream& stream) override;
+  Status DeregisterStream(Stream& stream) override;
+  Status ReadAsync(StorageFile& file, DevPtr buffer, AsyncIo* io, Stream& stream) override;
+  Status WriteAsync(StorageFile& file, DevPtr buffer, AsyncIo* io, Stream& stream) override;
+
+ private:
+  enum class Memory { kThisDevice, kElsewhere, kUnknown };
+  // Allocations classified during one CopyAsync call. Valid only within that
+  // call: the caller keeps the memory allocated until the copies ran, but an
+  // address may name different memory in a later call.
+  struct ClassifiedRanges {
+    struct Entry {
+      uint64_t begin = 0;
+      uint64_t end = 0;
+      Memory kind = Memory::kUnknown;
+    };
+    Entry entries[8];
+    size_t size = 0;
+    size_t next = 0;  // round-robin replacement
+  };
+
+  Status MakeCurrent() const { return ORBITKV_CUDA_STATUS(cudaSetDevice(ordinal_)); }
+  Result<CudaStream*> Own(Stream& stream) const;
+  Result<CudaEvent*> Own(Event& event) const;
+  Result<CudaStorageFile*> Own(StorageFile& file) const;
+  // The open cuFile library, or FailedPrecondition naming `call`.
+  Result<const CuFileLibrary*> Storage(const char* call) const;
+  Memory Classify(uint64_t address) const;
+  // Classify, answered from `ranges` when an earlier op of the call fell in
+  // the same allocation ([address, +bytes) wholly inside it).
+  Memory Classify(uint64_t address, uint64_t bytes, ClassifiedRanges* ranges) const;
+  Status AsyncIoCall(bool write, StorageFile& file, DevPtr buffer, AsyncIo* io, Stream& stream);
+
+  CudaPlatform* const platform_;
+  const int ordinal_;
+};
+
+class CudaPlatform final : public Platform {
+ public:
+  CudaPlatform(int device_count, int runtime_version, int driver_version)
+      : device_count_(device_count),
+        runtime_version_(runtime_version),
+        driver_version_(driver_version),
+        devices_(device_count) {}
+  ~CudaPlatform() override = default;
+
+  std::string Describe() const override {
+    return "CUDA " + VersionText(runtime_version_) + " (driver " + VersionText(driver_version_) +
+           "), " + std::to_string(device_count_) + (device_count_ == 1 ? " device" : " devices");
+  }
+  int device_count() const override { return device_count_; }
+
+  Result<Device*> device(int ordinal) override {
+    if (ordinal < 0 || ordinal >= device_count_) {
+      return Status::InvalidArgument("CUDA device " + std::to_string(ordinal) +
+                                     " does not exist (" + std::to_string(device_count_) +
+                                     " visible)");
+    }
+    std::lock_guard<std::mutex> lock(devices_mu_);
+    std::unique_ptr<CudaDevice>& slot = devices_[ordinal];
+    if (slot == nullptr) {
+      ORBITKV_RETURN_IF_ERROR(CheckDevice(ordinal));
+      slot = std::make_unique<CudaDevice>(this, ordinal);
+    }
+    return static_cast<Device*>(slot.get());
+  }
+
+  Result<std::string> OpenStorage(StoragePolicy policy) override {
+    std::lock_guard<std::mutex> lock(storage_mu_);
+    if (opened_policy_.has_value()) {
+      if (*opened_policy_ == policy) return storage_description_;
+      return Status::FailedPrecondition("the cuFile driver is already open under another policy (" +
+                                        storage_description_ + ")");
+    }
+    if (library_ == nullptr) {
+      ORBITKV_ASSIGN_OR_RETURN(library_, CuFileLibrary::Load());
+    }
+    ORBITKV_RETURN_IF_ERROR(EnsureCurrentContext());
+    ORBITKV_ASSIGN_OR_RETURN(const CuFileDriverInfo info,
+                             library_->OpenDriver(ToCuFilePolicy(policy)));
+    storage_description_ = "cuFile " + library_->VersionString() + " from " + library_->path() +
+                           ": " + info.ToString();
+    opened_policy_ = policy;
+    storage_.store(library_.get(), std::memory_order_release);
+    return storage_description_;
+  }
+
+  Result<std::unique_ptr<StorageFile>> RegisterFile(int fd) override {
+    const CuFileLibrary* lib = storage();
+    if (lib == nullptr) {
+      return Status::FailedPrecondition("RegisterFile before a successful OpenStorage");
+    }
+    ORBITKV_RETURN_IF_ERROR(EnsureCurrentContext());
+    ORBITKV_ASSIGN_OR_RETURN(FileRegistration reg, lib->RegisterFile(fd));
+    return std::unique_ptr<StorageFile>(new CudaStorageFile(this, std::move(reg)));
+  }
+
+  // The library once OpenStorage succeeded, else null.
+  const CuFileLibrary* storage() const { return storage_.load(std::memory_order_acquire); }
+
+ private:
+  // Constant after construction.
+  const int device_count_;
+  const int runtime_version_;
+  const int driver_version_;
+
+  std::mutex devices_mu_;
+  std::vector<std::unique_ptr<CudaDevice>> devices_;  // guarded by devices_mu_
+
+  std::mutex storage_mu_;
+  std::unique_ptr<CuFileLibrary> library_;              // guarded by storage_mu_
+  std::optional<StoragePolicy> opened_policy_;          // guarded by storage_mu_
+  std::string storage_description_;                     // guarded by storage_mu_
+  std::atomic<const CuFileLibrary*> storage_{nullptr};  // set once, after a successful open
+};
+
+// ---- CudaDevice ------------------------------------------------------------
+
+Result<CudaStream*> CudaDevice::Own(Stream& stream) const {
+  auto* s = dynamic_cast<CudaStream*>(&stream);
+  if (s == nullptr || s->owner() != platform_) {
+    return Status::InvalidArgument("a stream of another platform");
+  }
+  if (s->ordinal() != ordinal_) {
+    return Status::InvalidArgument("a stream of CUDA device " + std::to_string(s->ordinal()) +
+                                   " used with device " + std::to_string(ordinal_));
+  }
+  return s;
+}
+
+Result<CudaEvent*> CudaDevice::Own(Event& event) const {
+  auto* e = dynamic_cast<CudaEvent*>(&event);
+  if (e == nullptr || e->owner() != platform_) {
+    return Status::InvalidArgument("an event of another platform");
+  }
+  if (e->ordinal() != ordinal_) {
+    return Status::InvalidArgument("an event of CUDA device " + std::to_string(e->ordinal()) +
+                                   " used with device " + std::to_string(ordinal_));
+  }
+  return e;
+}
+
+Result<CudaStorageFile*> CudaDevice::Own(StorageFile& file) const {
+  auto* f = dynamic_cast<CudaStorageFile*>(&file);
+  if (f == nullptr || f->owner() != platform_) {
+    return Status::InvalidArgument("a storage file of another platform");
+  }
+  return f;
+}
+
+Result<const CuFileLibrary*> CudaDevice::Storage(const char* call) const {
+  const CuFileLibrary* lib = platform_->storage();
+  if (lib == nullptr) {
+    return Status::FailedPrecondition(std::string(call) + " before a successful OpenStorage");
+  }
+  return lib;
+}
+
+Result<IpcMapping> CudaDevice::OpenIpc(const IpcHandle& handle) {
+  ORBITKV_RETURN_IF_ERROR(MakeCurrent());
+  cudaIpcMemHandle_t h;
+  std::memcpy(&h, handle.data(), sizeof(h));
+  void* ptr = nullptr;
+  const cudaError_t err = cudaIpcOpenMemHandle(&ptr, h, cudaIpcMemLazyEnablePeerAccess);
+  if (err != cudaSuccess) {
+    Status st = ORBITKV_CUDA_STATUS(err);
+    if (IsStickyCudaError(err)) return st;
+    return Status::InvalidArgument("IPC handle does not open on CUDA device " +
+                                   std::to_string(ordinal_) + ": " + std::string(st.message()));
+  }
+  const auto close = [&] {
+    ORBITKV_CUDA_STATUS(cudaIpcCloseMemHandle(ptr))
+        .IgnoreError("undoing a mapping whose size is unknown; logged by the check");
+  };
+  const AddressRangeEntry& range = AddressRange();
+  if (range.fn == nullptr) {
+    close();
+    return Status::Unavailable("cannot size IPC mappings: " + range.error);
+  }
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  const CUresult res = range.fn(&base, &size, reinterpret_cast<CUdeviceptr>(ptr));
+  const auto mapped = reinterpret_cast<uint64_t>(ptr);
+  if (res != CUDA_SUCCESS || mapped < base || mapped >= base + size) {
+    close();
+    return Status::Internal("cuMemGetAddressRange(" + Hex(mapped) + ") failed: CUresult " +
+                            std::to_string(static_cast<int>(res)));
+  }
+  IpcMapping mapping;
+  mapping.base = mapped;
+  mapping.bytes = static_cast<uint64_t>(base + size - mapped);
+  return mapping;
+}
+
+Status CudaDevice::CloseIpc(DevPtr base) {
+  if (base == 0) return Status::InvalidArgument("CloseIpc(0)");
+  ORBITKV_RETURN_IF_ERROR(MakeCurrent());
+  return ORBITKV_CUDA_STATUS(cudaIpcCloseMemHandle(reinterpret_cast<void*>(base)));
+}
+
+Result<DevPtr> CudaDevice::Allocate(uint64_t bytes) {
+  if (bytes == 0) return Status::InvalidArgument("Allocate of 0 bytes");
+  ORBITKV_RETURN_IF_ERROR(MakeCurrent());
+  void* ptr = nullptr;
+  Status st;
+  {
+    ScopedRelaxedCaptureMode relaxed;
+    st = ORBITKV_CUDA_STATUS(cudaMalloc(&ptr, bytes));
+  }
+  if (!st.ok()) {
+    return st.WithContext("allocating " + std::to_string(bytes) + " bytes on CUDA device " +
+                          std::to_string(ordinal_));
+  }
+  return reinterpret_cast<DevPtr>(ptr);
+}
+
+Status CudaDevice::Free(DevPtr ptr) {
+  if (ptr == 0) return Status::OK();
+  ORBITKV_RETURN_IF_ERROR(MakeCurrent());
+  ScopedRelaxedCaptureMode relaxed;
+  return ORBITKV_CUDA_STATUS(cudaFree(reinterpret_cast<void*>(ptr)));
+}
+
+Result<std::unique_ptr<Stream>> CudaDevice::CreateStream() {
+  ORBITKV_RETURN_IF_ERROR(MakeCurrent());
+  cudaStream_t s = nullptr;
+  ORBITKV_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  return std::unique_ptr<Stream>(new CudaStream(platform_, ordinal_, s));
+}
+
+Result<std::unique_ptr<Event>> CudaDevice::CreateEvent() {
+  ORBITKV_RETURN_IF_ERROR(MakeCurrent());
+  cudaEvent_t e = nullptr;
+  ORBITKV_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  return std::unique_ptr<Event>(new CudaEvent(platform_, ordinal_, e));
+}
+
+Status CudaDevice::Record(Event& event, Stream& stream) {
+  ORBITKV_ASSIGN_OR_RETURN(CudaEvent * e, Own(event));
+  ORBITKV_ASSIGN_OR_RETURN(CudaStream * s, Own(stream));
+  ORBITKV_RETURN_IF_ERROR(MakeCurrent());
+  return ORBITKV_CUDA_STATUS(cudaEventRecord(e->get(), s->get()));
+}
+
+Result<bool> CudaDevice::Poll(Event& event) {
+  ORBITKV_ASSIGN_OR_RETURN(CudaEvent * e, Own(event));
+  ORBITKV_RETURN_IF_ERROR(MakeCurrent());
+  const cudaError_t err = cudaEventQuery(e->get());
+  if (err == cudaSuccess) return true;
+  if (err == cudaErrorNotReady) return false;
+  return ORBITKV_CUDA_STATUS(err);
+}
+
+Status CudaDevice::Wait(Event& event) {
+  ORBITKV_ASSIGN_OR_RETURN(CudaEvent * e, Own(event));
+  ORBITKV_RETURN_IF_ERROR(MakeCurrent());
+  return ORBITKV_CUDA_STATUS(cudaEventSynchronize(e->get()));
+}
+
+Status CudaDevice::Synchronize(Stream& stream) {
+  ORBITKV_ASSIGN_OR_RETURN(CudaStream * s, Own(stream));
+  ORBITKV_RETURN_IF_ERROR(MakeCurrent());
+  return ORBITKV_CUDA_STATUS(cudaStreamSynchronize(s->get()));
+}
+
+CudaDevice::Memory CudaDevice::Classify(uint64_t address) const {
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, reinterpret_cast<const void*>(address)) != cudaSuccess) {
+    (void)cudaGetLastError();  // an address CUDA does not know: not an error to keep
+    return Memory::kUnknown;
+  }
+  switch (attr.type) {
+    case cudaMemoryTypeDevice:
+      return attr.device == ordinal_ ? Memory::kThisDevice : Memory::kElsewhere;
+    case cudaMemoryTypeManaged:
+      return Memory::kThisDevice;  // kernels reach managed memory from any device
+    case cudaMemoryTypeHost:
+      return Memory::kElsewhere;  // pinned host memory: the copy engines
+    default:
+      return Memory::kUnknown;  // cudaMemoryTypeUnregistered: pageable
+  }
+}
+
+CudaDevice::Memory CudaDevice::Classify(uint64_t address, uint64_t bytes,
+                                        ClassifiedRanges* ranges) const {
+  for (size_t i = 0; i < ranges->size; ++i) {
+    const ClassifiedRanges::Entry& e = ranges->entries[i];
+    if (address >= e.begin && address - e.begin < e.end - e.begin && bytes <= e.end - address) {
+      return e.kind;
+    }
+  }
+  const Memory kind = Classify(address);
+  const AddressRangeEntry& range = AddressRange();
+  if (kind == Memory::kUnknown || range.fn == nullptr) return kind;
+  // The allocation's extent, where the driver knows it (device memory; pinned
+  // host memory may not answer, and is then classified op by op).
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  if (range.fn(&base, &size, static_cast<CUdeviceptr>(address)) != CUDA_SUCCESS || size == 0 ||
+      address < base || address - base >= size) {
+    return kind;
+  }
+  ClassifiedRanges::Entry& slot = ranges->entries[ranges->next];
+  slot = {static_cast<uint64_t>(base), static_cast<uint64_t>(base) + size, kind};
+  ranges->next = (ranges->next + 1) % std::size(ranges->entries);
+  if (ranges->size < std::size(ranges->entries)) ++ranges->size;
+  return kind;
+}
+
+Status CudaDevice::CopyAsync(std::span<const CopyOp> ops, Stream& stream) {
+  ORBITKV_ASSIGN_OR_RETURN(CudaStream * s, Own(stream));
+  if (ops.empty()) return Status::OK();
+  ORBITKV_RETURN_IF_ERROR(MakeCurrent());
+  std::vector<CopyDesc> kernel_ops;
+  std::vector<CopyDesc> engine_ops;
+  kernel_ops.reserve(ops.size());
+  ClassifiedRanges ranges;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const CopyOp& op = ops[i];
+    if (op.bytes == 0) continue;
+    if (op.dst == 0 || op.src == 0 || op.dst + op.bytes < op.dst || op.src + op.bytes < op.src) {
+      return Status::InvalidArgument("CopyAsync op " + std::to_string(i) + ": bad range " +
+                                     Hex(op.src) + " -> " + Hex(op.dst) + ", " +
+                                     std::to_string(op.bytes) + " bytes");
+    }
+    const Memory src = Classify(op.src, op.bytes, &ranges);
+    const Memory dst = Classify(op.dst, op.bytes, &ranges);
+    if (src == Memory::kUnknown || dst == Memory::kUnknown) {
+      return Status::InvalidArgument(
+          "CopyAsync op " + std::to_string(i) + ": " +
+          Hex(src == Memory::kUnknown ? op.src : op.dst) +
+          " is neither device memory nor pinned host memory (pageable host memory must be "
+          "registered with CUDA first)");
+    }
+    const CopyDesc desc{op.dst, op.src, op.bytes};
+    if (src == Memory::kThisDevice && dst == Memory::kThisDevice) {
+      kernel_ops.push_back(desc);
+    } else {
+      engine_ops.push_back(desc);
+    }
+  }
+  if (!kernel_ops.empty()) {
+    ORBITKV_CUDA_RETURN_IF_ERROR(
+        LaunchGatherScatter(kernel_ops.data(), kernel_ops.size(), s->get()));
+  }
+  if (!engine_ops.empty()) {
+    ORBITKV_CUDA_RETURN_IF_ERROR(
+        EnqueueEngineCopies(engine_ops.data(), engine_ops.size(), s->get()));
+  }
+  return Status::OK();
+}
+
+Status CudaDevice::MemsetAsync(DevPtr dst, uint8_t value, uint64_t bytes, Stream& stream) {
+  ORBITKV_ASSIGN_OR_RETURN(CudaStream * s, Own(stream));
+  if (bytes == 0) return Status::OK();
+  if (dst == 0) return Status::InvalidArgument("MemsetAsync of address 0");
+  ORBITKV_RETURN_IF_ERROR(MakeCurrent());
+  return ORBITKV_CUDA_STATUS(
+      cudaMemsetAsync(reinterpret_cast<void*>(dst), value, static_cast<size_t>(bytes), s->get()));
+}
+
+namespace {
+
+void CUDART_CB RunHostFunc(void* arg) {
+  std::unique_ptr<std::function<void()>> fn(static_cast<std::function<void()>*>(arg));
+  try {
+    (*fn)();
+  } catch (const std::exception& e) {
+    OKV_LOG_ERROR("a stream host function threw: {}", e.what());
+  } catch (...) {
+    OKV_LOG_ERROR("a stream host function threw a non-standard exception");
+  }
+}
+
+}  // namespace
+
+Status CudaDevice::HostFuncAsync(std::function<void()> fn, Stream& stream) {
+  ORBITKV_ASSIGN_OR_RETURN(CudaStream * s, Own(stream));
+  if (!fn) return Status::InvalidArgument("HostFuncAsync of an empty function");
+  ORBITKV_RETURN_IF_ERROR(MakeCurrent());
+  auto heap = std::make_unique<std::function<void()>>(std::move(fn));
+  ORBITKV_CUDA_RETURN_IF_ERROR(cudaLaunchHostFunc(s->get(), &RunHostFunc, heap.get()));
+  heap.release();  // RunHostFunc owns it now
+  return Status::OK();
+}
+
+Status CudaDevice::RegisterBuffer(DevPtr ptr, uint64_t bytes) {
+  ORBITKV_ASSIGN_OR_RETURN(const CuFileLibrary* lib, Storage("RegisterBuffer"));
+  ORBITKV_RETURN_IF_ERROR(MakeCurrent());
+  return lib->RegisterBuffer(reinterpret_cast<void*>(ptr), static_cast<size_t>(bytes));
+}
+
+Status CudaDevice::DeregisterBuffer(DevPtr ptr) {
+  ORBITKV_ASSIGN_OR_RETURN(const CuFileLibrary* lib, Storage("DeregisterBuffer"));
+  ORBITKV_RETURN_IF_ERROR(MakeCurrent());
+  return lib->DeregisterBuffer(reinterpret_cast<void*>(ptr));
+}
+
+Status CudaDevice::RegisterStream(Stream& stream) {
+  ORBITKV_ASSIGN_OR_RETURN(const CuFileLibrary* lib, Storage("RegisterStream"));
+  ORBITKV_ASSIGN_OR_RETURN(CudaStream * s, Own(stream));
+  ORBITKV_RETURN_IF_ERROR(MakeCurrent());
+  // Flags 0: no promise about sizes or offsets; cuFile reads them when the
+  // operation runs, as AsyncIo documents.
+  ORBITKV_RETURN_IF_ERROR(CuFileErrorStatus("cuFileStreamRegister",
+                                            lib->api().stream_register(s->get(), 0),
+                                            "CUDA device " + std::to_string(ordinal_)));
+  s->cufile().store(lib);
+  return Status::OK();
+}
+
+Status CudaDevice::DeregisterStream(Stream& stream) {
+  ORBITKV_ASSIGN_OR_RETURN(const CuFileLibrary* lib, Storage("DeregisterStream"));
+  ORBITKV_ASSIGN_OR_RETURN(CudaStream * s, Own(stream));
+  ORBITKV_RETURN_IF_ERROR(MakeCurrent());
+  ORBITKV_RETURN_IF_ERROR(CuFileErrorStatus("cuFileStreamDeregister",
+                                            lib->api().stream_deregister(s->get()),
+                                            "CUDA device " + std::to_string(ordinal_)));
+  s->cufile().store(nullptr);
+  return Status::OK();
+}
+
+Status CudaDevice::AsyncIoCall(bool write, StorageFile& file, DevPtr buffer, AsyncIo* io,
+                               Stream& stream) {
+  const char* call = write ? "cuFileWriteAsync" : "cuFileReadAsync";
+  ORBITKV_ASSIGN_OR_RETURN(const CuFileLibrary* lib, Storage(call));
+  ORBITKV_ASSIGN_OR_RETURN(CudaStorageFile * f, Own(file));
+  ORBITKV_ASSIGN_OR_RETURN(CudaStream * s, Own(stream));
+  if (io == nullptr || buffer == 0) {
+    return Status::InvalidArgument(std::string(call) + " needs an AsyncIo and a buffer");
+  }
+  ORBITKV_RETURN_IF_ERROR(MakeCurrent());
+  const CuFileApi& api = lib->api();
+  auto* base = reinterpret_cast<void*>(buffer);
+  const cufile::CUfileError_t err =
+      write ? api.write_async(f->handle(), base, &io->size, &io->file_offset, &io->buf_offset,
+                              &io->bytes_done, s->get())
+            : api.read_async(f->handle(), base, &io->size, &io->file_offset, &io->buf_offset,
+                             &io->bytes_done, s->get());
+  if (err.err == cufile::CU_FILE_SUCCESS) return Status::OK();
+  return CuFileErrorStatus(call, err,
+                           "fd " + std::to_string(f->fd()) + " [" +
+                               std::to_string(io->file_offset) + ", +" + std::to_string(io->size) +
+                               ") buffer " + Hex(buffer) + "+" + std::to_string(io->buf_offset));
+}
+
+Status CudaDevice::ReadAsync(StorageFile& file, DevPtr buffer, AsyncIo* io, Stream& stream) {
+  return AsyncIoCall(false, file, buffer, io, stream);
+}
+
+Status CudaDevice::WriteAsync(StorageFile& file, DevPtr buffer, AsyncIo* io, Stream& stream) {
+  return AsyncIoCall(true, file, buffer, io, stream);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Platform>> CreateCudaPlatform() {
+  ORBITKV_ASSIGN_OR_RETURN(const int count, DeviceCount());
+  if (count == 0) return Status::Unavailable("no CUDA device (or no driver) on this host");
+  int runtime = 0;
+  int driver = 0;
+  ORBITKV_CUDA_RETURN_IF_ERROR(cudaRuntimeGetVersion(&runtime));
+  ORBITKV_CUDA_RETURN_IF_ERROR(cudaDriverGetVersion(&driver));
+  return std::unique_ptr<Platform>(new CudaPlatform(count, runtime, driver));
+}
+
+}  // namespace orbitkv::gpu
