@@ -18,7 +18,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <optional>
 #include <string>
@@ -29,6 +28,7 @@
 
 #include "demo/engine.h"
 #include "demo/machine.h"
+#include "demo/manager_process.h"
 #include "demo/process.h"
 #include "demo/record.h"
 #include "demo/report.h"
@@ -67,16 +67,6 @@ struct Flags {
   std::string socket;
   int report_fd = -1;
 };
-
-std::string Tail(const std::string& path, size_t lines) {
-  std::ifstream in(path);
-  std::vector<std::string> all;
-  for (std::string l; std::getline(in, l);) all.push_back(l);
-  std::string out;
-  for (size_t i = all.size() > lines ? all.size() - lines : 0; i < all.size(); ++i)
-    out += "    " + all[i] + "\n";
-  return out;
-}
 
 uint64_t RoundUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
@@ -216,20 +206,9 @@ int RunDemo(const Flags& f, const std::string& self) {
                  Bytes(double(ssd)).c_str(), Bytes(double(working_set)).c_str());
   }
 
-  std::string manager = f.manager;
-  if (manager.empty()) {
-    const char* env = std::getenv("ORBITKV_MANAGER_BINARY");
-    manager = env && *env ? env : SelfDir() + "/../server/orbitkv-cache-manager";
-  }
-  {
-    std::error_code ec;
-    std::filesystem::path p = std::filesystem::weakly_canonical(manager, ec);
-    if (!ec) manager = p.string();
-  }
-  if (::access(manager.c_str(), X_OK) != 0) {
-    return Fail("no Manager binary at " + manager +
-                " (build orbitkv-cache-manager, or pass --manager / ORBITKV_MANAGER_BINARY)");
-  }
+  Result<std::string> found = FindManagerBinary(f.manager);
+  if (!found.ok()) return Fail(std::string(found.status().message()));
+  const std::string manager = *found;
   const std::string socket = state + "/orbitkv.sock";
   if (socket.size() >= 108) return Fail("socket path too long (over 107 bytes): " + socket);
   if (SocketAccepts(socket)) {
@@ -247,62 +226,22 @@ int RunDemo(const Flags& f, const std::string& self) {
   sigaction(SIGTERM, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  Child mgr;
-  uint16_t metrics_port = 0;
-  for (int attempt = 0;; ++attempt) {
-    if (f.metrics_port != 0) {
-      metrics_port = static_cast<uint16_t>(f.metrics_port);
-    } else {
-      Result<uint16_t> p = PickFreePort();
-      if (!p.ok()) return Fail(p.status().ToString());
-      metrics_port = *p;
-    }
-    int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (log_fd < 0) return Fail("cannot write " + log_path + ": " + std::strerror(errno));
-    SpawnOptions so;
-    so.stdout_fd = log_fd;
-    so.stderr_fd = log_fd;
-    so.own_process_group = true;  // Ctrl-C reaches the demo, which stops it cleanly
-    Result<Child> c = Child::Spawn(
-        {manager, "--pool-size", std::to_string(pool), "--ssd-cache-path", cache,
-         "--ssd-cache-capacity", std::to_string(ssd), "--ssd-shards", std::to_string(kSsdShards),
-         "--socket", socket, "--metrics-port", std::to_string(metrics_port)},
-        so);
-    ::close(log_fd);
-    if (!c.ok()) return Fail(c.status().ToString());
-    mgr = std::move(c).value();
-    // Wait for its socket.
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    bool ready = false;
-    int st = 0;
-    bool exited = false;
-    while (std::chrono::steady_clock::now() < deadline && !g_interrupted.load()) {
-      if (mgr.Poll(&st)) {
-        exited = true;
-        break;
-      }
-      if (SocketAccepts(socket)) {
-        ready = true;
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    if (ready) break;
-    if (g_interrupted.load()) {
-      mgr.Stop(SIGTERM, std::chrono::seconds(10));
-      return 130;
-    }
-    if (exited) {
-      const std::string tail = Tail(log_path, 5);
-      // An ephemeral port picked by us may have been taken meanwhile: try another.
-      if (f.metrics_port == 0 && attempt < 2 && tail.find("--metrics-port") != std::string::npos)
-        continue;
-      return Fail("the Manager " + DescribeWaitStatus(st) + " before serving " + socket +
-                  "; last lines of " + log_path + ":\n" + tail);
-    }
-    mgr.Stop(SIGKILL, std::chrono::seconds(1));
-    return Fail("the Manager did not serve " + socket + " within 30 s; see " + log_path);
+  ManagerLaunch launch;
+  launch.binary = manager;
+  launch.args = {"--pool-size",  std::to_string(pool),      "--ssd-cache-path",
+                 cache,          "--ssd-cache-capacity",    std::to_string(ssd),
+                 "--ssd-shards", std::to_string(kSsdShards)};
+  launch.socket = socket;
+  launch.log_path = log_path;
+  launch.metrics_port = static_cast<uint16_t>(f.metrics_port);
+  launch.interrupted = &g_interrupted;
+  Result<RunningManager> started = StartManager(launch);
+  if (!started.ok()) {
+    if (g_interrupted.load()) return 130;
+    return Fail(std::string(started.status().message()));
   }
+  Child mgr = std::move(started->child);
+  const uint16_t metrics_port = started->metrics_port;
 
   const std::string model =
       w.bytes_per_token == kDefaultBytesPerToken

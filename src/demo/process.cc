@@ -31,7 +31,9 @@ Result<Child> Child::Spawn(const std::vector<std::string>& argv, const SpawnOpti
     if (o.stderr_fd >= 0) ::dup2(o.stderr_fd, STDERR_FILENO);
     for (int fd : o.inherit_fds) ::fcntl(fd, F_SETFD, 0);
     ::execv(args[0], args.data());
-    const char* msg = "orbitkv-demo: exec failed: ";
+    const char* msg = ": exec failed: ";
+    (void)!::write(STDERR_FILENO, program_invocation_short_name,
+                   std::strlen(program_invocation_short_name));
     (void)!::write(STDERR_FILENO, msg, std::strlen(msg));
     (void)!::write(STDERR_FILENO, args[0], std::strlen(args[0]));
     (void)!::write(STDERR_FILENO, "\n", 1);

@@ -1,46 +1,8 @@
 #include "demo/report.h"
 
-#include <unistd.h>
-
-#include <algorithm>
-#include <cmath>
-
 #include <fmt/format.h>
 
 namespace orbitkv::demo {
-namespace {
-
-double Percent(uint64_t part, uint64_t whole) {
-  return whole ? 100.0 * double(part) / double(whole) : 0.0;
-}
-
-double Quantile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t i = static_cast<size_t>(std::ceil(q * double(v.size()))) - 1;
-  return v[std::min(i, v.size() - 1)];
-}
-
-std::string Count(uint64_t v) {
-  std::string s = std::to_string(v), out;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (i && (s.size() - i) % 3 == 0) out.push_back(',');
-    out.push_back(s[i]);
-  }
-  return out;
-}
-
-}  // namespace
-
-std::string Bytes(double b) {
-  const char* units[] = {"B", "kB", "MB", "GB", "TB"};
-  int u = 0;
-  while (b >= 1000 && u < 4) {
-    b /= 1000;
-    ++u;
-  }
-  return u == 0 ? fmt::format("{:.0f} B", b) : fmt::format("{:.2f} {}", b, units[u]);
-}
 
 void Tally::Add(const RequestRecord& r) {
   ++requests;
@@ -61,15 +23,10 @@ void Tally::Add(const RequestRecord& r) {
 }
 
 Progress::Progress(uint64_t total, bool live, std::chrono::milliseconds period)
-    : total_(total),
-      live_(live),
-      period_(period),
-      start_(std::chrono::steady_clock::now()),
-      last_(start_) {}
+    : total_(total), line_(live, period) {}
 
 std::string Progress::Line(const Tally& t) const {
-  const double secs =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  const double secs = line_.Elapsed();
   return fmt::format(
       "[{:5.1f} s] requests {}/{} | hit {:.1f}% (DRAM {:.1f}%, SSD {:.1f}%) | restored {}{}", secs,
       t.requests, total_, 100 * t.HitRate(), Percent(t.hit_dram, t.queried),
@@ -78,25 +35,12 @@ std::string Progress::Line(const Tally& t) const {
 }
 
 void Progress::Update(const Tally& t, bool force) {
-  const auto now = std::chrono::steady_clock::now();
-  if (!force && now - last_ < period_) return;
-  last_ = now;
-  std::string line = Line(t);
-  if (live_) {
-    const size_t width = line.size();
-    if (width < last_width_) line.append(last_width_ - width, ' ');
-    last_width_ = width;
-    std::fprintf(stdout, "\r%s", line.c_str());
-  } else {
-    std::fprintf(stdout, "%s\n", line.c_str());
-  }
-  std::fflush(stdout);
+  if (force || line_.Due()) line_.Show(Line(t));
 }
 
 void Progress::Finish(const Tally& t) {
   Update(t, /*force=*/true);
-  if (live_) std::fputc('\n', stdout);
-  std::fflush(stdout);
+  line_.Finish();
 }
 
 void PrintSummary(std::FILE* out, const SummaryInput& in) {

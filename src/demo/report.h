@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "demo/format.h"
+#include "demo/live_line.h"
 #include "demo/record.h"
 #include "demo/scrape.h"
 
@@ -40,10 +42,7 @@ class Progress {
  private:
   std::string Line(const Tally& t) const;
   uint64_t total_;
-  bool live_;
-  std::chrono::milliseconds period_;
-  std::chrono::steady_clock::time_point start_, last_;
-  size_t last_width_ = 0;
+  LiveLine line_;
 };
 
 struct SummaryInput {
@@ -58,8 +57,5 @@ struct SummaryInput {
 };
 
 void PrintSummary(std::FILE* out, const SummaryInput& in);
-
-// "1.23 GB", "456 MB" (decimal units).
-std::string Bytes(double bytes);
 
 }  // namespace orbitkv::demo
