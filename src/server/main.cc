@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "gpu/host_memory_hooks.h"
+#include "gpu/platform_default.h"
 #include "manager/manager.h"
 #include "orbitkv/client.h"
 #include "orbitkv/logging.h"
@@ -61,6 +62,17 @@ int Run(int argc, char** argv) {
   HostMemoryHooks gpu = GetHostMemoryHooks();
   config.register_host_memory = gpu.register_memory;
   config.unregister_host_memory = gpu.unregister_memory;
+  // CUDA devices and cuFile for "cuda:N" instances and the SSD backend
+  // selection; outlives the Manager.
+  std::string no_gpu;
+  std::unique_ptr<gpu::Platform> platform = gpu::CreateDefaultPlatform(&no_gpu);
+  config.gpu = platform.get();
+  if (platform) {
+    OKV_LOG_INFO("GPU platform: {}", platform->Describe());
+  } else {
+    config.gpu_unavailable = no_gpu;
+    OKV_LOG_INFO("GPU platform: none ({}); host instances only", no_gpu);
+  }
   Result<std::unique_ptr<Manager>> manager = Manager::Create(config);
   if (!manager.ok()) return Fail(manager.status());
   ManagerService service(manager->get(), &metrics);
