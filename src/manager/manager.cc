@@ -1635,6 +1635,8 @@ void Manager::Drain() {
   impl_->drain_cv.wait(l, [&] { return impl_->lane_work.load() == 0; });
 }
 
+std::string Manager::ssd_backend() const { return impl_->backend.reason; }
+
 Manager::Gauges Manager::gauges() const {
   Gauges g;
   {

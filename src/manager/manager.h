@@ -113,6 +113,9 @@ class Manager {
   // Waits until the SSD writeback and read lanes are idle (tests, demo).
   void Drain();
 
+  // The SSD backend selected at startup, with its reason (for logs).
+  std::string ssd_backend() const;
+
   struct Gauges {
     uint64_t sessions = 0, instances = 0, queries = 0, restores_inflight = 0;
     uint64_t query_budget_used = 0;

@@ -93,10 +93,7 @@ int Run(int argc, char** argv) {
       "orbitkv-cache-manager ready: pool {} ({}) | ssd {} capacity {} in {} shards | backend {} | "
       "read path {} | queue depth {} x {} workers | socket {} | metrics {}",
       FormatByteSize(o.pool_size), gpu.description, ssd ? o.ssd_cache_path : "off",
-      FormatByteSize(o.ssd_cache_capacity), o.ssd_shards,
-      !ssd                                 ? "-"
-      : o.ssd_backend == SsdBackend::kAuto ? "uring (auto: cuFile is not available in this build)"
-                                           : "uring",
+      FormatByteSize(o.ssd_cache_capacity), o.ssd_shards, ssd ? (*manager)->ssd_backend() : "-",
       o.ssd_read_path ? SsdReadPathName(*o.ssd_read_path) : "unset", o.ssd_queue_depth,
       o.ssd_io_workers, o.socket_path,
       http ? "http://127.0.0.1:" + std::to_string(http->port()) + "/metrics" : "off");

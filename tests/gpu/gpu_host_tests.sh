@@ -11,7 +11,8 @@
 #     tests/gpu/gpu_host_tests.sh run OUT_DIR
 #   compiles and runs cufile_header_check against /usr/local/cuda/include/cufile.h
 #   (needs only g++ and the CUDA headers), then runs gpu_device_test,
-#   cufile_loader_test, cufile_native_policy_test and cufile_smoke_test.
+#   cufile_loader_test, cufile_native_policy_test, cufile_smoke_test,
+#   cuda_platform_test and gpu_tier_gate_cuda_test (the GPU storage tier's gates).
 #   The smoke test uses the caller's cuFile environment; for functional
 #   (compatibility-mode) runs set CUFILE_ALLOW_COMPAT_MODE=true,
 #   CUFILE_FORCE_COMPAT_MODE=true and TMPDIR to a directory where cuFile can
@@ -20,7 +21,8 @@
 #   cuFile capability refusals fail instead of skip.
 set -uo pipefail
 
-tests=(gpu_device_test cufile_loader_test cufile_native_policy_test cufile_smoke_test)
+tests=(gpu_device_test cufile_loader_test cufile_native_policy_test cufile_smoke_test
+  cuda_platform_test gpu_tier_gate_cuda_test)
 
 case "${1:-}" in
   bundle)
@@ -28,7 +30,11 @@ case "${1:-}" in
     out=${3:?usage: gpu_host_tests.sh bundle BUILD_DIR OUT_DIR}
     src="$build/src/gpu/tests"
     mkdir -p "$out" || exit 1
-    for t in "${tests[@]}"; do cp "$src/$t" "$out/" || exit 1; done
+    for t in "${tests[@]}"; do
+      f="$src/$t"
+      [[ -f $f ]] || f="$build/tests/gpu_tier/$t"
+      cp "$f" "$out/" && strip "$out/$t" || exit 1
+    done
     cp "$src"/liborbitkv_fake_cufile_*.so "$out/" || exit 1
     # Shared libraries outside glibc/libstdc++ that the executables load.
     ldd "$src/gpu_device_test" | awk '/=> \// {print $3}' |

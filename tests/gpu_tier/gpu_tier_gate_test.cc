@@ -9,8 +9,11 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <future>
+#include <sstream>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -245,7 +248,7 @@ std::vector<uint64_t> Range(uint64_t first, uint64_t n) {
 // ---- layouts and shapes -------------------------------------------------------
 
 TEST_F(GpuTierGate, SplitLayoutWritesAndRestoresThroughCufile) {
-  Start({});
+  ASSERT_NO_FATAL_FAILURE(Start({}));
   Engine& e = Register(SplitLayout(16, {3 * 4096, 6000, 4096}));
   FillAndPublish(e, 1, 0, 8);
   EXPECT_GT(Counter("orbitkv_ssd_cufile_write_bytes_total"), 0);
@@ -256,7 +259,7 @@ TEST_F(GpuTierGate, SplitLayoutWritesAndRestoresThroughCufile) {
 }
 
 TEST_F(GpuTierGate, PageFirstLayoutRestoresThroughCufile) {
-  Start({});
+  ASSERT_NO_FATAL_FAILURE(Start({}));
   Engine& e = Register(PageFirstLayout(16, {8192, 4096, 2048}));
   FillAndPublish(e, 1, 0, 8);
   RestoreExact(e, 1, Range(8, 8));
@@ -264,7 +267,7 @@ TEST_F(GpuTierGate, PageFirstLayoutRestoresThroughCufile) {
 }
 
 TEST_F(GpuTierGate, UnalignedComponentsScatterOnlyTheirBytes) {
-  Start({});
+  ASSERT_NO_FATAL_FAILURE(Start({}));
   Engine& e = Register(PageFirstLayout(12, {1000, 3001, 77}));
   FillAndPublish(e, 1, 0, 6);
   RestoreExact(e, 1, Range(6, 6));
@@ -273,7 +276,7 @@ TEST_F(GpuTierGate, UnalignedComponentsScatterOnlyTheirBytes) {
 TEST_F(GpuTierGate, CheckpointLargerThanStagingIsSplitAcrossIt) {
   Options o;
   o.slot_bytes = 64u << 10;  // staging smaller than one object
-  Start(o);
+  ASSERT_NO_FATAL_FAILURE(Start(o));
   Engine& e = Register(SplitLayout(4, {150001, 70001}));
   FillAndPublish(e, 1, 0, 2);
   RestoreExact(e, 1, {2, 3});
@@ -285,7 +288,7 @@ TEST_F(GpuTierGate, CheckpointLargerThanStagingIsSplitAcrossIt) {
 TEST_F(GpuTierGate, LeasedExtentIsNotOverwrittenByWrappingWrites) {
   Options o;
   o.capacity = 1u << 20;  // sixteen 64 KiB extents
-  Start(o);
+  ASSERT_NO_FATAL_FAILURE(Start(o));
   Engine& e = Register(SplitLayout(48, {SlotBytesForExtent(64 << 10)}));
   FillAndPublish(e, 1, 0, 1);
   QueryResult held = Query(e, 1, 1);  // leases key 1's extent
@@ -302,7 +305,7 @@ TEST_F(GpuTierGate, WritesProgressOnTheOtherShardWhenOneIsPinned) {
   Options o;
   o.shards = 2;
   o.capacity = 2u << 20;  // 1 MiB per shard: sixteen 64 KiB extents each
-  Start(o);
+  ASSERT_NO_FATAL_FAILURE(Start(o));
   Engine& e = Register(SplitLayout(64, {SlotBytesForExtent(64 << 10)}));
   FillAndPublish(e, 1, 0, 2);         // one object on each shard
   QueryResult held = Query(e, 1, 1);  // pins shard of key 1
@@ -321,7 +324,7 @@ TEST_F(GpuTierGate, WritesProgressOnTheOtherShardWhenOneIsPinned) {
 TEST_F(GpuTierGate, CancelWithBothReadSlotsOccupiedReleasesTheRest) {
   Options o;
   o.slot_bytes = 64u << 10;  // one object per batch
-  Start(o);
+  ASSERT_NO_FATAL_FAILURE(Start(o));
   Engine& e = Register(SplitLayout(16, {SlotBytesForExtent(64 << 10)}));
   FillAndPublish(e, 1, 0, 6);
   for (uint64_t p = 8; p < 14; ++p) Scribble(e, p);
@@ -357,7 +360,7 @@ TEST_F(GpuTierGate, CancelWithBothReadSlotsOccupiedReleasesTheRest) {
 }
 
 TEST_F(GpuTierGate, ShortReadFailsTheRestoreAndTheNextOneSucceeds) {
-  Start({});  // explicit cufile: no fallback
+  ASSERT_NO_FATAL_FAILURE(Start({}));  // explicit cufile: no fallback
   Engine& e = Register(SplitLayout(16, {8192, 4096}));
   FillAndPublish(e, 1, 0, 4);
   faults->FailReads(1, IoFault::kShort);
@@ -374,7 +377,7 @@ TEST_F(GpuTierGate, ShortReadFailsTheRestoreAndTheNextOneSucceeds) {
 }
 
 TEST_F(GpuTierGate, ReadsProceedWhileAWriteCompletionIsHeld) {
-  Start({});
+  ASSERT_NO_FATAL_FAILURE(Start({}));
   Engine& e = Register(SplitLayout(16, {16384}));
   FillAndPublish(e, 1, 0, 4);
   Fill(e, 4, 100);
@@ -393,12 +396,18 @@ TEST_F(GpuTierGate, ReadsProceedWhileAWriteCompletionIsHeld) {
 }
 
 TEST_F(GpuTierGate, WriteAdmissionSaturationFallsBackToHostWriteback) {
-  Start({});
+  ASSERT_NO_FATAL_FAILURE(Start({}));
   Engine& e = Register(SplitLayout(32, {SlotBytesForExtent(64 << 10)}));
   for (uint64_t p = 0; p < 12; ++p) Fill(e, p, 1 + p);
   faults->HoldWrites(true);
   auto publish = std::async(std::launch::async, [&] { return Publish(e, 1, Range(0, 12)); });
-  while (faults->held_events() < 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // The first write is held, so the eight permits stay taken: the last four
+  // groups of the call find admission full and fall back.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (Plain("orbitkv_ssd_gpu_write_fallbacks_total") < 4 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   EXPECT_EQ(mgr->gauges().gpu_write_jobs, 8u);  // eight admitted, one of them held
   faults->HoldWrites(false);
   faults->ReleaseHeld();
@@ -412,7 +421,7 @@ TEST_F(GpuTierGate, WriteAdmissionSaturationFallsBackToHostWriteback) {
 }
 
 TEST_F(GpuTierGate, FragmentedPublicationSealsInDramAndRestoresThroughCufile) {
-  Start({});
+  ASSERT_NO_FATAL_FAILURE(Start({}));
   Engine& e = Register(SplitLayout(16, {8192, 12288}));
   for (uint64_t p = 0; p < 4; ++p) Fill(e, p, 1 + p);
   EXPECT_EQ(Publish(e, 1, Range(0, 4), {0}).sealed, 0u);
@@ -427,7 +436,7 @@ TEST_F(GpuTierGate, FragmentedPublicationSealsInDramAndRestoresThroughCufile) {
 TEST_F(GpuTierGate, AutoFallsBackToUringAfterAnInjectedCufileFailure) {
   Options o;
   o.backend = SsdBackend::kAuto;
-  Start(o);
+  ASSERT_NO_FATAL_FAILURE(Start(o));
   ASSERT_TRUE(mgr->gauges().cufile_selected);
   Engine& e = Register(SplitLayout(32, {8192}));
   FillAndPublish(e, 1, 0, 4);
@@ -446,13 +455,25 @@ TEST_F(GpuTierGate, AutoFallsBackToUringAfterAnInjectedCufileFailure) {
   EXPECT_EQ(Counter("orbitkv_ssd_cufile_write_bytes_total"), cufile_write);
   EXPECT_GT(Plain("orbitkv_bytes_total", {{"route", "restore_ssd_uring"}}), 0);
   EXPECT_EQ(Plain("orbitkv_ssd_backend_fallbacks_total"), 1);  // one transition
+  if (std::getenv("ORBITKV_GATE_PRINT_METRICS")) {
+    // What /metrics serves from this registry, for the issue note.
+    std::istringstream lines(metrics.RenderPrometheus());
+    for (std::string l; std::getline(lines, l);) {
+      if (l[0] != '#' &&
+          (l.find("cufile") != std::string::npos || l.find("fallbacks") != std::string::npos ||
+           l.find("orbitkv_bytes_total") != std::string::npos) &&
+          l.find("_bucket") == std::string::npos) {
+        std::printf("  /metrics: %s\n", l.c_str());
+      }
+    }
+  }
 }
 
 TEST_F(GpuTierGate, ExplicitReadRouteIsNotSwitchedAfterAFailure) {
   Options o;
   o.backend = SsdBackend::kAuto;
   o.read_path = SsdReadPath::kCufile;
-  Start(o);
+  ASSERT_NO_FATAL_FAILURE(Start(o));
   Engine& e = Register(SplitLayout(16, {8192}));
   FillAndPublish(e, 1, 0, 4);
   faults->FailReads(1, IoFault::kError);
@@ -468,7 +489,7 @@ TEST_F(GpuTierGate, ExplicitReadRouteIsNotSwitchedAfterAFailure) {
 TEST_F(GpuTierGate, ExplicitUringReadRouteKeepsCufileForWritesOnly) {
   Options o;
   o.read_path = SsdReadPath::kUring;
-  Start(o);
+  ASSERT_NO_FATAL_FAILURE(Start(o));
   Engine& e = Register(SplitLayout(16, {8192}));
   FillAndPublish(e, 1, 0, 4);
   EXPECT_GT(Counter("orbitkv_ssd_cufile_write_bytes_total"), 0);
@@ -485,7 +506,7 @@ class TransferShape : public GpuTierGate {
   void Prepare(uint32_t shards) {
     Options o;
     o.shards = shards;
-    Start(o);
+    ASSERT_NO_FATAL_FAILURE(Start(o));
     eng = &Register(SplitLayout(16, {SlotBytesForExtent(64 << 10)}));
     FillAndPublish(*eng, 1, 0, 4);  // four adjacent 64 KiB extents (per shard: round robin)
     faults->ResetCalls();
@@ -538,7 +559,7 @@ TEST_F(GpuTierGate, AutoSelectsUringWhenTheDriverDoesNotOpen) {
       Status::Unavailable("cuFileDriverOpen: 5001 CU_FILE_DRIVER_NOT_INITIALIZED"));
   Options o;
   o.backend = SsdBackend::kAuto;
-  Start(o);
+  ASSERT_NO_FATAL_FAILURE(Start(o));
   EXPECT_FALSE(mgr->gauges().cufile_selected);
   Engine& e = Register(SplitLayout(16, {8192}));
   FillAndPublish(e, 1, 0, 2);
@@ -573,7 +594,7 @@ TEST_F(GpuTierGate, CufileSelectionReservesTheCapacityUpFront) {
   Options o;
   o.capacity = 8u << 20;
   o.shards = 2;
-  Start(o);
+  ASSERT_NO_FATAL_FAILURE(Start(o));
   struct stat st {};
   ASSERT_EQ(::stat(dir.File("cache.bin").c_str(), &st), 0);
   EXPECT_GE(uint64_t(st.st_blocks) * 512, (4u << 20));  // allocated, not sparse

@@ -1,0 +1,151 @@
+// SsdGpuWorker: the cuFile route of one instance/device (spec "Data flow and
+// ownership"). Reads SSD extents into registered GPU staging and scatters
+// their component bytes into engine pages; writes complete groups gathered
+// from engine pages into staging and then to an unpublished SSD extent.
+//
+// Geometry: two staging slots of `slot_bytes` (4 MiB), each registered with
+// cuFile and owning its own stream, an I/O event and a scatter event, plus
+// address-stable AsyncIo storage (cuFile reads sizes and offsets when the
+// operation runs). 2 x 4 MiB per instance/device, outside --pool-size.
+//
+// Scheduling (one thread, polling): a slot holds one batch: a read batch
+// (up to slot_bytes of extent pieces from any queued restores, sorted by file
+// and offset; adjacent pieces in one file become one read, at most 4 MiB;
+// different files and gaps stay separate reads) or one write chunk. At most
+// two batches are in flight, at most one of them a write; after
+// `reads_before_write` read submissions a waiting write gets the next free
+// slot. An extent larger than a slot is split into slot-sized pieces.
+//
+// Completion: the I/O event completes, every read's bytes_done is checked
+// against its size (short or failed: the pieces in it fail, nothing of them
+// is scattered), the scatter of good pieces is enqueued and a second event
+// proves it finished before the slot is reused or the item reported. A
+// refused submission fails its read and the ones after it; reads already
+// submitted drain. Writes: memset + header + gather into staging, then
+// cuFileWriteAsync; the object is published only after its last chunk wrote
+// in full; a failed or short chunk aborts the reservation.
+//
+// Ownership: the caller keeps a read item's source lease and destination
+// pages until item_done ran for it, and a write's source pages and header
+// until its done ran. Close() stops unsubmitted work (Cancelled) and drains
+// submitted batches; the destructor then deregisters and frees staging.
+// Callbacks run on the worker thread (or, for CancelRead and Close, on the
+// caller's) and must not call back into the worker.
+//
+// Thread-safe.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "gpu/platform.h"
+#include "orbitkv/metrics.h"
+#include "orbitkv/status.h"
+#include "store/catalog.h"
+#include "store/key.h"
+
+namespace orbitkv {
+
+class SsdStore;
+
+// The cuFile series of one device (every pointer required).
+struct GpuWorkerMetrics {
+  Counter* read_bytes = nullptr;
+  Counter* write_bytes = nullptr;
+  Counter* read_failures = nullptr;
+  Counter* write_failures = nullptr;
+  Histogram* read_seconds = nullptr;
+  Histogram* write_seconds = nullptr;
+  Gauge* inflight_batches = nullptr;
+  Gauge* staging_bytes = nullptr;
+};
+
+struct GpuWorkerOptions {
+  gpu::Device* device = nullptr;
+  std::vector<gpu::StorageFile*> files;  // one per shard, registered with cuFile
+  SsdStore* store = nullptr;             // extents for writes
+  uint64_t slot_bytes = 4u << 20;
+  uint32_t max_write_jobs = 8;      // queued or active
+  uint32_t reads_before_write = 4;  // read submissions a waiting write yields to
+  GpuWorkerMetrics metrics;
+  // Called (on the worker thread) after a cuFile I/O failure, with the error.
+  std::function<void(const Status&)> on_io_failure;
+};
+
+// Where the component bytes of one object go: object bytes
+// [object_offset, +bytes) to device address dst.
+struct ScatterSpan {
+  uint64_t object_offset = 0;
+  uint64_t bytes = 0;
+  gpu::DevPtr dst = 0;
+};
+
+struct GpuReadItem {
+  ExtentRef ref;  // the leased extent (data-region offset, 4 KiB aligned length)
+  std::vector<ScatterSpan> scatter;
+};
+
+struct GpuReadRequest {
+  std::vector<GpuReadItem> items;
+  // Exactly once per item: OK, the read or scatter error, or Cancelled.
+  std::function<void(size_t item, Status status)> item_done;
+};
+
+// Object bytes [object_offset, +bytes) come from device address src.
+struct GatherSpan {
+  uint64_t object_offset = 0;
+  uint64_t bytes = 0;
+  gpu::DevPtr src = 0;
+};
+
+struct GpuWriteRequest {
+  Key key;
+  uint64_t object_size = 0;
+  const uint8_t* header = nullptr;  // pinned host bytes [0, header_bytes) of the object
+  uint64_t header_bytes = 0;
+  std::vector<GatherSpan> gather;
+  std::function<void(Result<ExtentRef>)> done;  // published ref or the error
+};
+
+struct GpuWorkerStats {
+  uint64_t queued_reads = 0;  // items not yet complete
+  uint32_t write_jobs = 0;    // admitted, not yet done
+  uint32_t inflight_batches = 0;
+  uint64_t read_submissions = 0, write_submissions = 0;
+};
+
+class SsdGpuWorker {
+ public:
+  using JobId = uint64_t;
+
+  // Allocates and registers both slots and their streams and events.
+  // Errors (allocation, cuFile buffer or stream registration) release what
+  // was made and are returned as is.
+  static Result<std::unique_ptr<SsdGpuWorker>> Create(GpuWorkerOptions options);
+  ~SsdGpuWorker();  // Close(), then deregisters and frees staging
+
+  // Queues a restore's reads. InvalidArgument (nothing queued) for a scatter
+  // span outside its object or an unknown shard; Cancelled after Close.
+  Result<JobId> SubmitRead(GpuReadRequest request);
+  // Reserves an extent and queues the write. ResourceExhausted when
+  // max_write_jobs are admitted (nothing reserved); the store's error when no
+  // extent can be reserved; Cancelled after Close.
+  Status SubmitWrite(GpuWriteRequest request);
+  // Cancels the job's items of which no byte was submitted (item_done with
+  // Cancelled runs for each before this returns). Returns how many.
+  uint32_t CancelRead(JobId job);
+  // Stops unsubmitted work (Cancelled) and waits for submitted batches.
+  void Close();
+
+  GpuWorkerStats stats() const;
+
+ private:
+  struct Impl;
+  explicit SsdGpuWorker(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace orbitkv
