@@ -183,31 +183,56 @@ std::vector<T> ToUnsignedList(py::handle seq, const std::string& what) {
   return out;
 }
 
-BlockKey ToKey(py::handle h, size_t index) {
-  const std::string what = "keys[" + std::to_string(index) + "]";
-  BlockKey key{};
+// Exactly N bytes from bytes (or any contiguous buffer: bytearray,
+// memoryview...); `what` names the argument, `note` says what it is.
+template <size_t N>
+std::array<uint8_t, N> ToFixedBytes(py::handle h, const std::string& what,
+                                    const std::string& note = "") {
+  std::array<uint8_t, N> out{};
+  auto wrong_length = [&](Py_ssize_t len) {
+    return py::value_error(what + " must be exactly " + std::to_string(N) + " bytes" + note +
+                           ", got " + std::to_string(len));
+  };
   if (PyBytes_Check(h.ptr())) {
     char* data = nullptr;
     Py_ssize_t len = 0;
     if (PyBytes_AsStringAndSize(h.ptr(), &data, &len) != 0) throw py::error_already_set();
-    if (len != static_cast<Py_ssize_t>(key.size())) {
-      throw py::value_error(what + " must be exactly 32 bytes, got " + std::to_string(len));
-    }
-    std::memcpy(key.data(), data, key.size());
-    return key;
+    if (len != static_cast<Py_ssize_t>(N)) throw wrong_length(len);
+    std::memcpy(out.data(), data, N);
+    return out;
   }
   if (!PyUnicode_Check(h.ptr()) && PyObject_CheckBuffer(h.ptr())) {  // bytearray, memoryview...
     Py_buffer view;
     if (PyObject_GetBuffer(h.ptr(), &view, PyBUF_SIMPLE) != 0) throw py::error_already_set();
     const Py_ssize_t len = view.len;
-    if (len == static_cast<Py_ssize_t>(key.size())) std::memcpy(key.data(), view.buf, key.size());
+    if (len == static_cast<Py_ssize_t>(N)) std::memcpy(out.data(), view.buf, N);
     PyBuffer_Release(&view);
-    if (len != static_cast<Py_ssize_t>(key.size())) {
-      throw py::value_error(what + " must be exactly 32 bytes, got " + std::to_string(len));
-    }
-    return key;
+    if (len != static_cast<Py_ssize_t>(N)) throw wrong_length(len);
+    return out;
   }
-  throw py::type_error(what + " must be bytes of length 32, not " + TypeName(h));
+  throw py::type_error(what + " must be bytes of length " + std::to_string(N) + note + ", not " +
+                       TypeName(h));
+}
+
+BlockKey ToKey(py::handle h, size_t index) {
+  return ToFixedBytes<32>(h, "keys[" + std::to_string(index) + "]");
+}
+
+// register_instance's ipc_handles: a list of 64-byte cudaIpcMemHandle_t.
+std::vector<std::array<uint8_t, 64>> ToIpcHandles(py::handle seq) {
+  if (PyBytes_Check(seq.ptr()) || PyByteArray_Check(seq.ptr()) || PyUnicode_Check(seq.ptr()) ||
+      !py::isinstance<py::iterable>(seq)) {
+    throw py::type_error(
+        "ipc_handles must be a list of 64-byte bytes objects (one cudaIpcMemHandle_t per "
+        "region), not " +
+        TypeName(seq));
+  }
+  std::vector<std::array<uint8_t, 64>> out;
+  for (py::handle item : seq) {
+    out.push_back(ToFixedBytes<64>(item, "ipc_handles[" + std::to_string(out.size()) + "]",
+                                   " (a cudaIpcMemHandle_t)"));
+  }
+  return out;
 }
 
 std::vector<BlockKey> ToKeys(py::handle seq) {
@@ -423,13 +448,20 @@ class PyClient {
   bool closed() const { return client_ == nullptr; }
 
   InstanceId RegisterInstance(const std::string& ns, uint32_t rank, const std::string& device,
-                              const PyInstanceLayout& layout, py::handle regions) {
+                              const PyInstanceLayout& layout, py::handle regions,
+                              py::handle ipc_handles) {
     RegisterRequest req;
     req.ns = ns;
     req.rank = rank;
     req.device = device;
     req.layout = ToLayout(layout);
+    if (!ipc_handles.is_none()) req.ipc_handles = ToIpcHandles(ipc_handles);
     std::vector<int> fds;
+    py::object no_regions;  // keeps the empty list alive while `regions` names it
+    if (regions.is_none()) {
+      no_regions = py::list();
+      regions = no_regions;
+    }
     if (PyUnicode_Check(regions.ptr()) || !py::isinstance<py::iterable>(regions)) {
       throw py::type_error("regions must be a list of HostPages or file descriptors");
     }
@@ -827,9 +859,25 @@ context manager (closes on exit).)doc")
       .def_property_readonly("socket_path", &PyClient::socket_path)
       .def_property_readonly("closed", &PyClient::closed)
       .def("register_instance", &PyClient::RegisterInstance, py::arg("ns"), py::arg("rank"),
-           py::arg("device"), py::arg("layout"), py::arg("regions"),
-           "Registers an instance with `layout`; `regions` are HostPages (or memfds sealed "
-           "with F_SEAL_SHRINK), one per layout.region_bytes entry. Returns the instance id.")
+           py::arg("device"), py::arg("layout"), py::arg("regions") = py::list(),
+           py::arg("ipc_handles") = py::none(),
+           R"doc(Registers an instance with `layout`; returns the instance id.
+
+device "host": `regions` are HostPages (or memfds sealed with F_SEAL_SHRINK),
+one per layout.region_bytes entry, and `ipc_handles` is None or empty.
+
+device "cuda:N" (N a decimal 0..1023): `regions` is empty and `ipc_handles`
+is a list of 64-byte bytes, one cudaIpcMemHandle_t per layout.region_bytes
+entry, each from cudaIpcGetMemHandle on the base of a cudaMalloc allocation on
+device N holding at least that region's bytes (a handle names a whole
+allocation, mapped from its base: with a caching allocator such as PyTorch's,
+the region must start at its segment's base). The allocation must stay alive
+until unregister_instance returns.
+
+A handle that is not 64 bytes raises ValueError here; the Manager answers
+InvalidArgumentError for a handle count other than the region count, handles
+with "host", fds with "cuda:N" or another device, and fails the call (naming
+the device) when it cannot serve CUDA memory.)doc")
       .def("unregister_instance", &PyClient::UnregisterInstance, py::arg("instance"))
       .def("publish", &PyClient::Publish, py::arg("instance"), py::arg("group_id"), py::arg("keys"),
            py::arg("pages"), py::arg("slot_ids") = py::none(),

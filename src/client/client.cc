@@ -37,6 +37,10 @@ class SocketClient final : public Client {
                             std::string(protocol::MessageName(msg.body)));
   }
 
+  // Host: the memfds ride on the frame (SCM_RIGHTS). CUDA: request.ipc_handles
+  // are encoded in the message and region_fds is empty. The Manager checks
+  // which is which (CheckAttachedFds, DecodeMessage), so a mix-up comes back
+  // as its InvalidArgument.
   Result<InstanceId> RegisterInstance(const RegisterRequest& request,
                                       std::span<const int> region_fds) override {
     ORBITKV_ASSIGN_OR_RETURN(protocol::RegisterReply r,

@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -295,6 +296,74 @@ TEST(ClientConnectionTest, RegisterWithMemfdsEndToEnd) {
   auto bad = f.client->Call(EncodeRequest(id, reg), std::span(raw).first(2), id, 10s);
   auto err = Decode<ErrorReply>(bad, id);
   EXPECT_EQ(err.status.code(), StatusCode::kInvalidArgument);
+}
+
+// A CUDA register carries its regions as IPC handles in the message: no fds.
+// One that also brings fds is refused (and the fds are closed with the frame).
+TEST(ClientConnectionTest, CudaRegisterWithIpcHandlesEndToEnd) {
+  Fixture f;
+  std::mutex mu;
+  std::vector<std::array<uint8_t, 64>> seen;
+  f.handler.on_frame = [&](Session& s, Frame&& frame) {
+    auto d = DecodeMessage(frame.payload);
+    if (!d.ok()) {
+      EXPECT_TRUE(s.Send(EncodeError(PeekEnvelopeId(frame.payload).value_or(0), d.status())).ok());
+      return;
+    }
+    if (Status st = CheckAttachedFds(d->body, frame.fds.size()); !st.ok()) {
+      EXPECT_TRUE(s.Send(EncodeError(d->id, st)).ok());
+      return;
+    }
+    {
+      std::lock_guard lock(mu);
+      seen = std::get<RegisterRequest>(d->body).ipc_handles;
+    }
+    EXPECT_TRUE(s.Send(EncodeReply(d->id, RegisterReply{9})).ok());
+  };
+  f.Start();
+  RegisterRequest reg;
+  reg.ns = "test";
+  reg.device = "cuda:1";
+  reg.layout.num_pages = 1;
+  for (int i = 0; i < 2; ++i) {
+    reg.layout.region_bytes.push_back(1 << 20);
+    std::array<uint8_t, 64> h{};
+    h.fill(static_cast<uint8_t>(0xA0 + i));
+    reg.ipc_handles.push_back(h);
+  }
+  uint64_t id = f.client->NextId();
+  EXPECT_EQ(Decode<RegisterReply>(f.client->Call(EncodeRequest(id, reg), {}, id, 10s), id).instance,
+            9u);
+  {
+    std::lock_guard lock(mu);
+    EXPECT_EQ(seen, reg.ipc_handles);
+  }
+
+  // Handles and fds on one frame.
+  const int before = testing::CountOpenFds();
+  {
+    UniqueFd a = MemfdWith(std::string(4096, 'a'));
+    UniqueFd b = MemfdWith(std::string(4096, 'b'));
+    const int raw[] = {a.get(), b.get()};
+    id = f.client->NextId();
+    auto err = Decode<ErrorReply>(f.client->Call(EncodeRequest(id, reg), raw, id, 10s), id);
+    EXPECT_EQ(err.status.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(err.status.message().find("ipc_handles"), std::string_view::npos)
+        << err.status.ToString();
+  }
+  // The server's copies (same process) close with the frame, just after the
+  // reply went out.
+  for (int i = 0; i < 500 && testing::CountOpenFds() != before; ++i)
+    std::this_thread::sleep_for(2ms);
+  EXPECT_EQ(testing::CountOpenFds(), before);
+
+  // A handle short: the decoder's error, naming the field.
+  reg.ipc_handles.pop_back();
+  id = f.client->NextId();
+  auto err = Decode<ErrorReply>(f.client->Call(EncodeRequest(id, reg), {}, id, 10s), id);
+  EXPECT_EQ(err.status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(err.status.message().find("RegisterInstance.ipc_handles"), std::string_view::npos)
+      << err.status.ToString();
 }
 
 }  // namespace

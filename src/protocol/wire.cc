@@ -29,6 +29,8 @@ static_assert(static_cast<int>(Tier::kNone) == 0 && static_cast<int>(Tier::kDram
               static_cast<int>(Tier::kSsd) == 2);
 constexpr uint8_t kMaxTier = static_cast<uint8_t>(Tier::kSsd);
 static_assert(sizeof(BlockKey) == 32);
+static_assert(sizeof(w::IpcHandle) == kIpcHandleBytes && alignof(w::IpcHandle) == 1);
+static_assert(sizeof(decltype(RegisterRequest::ipc_handles)::value_type) == kIpcHandleBytes);
 static_assert(w::Body_MAX == std::variant_size_v<Message>,
               "every Body union member has a Message alternative");
 
@@ -69,6 +71,23 @@ fb::Offset<fb::Vector<uint8_t>> KeysVector(fb::FlatBufferBuilder& fbb,
 
 std::string_view Truncated(std::string_view s) {
   return s.size() > kMaxStringBytes ? s.substr(0, kMaxStringBytes) : s;
+}
+
+// `s` for an error message: at most 64 bytes, non-printable bytes as \xNN (a
+// hostile device string must not make the message invalid UTF-8).
+std::string Printable(std::string_view s) {
+  constexpr size_t kMaxEcho = 64;
+  std::string out;
+  for (size_t i = 0; i < s.size() && i < kMaxEcho; ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c < 0x7f && c != '\\' && c != '"') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out += fmt::format("\\x{:02x}", c);
+    }
+  }
+  if (s.size() > kMaxEcho) out += fmt::format("... ({} bytes)", s.size());
+  return out;
 }
 
 // ---- decoding helpers ---------------------------------------------------------
@@ -188,11 +207,7 @@ Status DecodeGroup(const w::Group& g, size_t gi, GroupLayout* out) {
   return Status::OK();
 }
 
-Status Decode(const w::RegisterInstance& t, RegisterRequest* m) {
-  ORBITKV_RETURN_IF_ERROR(GetString(t.ns(), "RegisterInstance.ns", &m->ns));
-  m->rank = t.rank();
-  ORBITKV_RETURN_IF_ERROR(GetString(t.device(), "RegisterInstance.device", &m->device));
-  const w::Layout* l = t.layout();
+Status DecodeLayout(const w::Layout* l, RegisterRequest* m) {
   if (l == nullptr) return Invalid("RegisterInstance.layout", "missing");
   m->layout.num_pages = l->num_pages();
   ORBITKV_RETURN_IF_ERROR(GetScalars(l->region_bytes(), kMaxRegions,
@@ -210,6 +225,45 @@ Status Decode(const w::RegisterInstance& t, RegisterRequest* m) {
     ORBITKV_RETURN_IF_ERROR(DecodeGroup(*g, i, &m->layout.groups[i]));
   }
   return Status::OK();
+}
+
+Status GetIpcHandles(const fb::Vector<const w::IpcHandle*>* v, RegisterRequest* m) {
+  // The verifier has bounded the vector to n * 64 bytes inside the buffer.
+  ORBITKV_RETURN_IF_ERROR(CheckCount(v, kMaxIpcHandles, "RegisterInstance.ipc_handles"));
+  m->ipc_handles.clear();
+  if (v == nullptr || v->size() == 0) return Status::OK();
+  m->ipc_handles.resize(v->size());
+  std::memcpy(m->ipc_handles.data(), v->Data(), size_t{v->size()} * kIpcHandleBytes);
+  return Status::OK();
+}
+
+// How the regions travel follows the device: memfds for "host" (checked
+// against the frame by CheckAttachedFds), one IPC handle each for "cuda:N".
+Status CheckDeviceRegions(const RegisterRequest& m) {
+  ORBITKV_ASSIGN_OR_RETURN(DeviceSpec dev, ParseDevice(m.device));
+  const size_t regions = m.layout.region_bytes.size();
+  if (!dev.cuda && !m.ipc_handles.empty()) {
+    return Invalid("RegisterInstance.ipc_handles",
+                   fmt::format("{} handles for device \"host\" (host regions travel as memfds; "
+                               "IPC handles are for \"cuda:N\")",
+                               m.ipc_handles.size()));
+  }
+  if (dev.cuda && m.ipc_handles.size() != regions) {
+    return Invalid("RegisterInstance.ipc_handles",
+                   fmt::format("{} handles for the {} regions of device \"{}\" (want one "
+                               "cudaIpcMemHandle per layout region)",
+                               m.ipc_handles.size(), regions, m.device));
+  }
+  return Status::OK();
+}
+
+Status Decode(const w::RegisterInstance& t, RegisterRequest* m) {
+  ORBITKV_RETURN_IF_ERROR(GetString(t.ns(), "RegisterInstance.ns", &m->ns));
+  m->rank = t.rank();
+  ORBITKV_RETURN_IF_ERROR(GetString(t.device(), "RegisterInstance.device", &m->device));
+  ORBITKV_RETURN_IF_ERROR(DecodeLayout(t.layout(), m));
+  ORBITKV_RETURN_IF_ERROR(GetIpcHandles(t.ipc_handles(), m));
+  return CheckDeviceRegions(*m);
 }
 
 Status Decode(const w::RegisterReply& t, RegisterReply* m) {
@@ -402,8 +456,17 @@ std::vector<uint8_t> EncodeRequest(uint64_t id, const RegisterRequest& m) {
   }
   auto groups_vec = fbb.CreateVector(groups);
   auto layout = w::CreateLayout(fbb, m.layout.num_pages, region_bytes, groups_vec);
-  return Finish<RegisterRequest>(fbb, id,
-                                 w::CreateRegisterInstance(fbb, ns, m.rank, device, layout));
+  // Absent, not empty, without handles: a host register is the bytes it was
+  // before the field existed.
+  fb::Offset<fb::Vector<const w::IpcHandle*>> handles;
+  if (!m.ipc_handles.empty()) {
+    w::IpcHandle* out = nullptr;
+    handles = fbb.CreateUninitializedVectorOfStructs(m.ipc_handles.size(), &out);
+    std::memcpy(static_cast<void*>(out), m.ipc_handles.data(),
+                m.ipc_handles.size() * kIpcHandleBytes);
+  }
+  return Finish<RegisterRequest>(
+      fbb, id, w::CreateRegisterInstance(fbb, ns, m.rank, device, layout, handles));
 }
 
 std::vector<uint8_t> EncodeRequest(uint64_t id, const PublishRequest& m) {
@@ -654,6 +717,28 @@ std::optional<uint64_t> PeekEnvelopeId(std::span<const uint8_t> input) {
   return table->GetField<uint64_t>(w::Envelope::VT_ID, 0);
 }
 
+Result<DeviceSpec> ParseDevice(std::string_view device, std::string_view field) {
+  if (device == "host") return DeviceSpec{};
+  constexpr std::string_view kCuda = "cuda:";
+  if (device.starts_with(kCuda)) {
+    const std::string_view n = device.substr(kCuda.size());
+    // 1..4 digits, no leading zero (one spelling per device), at most 1023.
+    bool digits = !n.empty() && n.size() <= 4 && (n.size() == 1 || n[0] != '0');
+    uint32_t ordinal = 0;
+    for (char c : n) {
+      if (!digits || c < '0' || c > '9') {
+        digits = false;
+        break;
+      }
+      ordinal = ordinal * 10 + static_cast<uint32_t>(c - '0');
+    }
+    if (digits && ordinal <= kMaxCudaDeviceOrdinal) return DeviceSpec{true, ordinal};
+  }
+  return Invalid(field, fmt::format("\"{}\" is not \"host\" or \"cuda:N\" (N a decimal 0..{} "
+                                    "without sign or leading zeros)",
+                                    Printable(device), kMaxCudaDeviceOrdinal));
+}
+
 Status CheckAttachedFds(const Message& body, size_t num_fds) {
   size_t want = 0;
   std::string_view what = "no file descriptors";
@@ -662,7 +747,7 @@ Status CheckAttachedFds(const Message& body, size_t num_fds) {
       want = reg->layout.region_bytes.size();
       what = "one memfd per region";
     } else {
-      what = "no file descriptors for a CUDA device";
+      what = "none for a CUDA device: its regions travel as ipc_handles";
     }
   }
   if (num_fds != want) {

@@ -10,7 +10,8 @@
 // never crashes, never reads out of bounds, and allocates at most in
 // proportion to the input (it is fuzzed by fuzz/protocol_fuzz.cc).
 // The decoder checks shape, not meaning: layouts, instance ids and page ranges
-// are validated by the Manager (ValidateLayout etc.).
+// are validated by the Manager (ValidateLayout etc.). RegisterInstance.device
+// is checked here (ParseDevice), since it decides how the regions travel.
 //
 // Encoders do not check the limits: the peer's decoder does.
 // All functions are pure and thread-safe.
@@ -39,6 +40,12 @@ inline constexpr uint16_t kProtocolVersion = 1;
 // ---- limits enforced by DecodeMessage ---------------------------------------
 inline constexpr uint32_t kMaxKeysPerMessage = 65536;  // keys, pages, blocks, sources
 inline constexpr uint32_t kMaxStringBytes = 4096;      // every string field
+// RegisterInstance.ipc_handles: one cudaIpcMemHandle_t (64 bytes) per region,
+// so at most kMaxRegions of them.
+inline constexpr size_t kIpcHandleBytes = 64;
+inline constexpr uint32_t kMaxIpcHandles = kMaxRegions;
+// RegisterInstance.device is "host" or "cuda:N" with N in [0, this].
+inline constexpr uint32_t kMaxCudaDeviceOrdinal = 1023;
 // Buffers this large are refused before verification (FlatBuffers' own bound
 // is 2 GiB; frames are bounded far below this by frame.h).
 inline constexpr size_t kMaxMessageBytes = size_t{1} << 30;
@@ -163,8 +170,25 @@ std::optional<uint64_t> PeekEnvelopeId(std::span<const uint8_t> bytes);
 
 // Checks the file descriptors that came with a decoded request: a
 // RegisterRequest for device "host" carries exactly one per region (its
-// memfds, in order); every other message (and a CUDA register) carries none.
+// memfds, in order); every other message (and a CUDA register, whose regions
+// are its ipc_handles) carries none.
 Status CheckAttachedFds(const Message& body, size_t num_fds);
+
+// ---- RegisterInstance.device ------------------------------------------------------
+
+// The device a RegisterRequest names.
+struct DeviceSpec {
+  bool cuda = false;     // false: "host"
+  uint32_t ordinal = 0;  // N of "cuda:N"; 0 for host
+};
+// Parses "host" or "cuda:N", N a decimal in [0, kMaxCudaDeviceOrdinal] written
+// without sign, spaces or leading zeros ("cuda:0", "cuda:17"; not "cuda:",
+// "cuda:01", "cuda:-1", "cuda:1x"). Anything else is InvalidArgument naming
+// `field`. DecodeMessage applies it to every RegisterInstance, and checks
+// there that a "host" request has no ipc_handles and a "cuda:N" request one
+// per layout region.
+Result<DeviceSpec> ParseDevice(std::string_view device,
+                               std::string_view field = "RegisterInstance.device");
 
 // ---- Status on the wire ---------------------------------------------------------
 // A Status travels as (code = numeric StatusCode, message, errno, data_loss).

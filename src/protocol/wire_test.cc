@@ -3,6 +3,7 @@
 #include <flatbuffers/flatbuffers.h>
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <random>
@@ -66,6 +67,22 @@ RegisterRequest SampleRegister() {
   return r;
 }
 
+std::array<uint8_t, 64> Handle(uint8_t seed) {
+  std::array<uint8_t, 64> h{};
+  for (size_t b = 0; b < h.size(); ++b) h[b] = static_cast<uint8_t>(seed * 13 + b * 5 + 1);
+  return h;
+}
+
+// SampleRegister() on device `device` with one IPC handle per region.
+RegisterRequest SampleCudaRegister(const std::string& device = "cuda:3") {
+  RegisterRequest r = SampleRegister();
+  r.device = device;
+  for (size_t i = 0; i < r.layout.region_bytes.size(); ++i) {
+    r.ipc_handles.push_back(Handle(static_cast<uint8_t>(i)));
+  }
+  return r;
+}
+
 template <typename T>
 T DecodeAs(const std::vector<uint8_t>& bytes, uint64_t want_id) {
   Result<DecodedMessage> d = DecodeMessage(bytes);
@@ -123,6 +140,54 @@ TEST(WireTest, RegisterRoundTrip) {
 
   auto rr = DecodeAs<RegisterReply>(EncodeReply(3, RegisterReply{77}), 3);
   EXPECT_EQ(rr.instance, 77u);
+}
+
+TEST(WireTest, RegisterWithIpcHandlesRoundTrip) {
+  for (const char* device : {"cuda:0", "cuda:3", "cuda:10", "cuda:1023"}) {
+    const RegisterRequest r = SampleCudaRegister(device);
+    auto m = DecodeAs<RegisterRequest>(EncodeRequest(41, r), 41);
+    EXPECT_EQ(m.device, device);
+    EXPECT_EQ(m.ns, r.ns);
+    EXPECT_TRUE(m.layout == r.layout);
+    EXPECT_EQ(m.ipc_handles, r.ipc_handles);
+  }
+  // A host register without handles leaves the field out: its bytes are what
+  // a peer that predates the field sends and expects.
+  const RegisterRequest host = SampleRegister();
+  EXPECT_TRUE(DecodeAs<RegisterRequest>(EncodeRequest(42, host), 42).ipc_handles.empty());
+  auto bytes = EncodeRequest(42, host);
+  EXPECT_EQ(w::GetEnvelope(bytes.data())->body_as_RegisterInstance()->ipc_handles(), nullptr);
+}
+
+TEST(WireTest, ParseDevice) {
+  auto host = ParseDevice("host");
+  ASSERT_TRUE(host.ok());
+  EXPECT_FALSE(host->cuda);
+  for (uint32_t n : {0u, 1u, 7u, 10u, 99u, 100u, 512u, 1023u}) {
+    auto d = ParseDevice("cuda:" + std::to_string(n));
+    ASSERT_TRUE(d.ok()) << n << ": " << d.status().ToString();
+    EXPECT_TRUE(d->cuda);
+    EXPECT_EQ(d->ordinal, n);
+  }
+  for (const char* bad :
+       {"",          "cuda",      "cuda:",      "cuda:01x",       "cuda:-1", "cuda:+1",
+        "cuda:1024", "cuda:9999", "cuda:10000", "cuda:01",        "cuda:00", "cuda:0x1",
+        "cuda: 1",   "cuda:1 ",   " cuda:1",    "CUDA:0",         "Host",    "host ",
+        "cpu",       "gpu:0",     "cuda:1:2",   "cuda:4294967296"}) {
+    auto d = ParseDevice(bad, "X.device");
+    ASSERT_FALSE(d.ok()) << "accepted '" << bad << "'";
+    EXPECT_EQ(d.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(d.status().message().find("X.device"), std::string_view::npos)
+        << d.status().ToString();
+  }
+  // Embedded NUL: not "cuda:1".
+  EXPECT_FALSE(ParseDevice(std::string_view("cuda:1\0", 7)).ok());
+  // A hostile device string is echoed printable and bounded.
+  auto odd = ParseDevice(std::string("\xff\x01") + std::string(500, 'z'));
+  ASSERT_FALSE(odd.ok());
+  EXPECT_NE(odd.status().message().find("\\xff\\x01zz"), std::string_view::npos)
+      << odd.status().ToString();
+  EXPECT_LT(odd.status().message().size(), 300u);
 }
 
 TEST(WireTest, ReleaseQueryRoundTrip) {
@@ -307,6 +372,14 @@ TEST(WireTest, CheckAttachedFds) {
   r.device = "cuda:0";
   EXPECT_TRUE(CheckAttachedFds(r, 0).ok());
   EXPECT_FALSE(CheckAttachedFds(r, 3).ok());
+  // Handles and fds on one frame: the fds are refused.
+  const RegisterRequest cuda = SampleCudaRegister();
+  EXPECT_TRUE(CheckAttachedFds(cuda, 0).ok());
+  for (size_t n : {1, 3}) {
+    Status st = CheckAttachedFds(cuda, n);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("ipc_handles"), std::string_view::npos) << st.ToString();
+  }
   EXPECT_TRUE(CheckAttachedFds(QueryRequest{}, 0).ok());
   EXPECT_FALSE(CheckAttachedFds(QueryRequest{}, 1).ok());
 }
@@ -332,7 +405,8 @@ TEST(WireHostileTest, EveryTruncationIsRejected) {
   p.keys = Keys(4);
   p.pages = {1, 2, 3, 4};
   for (const auto& bytes : {EncodeRequest(1, SampleRegister()), EncodeRequest(2, p),
-                            EncodeReply(3, RestoreResult{{{0, Tier::kSsd, Status::Busy("b")}}})}) {
+                            EncodeReply(3, RestoreResult{{{0, Tier::kSsd, Status::Busy("b")}}}),
+                            EncodeRequest(4, SampleCudaRegister())}) {
     auto full = DecodeMessage(bytes);
     ASSERT_TRUE(full.ok());
     const auto canonical = EncodeMessage(full->id, full->body);
@@ -350,14 +424,16 @@ TEST(WireHostileTest, EveryTruncationIsRejected) {
 }
 
 TEST(WireHostileTest, BitFlipsNeverCrash) {
-  auto bytes = EncodeRequest(1, SampleRegister());
-  for (size_t i = 0; i < bytes.size(); ++i) {
-    for (uint8_t mask : {0x01, 0x80, 0xFF}) {
-      auto copy = bytes;
-      copy[i] ^= mask;
-      Result<DecodedMessage> d = DecodeMessage(copy);
-      if (!d.ok()) {
-        EXPECT_EQ(d.status().code(), StatusCode::kInvalidArgument);
+  for (const auto& bytes :
+       {EncodeRequest(1, SampleRegister()), EncodeRequest(1, SampleCudaRegister())}) {
+    for (size_t i = 0; i < bytes.size(); ++i) {
+      for (uint8_t mask : {0x01, 0x80, 0xFF}) {
+        auto copy = bytes;
+        copy[i] ^= mask;
+        Result<DecodedMessage> d = DecodeMessage(copy);
+        if (!d.ok()) {
+          EXPECT_EQ(d.status().code(), StatusCode::kInvalidArgument);
+        }
       }
     }
   }
@@ -483,6 +559,83 @@ TEST(WireHostileTest, LayoutBounds) {
     ExpectInvalid(
         RawEnvelope(fbb, w::CreateRegisterInstance(fbb, ns, 0, 0, 0), w::Body_RegisterInstance),
         "RegisterInstance.layout");
+  }
+}
+
+TEST(WireHostileTest, DeviceMustBeHostOrCudaN) {
+  for (const char* bad :
+       {"cuda:", "cuda:01x", "cuda:-1", "cuda:1024", "cuda:01", "gpu", "", "HOST", "cuda:0 "}) {
+    // With handles (as a CUDA register) and without (as a host one): the
+    // device is refused before the handles are looked at.
+    RegisterRequest r = SampleCudaRegister(bad);
+    ExpectInvalid(EncodeRequest(1, r), "RegisterInstance.device");
+    r.ipc_handles.clear();
+    ExpectInvalid(EncodeRequest(1, r), "RegisterInstance.device");
+  }
+  {
+    fb::FlatBufferBuilder fbb;  // no device string at all
+    auto ns = fbb.CreateString("ns");
+    auto layout = w::CreateLayout(fbb, 1);
+    ExpectInvalid(RawEnvelope(fbb, w::CreateRegisterInstance(fbb, ns, 0, 0, layout),
+                              w::Body_RegisterInstance),
+                  "RegisterInstance.device");
+  }
+}
+
+TEST(WireHostileTest, IpcHandlesFollowTheDevice) {
+  {
+    RegisterRequest r = SampleCudaRegister();  // 3 regions
+    r.ipc_handles.pop_back();
+    ExpectInvalid(EncodeRequest(1, r), "RegisterInstance.ipc_handles");
+    r.ipc_handles.clear();  // a CUDA register without handles
+    ExpectInvalid(EncodeRequest(1, r), "RegisterInstance.ipc_handles");
+    r = SampleCudaRegister();
+    r.ipc_handles.push_back(Handle(9));
+    ExpectInvalid(EncodeRequest(1, r), "RegisterInstance.ipc_handles");
+  }
+  {
+    RegisterRequest r = SampleRegister();  // host
+    r.ipc_handles.push_back(Handle(1));
+    ExpectInvalid(EncodeRequest(1, r), "RegisterInstance.ipc_handles");
+    r.ipc_handles.assign(r.layout.region_bytes.size(), Handle(2));  // even one per region
+    ExpectInvalid(EncodeRequest(1, r), "RegisterInstance.ipc_handles");
+  }
+  {
+    // The count is bounded before anything is copied; the limit is accepted.
+    RegisterRequest r = SampleCudaRegister("cuda:1");
+    r.layout.region_bytes.assign(kMaxRegions, 4096);
+    r.ipc_handles.assign(kMaxIpcHandles, Handle(3));
+    auto m = DecodeAs<RegisterRequest>(EncodeRequest(2, r), 2);
+    EXPECT_EQ(m.ipc_handles.size(), kMaxIpcHandles);
+    r.ipc_handles.push_back(Handle(4));
+    ExpectInvalid(EncodeRequest(1, r), "RegisterInstance.ipc_handles");
+  }
+  {
+    // A handle vector whose length claims more than the buffer holds: the
+    // verifier refuses it (each element is exactly 64 bytes by the schema).
+    RegisterRequest r = SampleCudaRegister();
+    auto bytes = EncodeRequest(1, r);
+    const auto h0 = Handle(0);
+    bool patched = false;
+    for (size_t i = 0; i + 4 + 64 <= bytes.size(); ++i) {
+      uint32_t len;
+      std::memcpy(&len, bytes.data() + i, 4);
+      if (len == 3 && std::memcmp(bytes.data() + i + 4, h0.data(), 64) == 0) {
+        // One more: 64 bytes past the last handle, inside the buffer or not;
+        // either way the message is refused (verifier or handle count).
+        len = 4;
+        std::memcpy(bytes.data() + i, &len, 4);
+        Result<DecodedMessage> d = DecodeMessage(bytes);
+        ASSERT_FALSE(d.ok());
+        EXPECT_EQ(d.status().code(), StatusCode::kInvalidArgument);
+        len = 0x7FFFFFF0;
+        std::memcpy(bytes.data() + i, &len, 4);
+        ExpectInvalid(bytes, "Envelope");
+        patched = true;
+        break;
+      }
+    }
+    ASSERT_TRUE(patched);
   }
 }
 

@@ -56,6 +56,9 @@ void ManagerService::OnFrame(protocol::Session& session, protocol::Frame&& frame
     return;
   }
   const uint64_t rid = decoded->id;
+  // Before any handler runs: a request with the wrong fds (a CUDA register
+  // with any, a host register without one per region) is refused here, and
+  // the fds close with the frame.
   if (Status st = protocol::CheckAttachedFds(decoded->body, frame.fds.size()); !st.ok()) {
     bad_frames_->Inc();
     reply(protocol::EncodeError(rid, st));
@@ -76,7 +79,12 @@ void ManagerService::OnFrame(protocol::Session& session, protocol::Frame&& frame
           h.server_pid = ::getpid();
           reply(protocol::EncodeReply(rid, h));
         } else if constexpr (std::is_same_v<T, RegisterRequest>) {
+          // DecodeMessage and CheckAttachedFds above have settled how the
+          // regions travel: "host" brings one memfd per region and no
+          // ipc_handles; "cuda:N" one IPC handle per region (in m.ipc_handles,
+          // which the Manager opens itself) and no fds, so `fds` stays empty.
           std::vector<int> fds;
+          fds.reserve(frame.fds.size());
           for (auto& fd : frame.fds) fds.push_back(fd.Release());
           Result<InstanceId> id = manager_->RegisterInstance(sid, m, std::move(fds));
           if (id.ok()) {
