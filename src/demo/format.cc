@@ -37,4 +37,16 @@ double Quantile(std::vector<double> v, double q) {
   return v[std::min(i, v.size() - 1)];
 }
 
+std::vector<std::string> SplitList(std::string_view text, char separator) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t end = text.find(separator, pos);
+    if (end == std::string_view::npos) end = text.size();
+    if (end > pos) out.emplace_back(text.substr(pos, end - pos));
+    pos = end + 1;
+  }
+  return out;
+}
+
 }  // namespace orbitkv::demo

@@ -1,9 +1,11 @@
-// Format: small helpers the drivers' reports share: decimal byte counts,
-// thousands separators, percentages and quantiles. Pure functions.
+// Format: small helpers the drivers' reports and flags share: decimal byte
+// counts, thousands separators, percentages, quantiles, list splitting. Pure
+// functions.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace orbitkv::demo {
@@ -16,5 +18,7 @@ std::string Count(uint64_t value);
 double Percent(uint64_t part, uint64_t whole);
 // The q-quantile (0 < q <= 1) by the nearest-rank method; 0 for no samples.
 double Quantile(std::vector<double> samples, double q);
+// "a,,b" -> {"a", "b"}: the non-empty items between separators.
+std::vector<std::string> SplitList(std::string_view text, char separator = ',');
 
 }  // namespace orbitkv::demo

@@ -96,6 +96,16 @@ int Child::Stop(int sig, std::chrono::milliseconds timeout) {
   return st;
 }
 
+int Child::Wait(std::chrono::milliseconds timeout) {
+  int st = 0;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (Poll(&st)) return st;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return Stop(SIGTERM, std::chrono::seconds(5));
+}
+
 std::string DescribeWaitStatus(int st) {
   if (WIFEXITED(st)) return "exited with status " + std::to_string(WEXITSTATUS(st));
   if (WIFSIGNALED(st)) {

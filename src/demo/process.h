@@ -34,6 +34,8 @@ class Child {
   bool Poll(int* wait_status);
   // Sends `sig`, waits up to `timeout`, then SIGKILLs. Returns the wait status.
   int Stop(int sig, std::chrono::milliseconds timeout);
+  // Waits up to `timeout` for the child to exit on its own, then Stop(SIGTERM, 5 s).
+  int Wait(std::chrono::milliseconds timeout);
   void Signal(int sig);
 
  private:

@@ -1,0 +1,146 @@
+#include "bench/backend.h"
+
+#include <cstdlib>
+
+#include "orbitkv/client.h"
+
+namespace orbitkv::bench {
+namespace {
+
+class ManagerBackend final : public Backend {
+ public:
+  ManagerBackend(std::unique_ptr<Client> client, InstanceId instance)
+      : client_(std::move(client)), instance_(instance) {}
+
+  Result<Lookup> Query(std::span<const BlockKey> keys) override {
+    QueryRequest q;
+    q.instance = instance_;
+    q.keys.assign(keys.begin(), keys.end());
+    ORBITKV_ASSIGN_OR_RETURN(QueryResult r, client_->Query(q));
+    return Lookup{r.query, r.prefix, std::move(r.sources)};
+  }
+
+  Result<std::vector<BlockResult>> Restore(const Lookup& lookup, std::span<const BlockKey>,
+                                           std::span<const uint32_t> blocks,
+                                           std::span<const uint64_t> pages) override {
+    RestoreRequest r;
+    r.instance = instance_;
+    r.query = lookup.query;
+    r.blocks.assign(blocks.begin(), blocks.end());
+    r.pages.assign(pages.begin(), pages.end());
+    ORBITKV_ASSIGN_OR_RETURN(RestoreResult res, client_->Restore(r, client_->NewTicket()));
+    return std::move(res.blocks);
+  }
+
+  Status Release(const Lookup& lookup) override {
+    if (lookup.query == 0) return Status::OK();
+    return client_->ReleaseQuery(instance_, lookup.query);
+  }
+
+  Result<PublishResult> Publish(std::span<const BlockKey> keys,
+                                std::span<const uint64_t> pages) override {
+    PublishRequest p;
+    p.instance = instance_;
+    p.keys.assign(keys.begin(), keys.end());
+    p.pages.assign(pages.begin(), pages.end());
+    return client_->Publish(p);
+  }
+
+  Status Close() override {
+    Status st = client_->UnregisterInstance(instance_);
+    client_->Close();
+    return st;
+  }
+
+ private:
+  std::unique_ptr<Client> client_;
+  InstanceId instance_;
+};
+
+class NaiveBackend final : public Backend {
+ public:
+  NaiveBackend(NaiveStore& store, PageTarget& pages, uint8_t* buffer)
+      : store_(store), pages_(pages), buffer_(buffer) {}
+  ~NaiveBackend() override { std::free(buffer_); }
+
+  Result<Lookup> Query(std::span<const BlockKey> keys) override {
+    Lookup l;
+    l.prefix = store_.Prefix(keys);
+    l.tiers.assign(l.prefix, Tier::kSsd);
+    return l;
+  }
+
+  Result<std::vector<BlockResult>> Restore(const Lookup&, std::span<const BlockKey> keys,
+                                           std::span<const uint32_t> blocks,
+                                           std::span<const uint64_t> pages) override {
+    std::vector<BlockResult> out;
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      BlockResult b;
+      b.block = blocks[i];
+      b.source = Tier::kSsd;
+      b.status = store_.Read(keys[blocks[i]], buffer_);
+      if (b.status.ok()) pages_.Scatter(buffer_, pages[i]);
+      out.push_back(std::move(b));
+    }
+    return out;
+  }
+
+  Status Release(const Lookup&) override { return Status::OK(); }
+
+  Result<PublishResult> Publish(std::span<const BlockKey> keys,
+                                std::span<const uint64_t> pages) override {
+    PublishResult r;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (store_.Contains(keys[i])) {
+        ++r.skipped;
+        continue;
+      }
+      pages_.Gather(pages[i], buffer_);
+      Status st = store_.Write(keys[i], buffer_);
+      if (st.ok()) {
+        ++r.stored;
+        ++r.sealed;
+      } else if (st.code() == StatusCode::kAlreadyExists) {
+        ++r.skipped;
+      } else if (st.code() == StatusCode::kResourceExhausted) {
+        ++r.dropped;
+      } else {
+        return st;
+      }
+    }
+    return r;
+  }
+
+  Status Close() override { return Status::OK(); }
+
+ private:
+  NaiveStore& store_;
+  PageTarget& pages_;
+  uint8_t* buffer_;  // one block, 4 KiB aligned, owned
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Backend>> ConnectManagerBackend(const std::string& socket,
+                                                       const std::string& ns, PageTarget& pages,
+                                                       const std::string& client_name) {
+  ClientConfig cc;
+  cc.socket_path = socket;
+  cc.client_name = client_name;
+  ORBITKV_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Client::Connect(cc));
+  RegisterRequest reg;
+  reg.ns = ns;
+  std::vector<int> fds;
+  pages.Describe(&reg, &fds);
+  ORBITKV_ASSIGN_OR_RETURN(InstanceId instance, client->RegisterInstance(reg, fds));
+  return std::unique_ptr<Backend>(new ManagerBackend(std::move(client), instance));
+}
+
+Result<std::unique_ptr<Backend>> NewNaiveBackend(NaiveStore& store, PageTarget& pages) {
+  void* buf = nullptr;
+  if (::posix_memalign(&buf, 4096, store.slot_bytes()) != 0)
+    return Status::ResourceExhausted("no memory for the naive route's host buffer");
+  return std::unique_ptr<Backend>(new NaiveBackend(store, pages, static_cast<uint8_t*>(buf)));
+}
+
+}  // namespace orbitkv::bench

@@ -1,0 +1,651 @@
+// orbitkv-bench: OrbitKV's benchmark, in the style of db_bench. One named
+// workload (--workload) runs on every route asked for (--routes), each from a
+// clean start with the same pool and SSD capacities, seed and requests, next
+// to ceilings measured in the same run (fio, memcpy; CUDA copies with the GPU
+// tier). Every restored block is checked byte for byte unless --no-verify.
+// Prints a live line on a terminal, then a summary table; --json and --png
+// write the report for machines and people. Targets are reported, never
+// asserted. Exit status: 0 ok, 1 a restored block had wrong bytes, 2 bad flags
+// or a device this build cannot drive, 3 another failure, 130 interrupted.
+#include <signal.h>
+#include <sys/statfs.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "bench/ceilings.h"
+#include "bench/cuda_pages.h"
+#include "bench/figures.h"
+#include "bench/model.h"
+#include "bench/report.h"
+#include "bench/route.h"
+#include "bench/route_run.h"
+#include "bench/workloads.h"
+#include "demo/format.h"
+#include "demo/live_line.h"
+#include "demo/machine.h"
+#include "demo/process.h"
+#include "orbitkv/units.h"
+#include "store/object_format.h"
+
+#ifndef ORBITKV_SOURCE_DIR
+#define ORBITKV_SOURCE_DIR "."
+#endif
+
+namespace orbitkv::bench {
+namespace {
+
+constexpr int kExitMismatch = 1;
+constexpr int kExitFlags = 2;
+constexpr int kExitFailure = 3;
+constexpr int kExitInterrupted = 130;
+
+std::atomic<bool> g_interrupted{false};
+void OnInterrupt(int) { g_interrupted.store(true); }
+
+struct Flags {
+  std::string workload = "multi-round-qa";
+  std::string model = "llama-3.1-8b";
+  uint32_t block_tokens = 0;  // 0: the model's default
+  std::string sweep_block_tokens = "16,32,64,128,256";
+  std::string routes;  // empty: the workload's default
+  std::string device = "host";
+  WorkloadParams w;
+  std::string working_set, pool_size, ssd_capacity;
+  std::string dir;
+  uint32_t ssd_shards = 4, ssd_queue_depth = 64, ssd_io_workers = 2;
+  std::string manager;
+  double prefill_tokens_per_s = 10000;
+  uint32_t latency_probes = 64;
+  double ceiling_seconds = 2;
+  std::string fio = "fio";
+  std::string fio_file_size = "1gib";
+  bool no_verify = false, no_progress = false, list_models = false, list_workloads = false;
+  std::string json, png;
+};
+
+int FlagError(const std::string& msg) {
+  std::fprintf(stderr, "orbitkv-bench: %s\n", msg.c_str());
+  return kExitFlags;
+}
+
+int Fail(const std::string& msg) {
+  std::fprintf(stderr, "orbitkv-bench: FAILED: %s\n", msg.c_str());
+  return kExitFailure;
+}
+
+std::string FsType(const std::string& dir) {
+  struct statfs s {};
+  if (::statfs(dir.c_str(), &s) != 0) return "unknown";
+  switch (static_cast<unsigned long>(s.f_type)) {
+    case 0xEF53:
+      return "ext2/3/4";
+    case 0x58465342:
+      return "xfs";
+    case 0x9123683E:
+      return "btrfs";
+    case 0x01021994:
+      return "tmpfs";
+    case 0x794C7630:
+      return "overlayfs";
+    default:
+      return fmt::format("f_type 0x{:x}", static_cast<unsigned long>(s.f_type));
+  }
+}
+
+Result<std::vector<uint32_t>> ParseTokenList(const std::string& text) {
+  std::vector<uint32_t> out;
+  for (const std::string& item : demo::SplitList(text)) {
+    char* end = nullptr;
+    const unsigned long v = std::strtoul(item.c_str(), &end, 10);
+    if (*end != '\0' || v == 0 || v > 4096)
+      return Status::InvalidArgument("--sweep-block-tokens: '" + item + "' is not 1..4096");
+    out.push_back(static_cast<uint32_t>(v));
+  }
+  if (out.empty()) return Status::InvalidArgument("--sweep-block-tokens: empty");
+  return out;
+}
+
+Result<uint64_t> SizeFlag(const std::string& flag, const std::string& text) {
+  Result<uint64_t> v = ParseByteSize(text);
+  if (!v.ok()) return Status::InvalidArgument(flag + ": " + std::string(v.status().message()));
+  return v;
+}
+
+void PrintModels() {
+  std::printf("%-20s %14s %14s %16s  %s\n", "model", "KV/token", "checkpoint", "block", "shape");
+  for (const ModelPreset& m : ModelPresets()) {
+    std::printf("%-20s %14s %14s %16s  %s\n", m.name.c_str(),
+                FormatByteSize(m.KvBytesPerToken()).c_str(),
+                m.CheckpointBytes() ? FormatByteSize(m.CheckpointBytes()).c_str() : "-",
+                fmt::format("{} tok = {}", m.default_block_tokens,
+                            FormatByteSize(m.BlockBytes(m.default_block_tokens)))
+                    .c_str(),
+                m.description.c_str());
+  }
+}
+
+void PrintWorkloads() {
+  for (const WorkloadInfo& w : Workloads()) {
+    std::printf("%-24s %s (routes: %s)\n", std::string(w.name).c_str(),
+                std::string(w.description).c_str(), std::string(w.default_routes).c_str());
+  }
+}
+
+// Runs scripts/bench_plot.py on the JSON; returns what to say about the PNG.
+std::string Plot(const std::string& json_path, const std::string& png) {
+  const std::string python = "/usr/bin/python3";
+  if (::access(python.c_str(), X_OK) != 0)
+    return "skipped: no /usr/bin/python3 (scripts/setup.sh installs python3-matplotlib)";
+  const char* env = std::getenv("ORBITKV_BENCH_PLOT");
+  const std::string script =
+      env && *env ? env : std::string(ORBITKV_SOURCE_DIR) + "/scripts/bench_plot.py";
+  if (::access(script.c_str(), R_OK) != 0)
+    return "skipped: no plot script at " + script + " (set ORBITKV_BENCH_PLOT)";
+  auto run = [&](const std::vector<std::string>& argv) -> int {
+    Result<demo::Child> c = demo::Child::Spawn(argv, {});
+    if (!c.ok()) return -1;
+    const int st = c->Wait(std::chrono::seconds(120));
+    return demo::ExitedZero(st) ? 0 : (WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+  };
+  if (run({python, "-c", "import matplotlib"}) != 0)
+    return "skipped: python3-matplotlib is not installed (scripts/setup.sh installs it)";
+  const int rc = run({python, script, json_path, png});
+  if (rc != 0) return fmt::format("FAILED: {} exited with status {}", script, rc);
+  return "written to " + png;
+}
+
+struct Sizes {
+  uint64_t pool = 0, ssd = 0, working_set = 0;
+  std::string pool_why, ssd_why;
+};
+
+int Run(const Flags& f, const std::vector<Route>& routes, const ModelPreset& model,
+        const std::vector<uint32_t>& tokens_list) {
+  const WorkloadInfo& info = *FindWorkload(f.workload);
+  const std::string dir =
+      f.dir.empty() ? "/var/tmp/orbitkv-bench-" + std::to_string(::getuid()) : f.dir;
+  if (Status st = demo::MakeDirs(dir); !st.ok()) return Fail(st.ToString());
+  Result<uint64_t> free_bytes = demo::FreeBytes(dir);
+  if (!free_bytes.ok()) return Fail(free_bytes.status().ToString());
+  const uint64_t ram = demo::TotalRamBytes();
+  const uint32_t cpus = std::max(1u, std::thread::hardware_concurrency());
+
+  // ---- capacities, matched over every route --------------------------------
+  const bool sized_workload = f.workload == "publish-only" || f.workload == "restore-only" ||
+                              f.workload == "block-size-sweep";
+  Sizes sz;
+  WorkloadParams w = f.w;
+  w.seed = f.w.seed;
+  uint64_t explicit_pool = 0, explicit_ssd = 0, explicit_ws = 0;
+  if (!f.pool_size.empty()) {
+    Result<uint64_t> v = SizeFlag("--pool-size", f.pool_size);
+    if (!v.ok()) return FlagError(std::string(v.status().message()));
+    explicit_pool = AlignUp(*v, kMiB);
+  }
+  if (!f.ssd_capacity.empty()) {
+    Result<uint64_t> v = SizeFlag("--ssd-capacity", f.ssd_capacity);
+    if (!v.ok()) return FlagError(std::string(v.status().message()));
+    explicit_ssd = *v;
+  }
+  if (!f.working_set.empty()) {
+    Result<uint64_t> v = SizeFlag("--working-set", f.working_set);
+    if (!v.ok()) return FlagError(std::string(v.status().message()));
+    explicit_ws = *v;
+  }
+  Result<uint64_t> fio_file = SizeFlag("--fio-file-size", f.fio_file_size);
+  if (!fio_file.ok()) return FlagError(std::string(fio_file.status().message()));
+  const uint64_t ram_cap = std::max<uint64_t>(ram / 4 / kMiB * kMiB, 64 * kMiB);
+  const uint64_t staging = 64 * kMiB;
+  if (f.workload == "restore-only") {
+    // The working set is twice the pool, so the SSD serves.
+    sz.pool = explicit_pool ? explicit_pool
+                            : std::clamp<uint64_t>(ram / 16 / kMiB * kMiB, 256 * kMiB, 2 * kGiB);
+    sz.pool_why = explicit_pool ? "--pool-size" : "default: RAM/16 within 256 MiB..2 GiB";
+    sz.working_set = explicit_ws ? explicit_ws : 2 * sz.pool;
+  } else if (sized_workload) {
+    sz.working_set = explicit_ws ? explicit_ws : std::min<uint64_t>(kGiB, ram / 16);
+  }
+  if (sized_workload) w.working_set_bytes = sz.working_set;
+
+  std::vector<Point> points;
+  std::vector<Plan> plans;
+  for (uint32_t tokens : tokens_list) {
+    Point p;
+    p.block_tokens = tokens;
+    const std::vector<uint64_t> slots = model.SlotBytes(tokens);
+    p.block_bytes = model.BlockBytes(tokens);
+    p.slots = static_cast<uint32_t>(slots.size());
+    p.extent_bytes = AlignUp(ObjectSize(slots), 4096);
+    w.block_tokens = tokens;
+    w.block_bytes = p.block_bytes;
+    Result<Plan> plan = MakePlan(f.workload, w);
+    if (!plan.ok()) return FlagError(std::string(plan.status().message()));
+    p.working_set_blocks = plan->working_set_blocks;
+    p.measured_requests = plan->measured_requests;
+    p.shape = plan->shape;
+    points.push_back(std::move(p));
+    plans.push_back(std::move(plan).value());
+  }
+  uint64_t ws_bytes = 0, request_bytes = 0;
+  for (size_t i = 0; i < points.size(); ++i) {
+    ws_bytes = std::max(ws_bytes, points[i].working_set_blocks * points[i].block_bytes);
+    request_bytes = std::max(request_bytes, plans[i].max_request_blocks * points[i].block_bytes);
+  }
+  if (f.workload != "restore-only") {
+    // Room for the whole working set, so the dram route serves every hit.
+    const uint64_t want =
+        AlignUp(ws_bytes + ws_bytes / 4 + staging + 2 * uint64_t{w.engines} * request_bytes, kMiB);
+    sz.pool = explicit_pool ? explicit_pool : std::min(want, ram_cap);
+    sz.pool_why = explicit_pool ? "--pool-size"
+                  : sz.pool == want
+                      ? "default: the working set + 25% + staging, so DRAM holds it all"
+                      : "default: capped at RAM/4 (below the working set)";
+  }
+  const uint64_t shard_unit = uint64_t{f.ssd_shards} * kMiB;
+  if (explicit_ssd) {
+    sz.ssd = explicit_ssd;
+    sz.ssd_why = "--ssd-capacity";
+  } else {
+    sz.ssd = std::max<uint64_t>(2 * ws_bytes, 256 * kMiB);
+    sz.ssd = std::min<uint64_t>(sz.ssd, *free_bytes / 2);
+    sz.ssd = sz.ssd / shard_unit * shard_unit;
+    sz.ssd_why = "default: twice the working set, at most half the free space";
+    if (sz.ssd < shard_unit)
+      return Fail("only " + demo::Bytes(double(*free_bytes)) + " free under " + dir +
+                  "; pass --ssd-dir on a file system with room");
+  }
+  if (sz.ssd < ws_bytes) {
+    std::fprintf(stderr,
+                 "orbitkv-bench: note: the SSD capacity %s is below the %s working set; blocks "
+                 "will be overwritten or dropped and miss\n",
+                 demo::Bytes(double(sz.ssd)).c_str(), demo::Bytes(double(ws_bytes)).c_str());
+  }
+
+  std::vector<SkippedRoute> skipped;
+  std::vector<Route> runnable;
+  for (Route r : routes) {
+    Status st = RouteSupported(r, f.device);
+    if (st.ok()) {
+      runnable.push_back(r);
+    } else {
+      skipped.push_back({r, std::string(st.message())});
+    }
+  }
+
+  // ---- header ----------------------------------------------------------------
+  std::printf("orbitkv-bench: workload %s (%s)\n", f.workload.c_str(),
+              std::string(info.description).c_str());
+  std::printf("  model      %s: %s\n", model.name.c_str(), model.description.c_str());
+  for (const Point& p : points) {
+    std::printf(
+        "             %s KV/token%s; block %u tokens = %s (%s) in %u slots, SSD extent %s\n",
+        FormatByteSize(model.KvBytesPerToken()).c_str(),
+        model.CheckpointBytes()
+            ? (" + " + FormatByteSize(model.CheckpointBytes()) + " checkpoint").c_str()
+            : "",
+        p.block_tokens, FormatByteSize(p.block_bytes).c_str(),
+        demo::Bytes(double(p.block_bytes)).c_str(), p.slots,
+        FormatByteSize(p.extent_bytes).c_str());
+  }
+  std::printf("  requests   %s\n", points.front().shape.c_str());
+  std::printf("  engines    %u threads, each its own Manager session and %s pages\n", w.engines,
+              f.device.c_str());
+  std::printf("  data       working set %s blocks = %s; %s measured requests per route\n",
+              demo::Count(points.front().working_set_blocks).c_str(),
+              demo::Bytes(double(ws_bytes)).c_str(),
+              demo::Count(points.front().measured_requests).c_str());
+  std::printf("  pool       %s (%s)\n", FormatByteSize(sz.pool).c_str(), sz.pool_why.c_str());
+  std::printf("  SSD        %s in %s (%s; %s), %u shards, queue depth %u x %u io workers\n",
+              FormatByteSize(sz.ssd).c_str(), dir.c_str(), FsType(dir).c_str(), sz.ssd_why.c_str(),
+              f.ssd_shards, f.ssd_queue_depth, f.ssd_io_workers);
+  std::string route_names;
+  for (Route r : routes)
+    route_names += (route_names.empty() ? "" : ", ") + std::string(Info(r).name);
+  std::printf("  routes     %s; verification %s; seed %llu\n", route_names.c_str(),
+              f.no_verify ? "OFF" : "every restored byte",
+              static_cast<unsigned long long>(f.w.seed));
+  std::fflush(stdout);
+
+  struct sigaction sa {};
+  sa.sa_handler = OnInterrupt;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  BenchReport report;
+  report.workload = f.workload;
+  report.model = model.name;
+  report.model_description = model.description;
+  report.device = f.device;
+  report.dir = dir;
+  report.fs_type = FsType(dir);
+  report.seed = f.w.seed;
+  report.engines = w.engines;
+  report.cpus = cpus;
+  report.kv_bytes_per_token = model.KvBytesPerToken();
+  report.checkpoint_bytes = model.CheckpointBytes();
+  report.pool_bytes = sz.pool;
+  report.ssd_bytes = sz.ssd;
+  report.ssd_shards = f.ssd_shards;
+  report.ssd_queue_depth = f.ssd_queue_depth;
+  report.ssd_io_workers = f.ssd_io_workers;
+  report.prefill_tokens_per_s = f.prefill_tokens_per_s;
+  report.verify = !f.no_verify;
+
+  demo::LiveLine live(!f.no_progress && ::isatty(STDOUT_FILENO),
+                      std::chrono::milliseconds(::isatty(STDOUT_FILENO) ? 200 : 5000));
+  const bool need_fio = std::any_of(runnable.begin(), runnable.end(),
+                                    [](Route r) { return Info(r).tier == Tier::kSsd; });
+  for (size_t i = 0; i < points.size(); ++i) {
+    Point& p = points[i];
+    const Plan& plan = plans[i];
+    // ---- ceilings ----------------------------------------------------------
+    std::printf("\n== block %u tokens: ceilings\n", p.block_tokens);
+    std::fflush(stdout);
+    PointCeilings& c = p.ceilings;
+    c.memcpy_threads = w.engines;
+    c.memcpy_multi = MeasureMemcpy(p.block_bytes, w.engines, f.ceiling_seconds / 2);
+    c.memcpy_single = MeasureMemcpy(p.block_bytes, 1, f.ceiling_seconds / 2);
+    if (need_fio || f.workload == "publish-only") {
+      FioParams fp;
+      fp.fio = f.fio;
+      fp.dir = dir;
+      fp.block_bytes = p.extent_bytes;
+      fp.iodepth = f.ssd_queue_depth;
+      fp.jobs = f.ssd_io_workers;
+      fp.file_bytes = *fio_file;
+      fp.seconds = f.ceiling_seconds;
+      c.fio_read = MeasureFio(fp);
+      fp.write = true;
+      c.fio_write = MeasureFio(fp);
+    } else {
+      c.fio_read.reason = c.fio_write.reason = "not needed: no SSD route in this run";
+    }
+    if (f.device == "host") {
+      c.cuda_h2d.reason = c.cuda_d2h.reason = c.cuda_d2d.reason = "host pages (--device host)";
+    } else {
+      Result<CudaCopyCeilings> cc =
+          MeasureCudaCopyCeilings(f.device, p.block_bytes, f.ceiling_seconds);
+      if (cc.ok()) {
+        c.cuda_h2d = {true, cc->h2d, "pinned cudaMemcpy H2D", ""};
+        c.cuda_d2h = {true, cc->d2h, "pinned cudaMemcpy D2H", ""};
+        c.cuda_d2d = {true, cc->d2d, "cudaMemcpy D2D", ""};
+      } else {
+        c.cuda_h2d.reason = c.cuda_d2h.reason = c.cuda_d2d.reason =
+            std::string(cc.status().message());
+      }
+    }
+    for (auto [name, ceil] : {std::pair{"memcpy x" + std::to_string(w.engines), &c.memcpy_multi},
+                              std::pair{std::string("memcpy x1"), &c.memcpy_single},
+                              std::pair{std::string("fio read"), &c.fio_read},
+                              std::pair{std::string("fio write"), &c.fio_write}}) {
+      std::printf("  %-12s %s\n", name.c_str(),
+                  ceil->ok
+                      ? fmt::format("{:.2f} GB/s  {}", ceil->bytes_per_s / 1e9, ceil->what).c_str()
+                      : ("n/a: " + ceil->reason).c_str());
+    }
+    std::fflush(stdout);
+    if (g_interrupted.load()) return kExitInterrupted;
+
+    // ---- routes --------------------------------------------------------------
+    for (Route r : runnable) {
+      RouteRunConfig rc;
+      rc.route = r;
+      rc.plan = &plan;
+      rc.label = f.workload + (points.size() > 1 ? fmt::format(" b{}", p.block_tokens) : "");
+      rc.device = f.device;
+      rc.slot_bytes = model.SlotBytes(p.block_tokens);
+      rc.block_tokens = p.block_tokens;
+      rc.ns = fmt::format("orbitkv-bench/{}/b{}/seed{}", model.name, p.block_tokens, f.w.seed);
+      rc.pool_bytes = sz.pool;
+      rc.ssd_bytes = sz.ssd;
+      rc.ssd_shards = f.ssd_shards;
+      rc.ssd_queue_depth = f.ssd_queue_depth;
+      rc.ssd_io_workers = f.ssd_io_workers;
+      rc.dir = dir + "/" + std::string(Info(r).name);
+      rc.manager_binary = f.manager;
+      rc.verify = !f.no_verify;
+      rc.probes_per_engine = (f.latency_probes + w.engines - 1) / w.engines;
+      rc.seed = f.w.seed;
+      rc.live = &live;
+      rc.interrupted = &g_interrupted;
+      Result<RouteRunResult> run = RunRoute(rc);
+      live.Finish();
+      std::error_code ec;
+      if (run.ok() || !g_interrupted.load()) {
+        for (const char* name : {"cache.bin", "cache.bin.1", "cache.bin.2", "cache.bin.3"})
+          std::filesystem::remove(rc.dir + "/" + name, ec);
+        for (const auto& e : std::filesystem::directory_iterator(rc.dir, ec))
+          if (e.path().filename().string().rfind("cache.bin", 0) == 0)
+            std::filesystem::remove(e.path(), ec);
+      }
+      if (!run.ok()) {
+        if (g_interrupted.load()) return kExitInterrupted;
+        return Fail(fmt::format("route {}: {}", Info(r).name, run.status().ToString()));
+      }
+      RouteFigures fig =
+          ComputeFigures(*run, p.block_bytes, p.block_tokens, f.prefill_tokens_per_s);
+      const Ceiling* ceil = RestoreCeilingOf(p, r, f.device);
+      std::printf(
+          "  %-10s restore %s GB/s (%s of %s), publish %s GB/s, hit %.1f%% (DRAM %.1f%%, "
+          "SSD %.1f%%), %.1f s%s\n",
+          std::string(Info(r).name).c_str(),
+          fig.restore.bytes ? fmt::format("{:.2f}", fig.restore.bytes_per_s / 1e9).c_str() : "n/a",
+          ceil && ceil->ok && fig.restore.bytes
+              ? fmt::format("{:.0f}%", 100 * fig.restore.bytes_per_s / ceil->bytes_per_s).c_str()
+              : "n/a",
+          RestoreCeiling(r, f.device) == CeilingKind::kFioRead ? "fio read"
+          : f.device == "host" ? fmt::format("memcpy x{}", w.engines).c_str()
+                               : "cuda H2D",
+          fig.publish.bytes ? fmt::format("{:.2f}", fig.publish.bytes_per_s / 1e9).c_str() : "n/a",
+          demo::Percent(fig.hit_dram + fig.hit_ssd, fig.queried),
+          demo::Percent(fig.hit_dram, fig.queried), demo::Percent(fig.hit_ssd, fig.queried),
+          fig.measured_wall_s,
+          fig.mismatched ? fmt::format(", {} MISMATCHED blocks", fig.mismatched).c_str() : "");
+      std::fflush(stdout);
+      p.routes.push_back(std::move(fig));
+    }
+    p.skipped = skipped;
+  }
+
+  report.points = std::move(points);
+  report.targets = EvaluateTargets(report);
+  if (!f.png.empty()) {
+    const std::string json_path = f.json.empty() ? dir + "/report-for-plot.json" : f.json;
+    std::ofstream(json_path) << ToJson(report).dump(2) << "\n";
+    report.png_note = Plot(json_path, f.png);
+    if (f.json.empty()) std::filesystem::remove(json_path);
+  }
+  if (!f.json.empty()) {
+    std::ofstream out(f.json);
+    out << ToJson(report).dump(2) << "\n";
+    if (!out) return Fail("cannot write " + f.json);
+  }
+  PrintSummary(stdout, report);
+  if (!f.json.empty()) std::printf("  json               written to %s\n", f.json.c_str());
+  std::fflush(stdout);
+  return Mismatches(report) ? kExitMismatch : 0;
+}
+
+int Main(int argc, char** argv) {
+  Flags f;
+  WorkloadParams& w = f.w;
+  CLI::App app{
+      "orbitkv-bench: runs a named workload on each route (DRAM, SSD io_uring, a naive "
+      "pread+memcpy baseline; cuFile with the GPU tier) with matched capacities, next to fio "
+      "and memcpy ceilings measured in the same run; checks every restored byte. Exit status: 0 "
+      "ok, 1 wrong bytes restored, 2 bad flags or unsupported device, 3 another failure."};
+  app.add_option("--workload", f.workload, "Workload (--list-workloads)")->capture_default_str();
+  app.add_flag("--list-workloads", f.list_workloads, "Print the workloads and exit");
+  app.add_option("--model", f.model, "Model preset (--list-models)")->capture_default_str();
+  app.add_flag("--list-models", f.list_models, "Print the model presets with block bytes and exit");
+  app.add_option("--block-tokens", f.block_tokens, "Tokens per block (default: the model's)");
+  app.add_option("--sweep-block-tokens", f.sweep_block_tokens,
+                 "block-size-sweep: block sizes in tokens")
+      ->capture_default_str();
+  app.add_option("--routes", f.routes,
+                 "Comma-separated routes: dram, ssd-uring, ssd-auto (GPU tier), naive (default: "
+                 "the workload's)");
+  app.add_option("--device", f.device, "Engine pages: host or cuda:N")->capture_default_str();
+  app.add_option("--engines", w.engines, "Engine threads (one Manager session each)")
+      ->capture_default_str();
+  app.add_option("--seed", w.seed, "Seed of tokens, keys, orders and bytes")->capture_default_str();
+  auto* g = "multi-round-qa";
+  app.add_option("--users", w.users, "Users in total")->capture_default_str()->group(g);
+  app.add_option("--rounds", w.rounds, "Rounds per user")->capture_default_str()->group(g);
+  app.add_option("--system-prompt-tokens", w.system_prompt_tokens, "Shared system prompt")
+      ->capture_default_str()
+      ->group(g);
+  app.add_option("--history-tokens", w.history_tokens, "Each user's history before round 0")
+      ->capture_default_str()
+      ->group(g);
+  app.add_option("--question-tokens", w.question_tokens, "Question tokens (also long-doc-qa)")
+      ->capture_default_str()
+      ->group(g);
+  app.add_option("--answer-tokens", w.answer_tokens, "Answer tokens (also long-doc-qa, mixed)")
+      ->capture_default_str()
+      ->group(g);
+  g = "long-doc-qa";
+  app.add_option("--documents", w.documents, "Documents")->capture_default_str()->group(g);
+  app.add_option("--document-tokens", w.document_tokens, "Tokens per document")
+      ->capture_default_str()
+      ->group(g);
+  app.add_option("--repeats", w.repeats, "Passes over the documents after the cold one")
+      ->capture_default_str()
+      ->group(g);
+  g = "serial-prefix";
+  app.add_option("--steps", w.steps, "Requests per engine")->capture_default_str()->group(g);
+  app.add_option("--step-tokens", w.step_tokens, "Tokens each request adds")
+      ->capture_default_str()
+      ->group(g);
+  g = "sustained-mixed-prefix";
+  app.add_option("--requests", w.requests, "Requests in total")->capture_default_str()->group(g);
+  app.add_option("--families", w.families, "Shared prefixes")->capture_default_str()->group(g);
+  app.add_option("--prefix-tokens", w.prefix_tokens, "Tokens per shared prefix")
+      ->capture_default_str()
+      ->group(g);
+  app.add_option("--tail-tokens", w.tail_tokens, "Fresh tokens per request: 0..this")
+      ->capture_default_str()
+      ->group(g);
+  app.add_option("--zipf", w.zipf, "Zipf exponent of prefix popularity")
+      ->capture_default_str()
+      ->group(g);
+  g = "publish-only, restore-only, block-size-sweep";
+  app.add_option("--working-set", f.working_set,
+                 "Bytes of distinct blocks (default: restore-only 2 x pool; others min(1gib, "
+                 "RAM/16))")
+      ->group(g);
+  app.add_option("--blocks-per-request", w.blocks_per_request, "Blocks per request")
+      ->capture_default_str()
+      ->group(g);
+  app.add_option("--passes", w.passes, "restore-only: passes over the working set")
+      ->capture_default_str()
+      ->group(g);
+  g = "capacities (the same for every route)";
+  app.add_option("--pool-size", f.pool_size,
+                 "Manager DRAM pool (default: the working set + 25% + staging, at most RAM/4; "
+                 "restore-only: RAM/16 within 256mib..2gib)")
+      ->group(g);
+  app.add_option("--ssd-capacity", f.ssd_capacity,
+                 "SSD capacity of the Manager and of the naive store (default: twice the "
+                 "working set, at most half the free space)")
+      ->group(g);
+  app.add_option("--ssd-dir", f.dir,
+                 "Directory for SSD files, sockets and logs (default: /var/tmp/orbitkv-bench-UID; "
+                 "use a disk-backed file system: O_DIRECT)")
+      ->group(g);
+  app.add_option("--ssd-shards", f.ssd_shards, "Manager SSD shards")
+      ->capture_default_str()
+      ->group(g);
+  app.add_option("--ssd-queue-depth", f.ssd_queue_depth,
+                 "Manager io_uring queue depth per worker (and fio's iodepth)")
+      ->capture_default_str()
+      ->group(g);
+  app.add_option("--ssd-io-workers", f.ssd_io_workers,
+                 "Manager io_uring workers (and fio's numjobs)")
+      ->capture_default_str()
+      ->group(g);
+  app.add_option("--manager", f.manager,
+                 "orbitkv-cache-manager binary (default: $ORBITKV_MANAGER_BINARY or "
+                 "../server/orbitkv-cache-manager next to this binary)")
+      ->group(g);
+  g = "measurement and output";
+  app.add_option("--prefill-tokens-per-s", f.prefill_tokens_per_s, "Prefill rate of the TTFT model")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber)
+      ->group(g);
+  app.add_option("--latency-probes", f.latency_probes,
+                 "Single-block restores after the workload, for per-block latency")
+      ->capture_default_str()
+      ->group(g);
+  app.add_option("--ceiling-seconds", f.ceiling_seconds, "Seconds per fio run (memcpy: half)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber)
+      ->group(g);
+  app.add_option("--fio", f.fio, "fio binary")->capture_default_str()->group(g);
+  app.add_option("--fio-file-size", f.fio_file_size, "Size of fio's file")
+      ->capture_default_str()
+      ->group(g);
+  app.add_flag("--no-verify", f.no_verify, "Do not check restored bytes")->group(g);
+  app.add_flag("--no-progress", f.no_progress, "No live line")->group(g);
+  app.add_option("--json", f.json, "Write the report as JSON")->group(g);
+  app.add_option("--png", f.png,
+                 "Plot throughput against block size per route, with ceilings "
+                 "(scripts/bench_plot.py, /usr/bin/python3 + python3-matplotlib)")
+      ->group(g);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : kExitFlags;
+  }
+  if (f.list_models) {
+    PrintModels();
+    return 0;
+  }
+  if (f.list_workloads) {
+    PrintWorkloads();
+    return 0;
+  }
+  const WorkloadInfo* info = FindWorkload(f.workload);
+  if (!info)
+    return FlagError("--workload: unknown workload '" + f.workload + "' (--list-workloads)");
+  const ModelPreset* model = FindModel(f.model);
+  if (!model) return FlagError("--model: unknown model '" + f.model + "' (--list-models)");
+  if (!ValidDeviceName(f.device))
+    return FlagError("--device must be host or cuda:N, not '" + f.device + "'");
+  if (f.device != "host" && !CudaPagesBuilt()) {
+    return FlagError("--device " + f.device +
+                     ": this orbitkv-bench was built without CUDA pages (the GPU storage tier "
+                     "provides them in src/bench/cuda_pages.h); run with --device host");
+  }
+  if (f.ssd_shards == 0 || f.ssd_queue_depth == 0 || f.ssd_io_workers == 0)
+    return FlagError("--ssd-shards, --ssd-queue-depth and --ssd-io-workers must be positive");
+  Result<std::vector<Route>> routes =
+      ParseRoutes(f.routes.empty() ? std::string(info->default_routes) : f.routes);
+  if (!routes.ok()) return FlagError(std::string(routes.status().message()));
+  std::vector<uint32_t> tokens = {f.block_tokens ? f.block_tokens : model->default_block_tokens};
+  if (f.workload == "block-size-sweep") {
+    Result<std::vector<uint32_t>> list = ParseTokenList(f.sweep_block_tokens);
+    if (!list.ok()) return FlagError(std::string(list.status().message()));
+    tokens = *list;
+  }
+  return Run(f, *routes, *model, tokens);
+}
+
+}  // namespace
+}  // namespace orbitkv::bench
+
+int main(int argc, char** argv) { return orbitkv::bench::Main(argc, argv); }

@@ -1,0 +1,230 @@
+// Unit tests of orbitkv-bench's pure parts: presets, routes, plans, fio and
+// /proc parsing, throughput aggregation, the naive store.
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "bench/ceilings.h"
+#include "bench/figures.h"
+#include "bench/model.h"
+#include "bench/naive_store.h"
+#include "bench/proc_stat.h"
+#include "bench/route.h"
+#include "bench/workloads.h"
+#include "orbitkv/units.h"
+#include "testing/temp_dir.h"
+
+namespace orbitkv::bench {
+namespace {
+
+TEST(ModelTest, EightBModelsHaveTheirBytesPerToken) {
+  const ModelPreset* llama = FindModel("llama-3.1-8b");
+  ASSERT_NE(llama, nullptr);
+  EXPECT_EQ(llama->KvBytesPerToken(), 128 * kKiB);
+  EXPECT_EQ(llama->BlockBytes(16), 2 * kMiB);
+  EXPECT_EQ(llama->SlotBytes(16).size(), 64u);
+  EXPECT_EQ(FindModel("qwen3-8b")->BlockBytes(16), 2 * kMiB + 256 * kKiB);
+  EXPECT_EQ(FindModel("llama-3.1-70b-tp8")->KvBytesPerToken(), 40 * kKiB);
+  const ModelPreset* hybrid = FindModel("qwen3-next-hybrid");
+  ASSERT_NE(hybrid, nullptr);
+  EXPECT_EQ(hybrid->CheckpointBytes(), 36 * (8192ull * 3 * 2 + 32ull * 128 * 128 * 2));
+  uint64_t sum = 0;
+  for (uint64_t b : hybrid->SlotBytes(256)) sum += b;
+  EXPECT_EQ(sum, hybrid->BlockBytes(256));
+  EXPECT_EQ(FindModel("nope"), nullptr);
+}
+
+TEST(RouteTest, ParsesListsAndNamesUnknownRoutes) {
+  Result<std::vector<Route>> r = ParseRoutes("naive,dram,naive");
+  ASSERT_TRUE(r.ok());
+  EXPECT_THAT(*r, ::testing::ElementsAre(Route::kNaive, Route::kDram));
+  Result<std::vector<Route>> bad = ParseRoutes("dram,floppy");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), ::testing::HasSubstr("floppy"));
+  EXPECT_FALSE(ParseRoutes(",").ok());
+  EXPECT_FALSE(RouteSupported(Route::kSsdAuto, "host").ok());
+  EXPECT_TRUE(RouteSupported(Route::kSsdUring, "host").ok());
+  EXPECT_EQ(RestoreCeiling(Route::kDram, "host"), CeilingKind::kMemcpy);
+  EXPECT_EQ(RestoreCeiling(Route::kDram, "cuda:0"), CeilingKind::kCudaH2D);
+  EXPECT_EQ(RestoreCeiling(Route::kNaive, "host"), CeilingKind::kFioRead);
+}
+
+WorkloadParams Small() {
+  WorkloadParams p;
+  p.engines = 2;
+  p.block_tokens = 16;
+  p.block_bytes = 4096;
+  p.users = 3;
+  p.rounds = 2;
+  p.system_prompt_tokens = 64;
+  p.history_tokens = 64;
+  p.question_tokens = 16;
+  p.answer_tokens = 16;
+  p.documents = 3;
+  p.document_tokens = 256;
+  p.repeats = 2;
+  p.steps = 3;
+  p.step_tokens = 32;
+  p.requests = 10;
+  p.families = 4;
+  p.prefix_tokens = 64;
+  p.tail_tokens = 40;
+  p.working_set_bytes = 4096 * 20;
+  p.blocks_per_request = 8;
+  return p;
+}
+
+TEST(WorkloadsTest, EqualSeedsGiveEqualPlans) {
+  for (const WorkloadInfo& w : Workloads()) {
+    Result<Plan> a = MakePlan(w.name, Small());
+    Result<Plan> b = MakePlan(w.name, Small());
+    ASSERT_TRUE(a.ok()) << w.name << ": " << a.status().ToString();
+    ASSERT_TRUE(b.ok());
+    ASSERT_EQ(a->phases.size(), b->phases.size()) << w.name;
+    for (size_t k = 0; k < a->phases.size(); ++k) {
+      for (size_t e = 0; e < a->phases[k].engines.size(); ++e) {
+        ASSERT_EQ(a->phases[k].engines[e].size(), b->phases[k].engines[e].size());
+        for (size_t i = 0; i < a->phases[k].engines[e].size(); ++i)
+          EXPECT_EQ(a->phases[k].engines[e][i].keys, b->phases[k].engines[e][i].keys) << w.name;
+      }
+    }
+    EXPECT_GT(a->working_set_blocks, 0u) << w.name;
+    EXPECT_GT(a->measured_requests, 0u) << w.name;
+  }
+  WorkloadParams other = Small();
+  other.seed = 2;
+  EXPECT_NE(MakePlan("sustained-mixed-prefix", Small())->phases[0].engines[0][0].keys,
+            MakePlan("sustained-mixed-prefix", other)->phases[0].engines[0][0].keys);
+}
+
+TEST(WorkloadsTest, MultiRoundQaSharesTheSystemPromptAndGrowsHistory) {
+  Result<Plan> plan = MakePlan("multi-round-qa", Small());
+  ASSERT_TRUE(plan.ok());
+  const auto& e0 = plan->phases[0].engines[0];
+  const auto& e1 = plan->phases[0].engines[1];
+  // 64 system tokens = 4 blocks shared by every user.
+  for (int b = 0; b < 4; ++b) EXPECT_EQ(e0[0].keys[b], e1[0].keys[b]);
+  EXPECT_NE(e0[0].keys[4], e1[0].keys[4]);
+  // Users 0 and 2 on engine 0, round-major: user 0 round 1 extends round 0.
+  const BenchRequest& r0 = e0[0];
+  const BenchRequest& r1 = e0[2];
+  EXPECT_GT(r1.prompt_blocks, r0.prompt_blocks);
+  for (size_t b = 0; b < r0.keys.size(); ++b) EXPECT_EQ(r0.keys[b], r1.keys[b]);
+}
+
+TEST(WorkloadsTest, RestoreOnlyPublishesThenRestoresAfterWriteback) {
+  Result<Plan> plan = MakePlan("restore-only", Small());
+  ASSERT_TRUE(plan.ok());
+  ASSERT_EQ(plan->phases.size(), 2u);
+  EXPECT_FALSE(plan->phases[0].measured);
+  EXPECT_TRUE(plan->phases[1].drain_before);
+  EXPECT_EQ(plan->working_set_blocks, 20u);
+  EXPECT_FALSE(plan->phases[0].engines[0][0].query);
+  EXPECT_TRUE(plan->phases[1].engines[0][0].query);
+}
+
+TEST(CeilingsTest, ReadsFioJson) {
+  const std::string out =
+      "note: both iodepth >= 1 and synchronous I/O engine are selected\n"
+      R"({"jobs":[{"jobname":"x","error":0,"read":{"bw_bytes":2500000000,"iops":1200},)"
+      R"("write":{"bw_bytes":0}}]})";
+  Ceiling c = ParseFioJson(out, /*write=*/false);
+  EXPECT_TRUE(c.ok);
+  EXPECT_DOUBLE_EQ(c.bytes_per_s, 2.5e9);
+  EXPECT_FALSE(ParseFioJson(out, /*write=*/true).ok);
+  EXPECT_FALSE(ParseFioJson("garbage", false).ok);
+  EXPECT_FALSE(ParseFioJson(R"({"jobs":[]})", false).ok);
+}
+
+TEST(CeilingsTest, MissingFioIsNotApplicable) {
+  FioParams p;
+  p.fio = "/nonexistent/fio";
+  p.dir = "/tmp";
+  p.block_bytes = 4096;
+  Ceiling c = MeasureFio(p);
+  EXPECT_FALSE(c.ok);
+  EXPECT_THAT(c.reason, ::testing::HasSubstr("fio not found"));
+}
+
+TEST(CeilingsTest, MemcpyMeasuresSomething) {
+  Ceiling c = MeasureMemcpy(64 * kKiB, 2, 0.05);
+  EXPECT_TRUE(c.ok);
+  EXPECT_GT(c.bytes_per_s, 1e8);
+}
+
+TEST(ProcStatTest, ParsesUtimeAndStime) {
+  // comm with spaces and a ')' inside.
+  const std::string stat = "123 (a b) c) S 1 2 3 4 5 6 7 8 9 10 250 50 0 0 20 0 1 0 100";
+  Result<double> s = ParseProcStatCpuSeconds(stat, 100);
+  ASSERT_TRUE(s.ok());
+  EXPECT_DOUBLE_EQ(*s, 3.0);
+  EXPECT_FALSE(ParseProcStatCpuSeconds("garbage", 100).ok());
+  EXPECT_TRUE(ProcessCpuSeconds(::getpid()).ok());
+}
+
+TEST(FiguresTest, ThroughputCountsOverlappingCallsOnce) {
+  RouteRunResult run;
+  run.route = Route::kDram;
+  run.engines.resize(2);
+  // Two engines restore 1 GB each over [0, 1] and [0.5, 1.5]: 2 GB in 1.5 s busy.
+  run.engines[0].restores.push_back({Tier::kDram, 1, 1'000'000'000, 0.0, 1.0, 0.1});
+  run.engines[1].restores.push_back({Tier::kDram, 1, 1'000'000'000, 0.5, 1.5, 0.1});
+  // A call from the other tier is kept apart.
+  run.engines[1].restores.push_back({Tier::kSsd, 1, 500, 2.0, 3.0, 0.1});
+  RequestSample r;
+  r.queried_cache = true;
+  r.queried = 10;
+  r.hit_dram = 4;
+  r.restored_blocks = 4;
+  r.prompt_tokens = 160;
+  r.restore_s = 0.001;
+  run.engines[0].requests.push_back(r);
+  RouteFigures f = ComputeFigures(run, 1'000'000'000, 16, 1000);
+  EXPECT_EQ(f.restore.bytes, 2'000'000'000u);
+  EXPECT_DOUBLE_EQ(f.restore.busy_s, 1.5);
+  EXPECT_NEAR(f.restore.bytes_per_s, 2e9 / 1.5, 1);
+  EXPECT_NEAR(f.restore.overlap, 2.0 / 1.5, 1e-9);
+  EXPECT_EQ(f.restore_other.bytes, 500u);
+  EXPECT_EQ(f.request_ms.n, 2u);
+  // TTFT: 1 ms restore + (160 - 64 tokens) / 1000 tokens/s.
+  EXPECT_NEAR(f.ttft_ms.p50, 1 + 96, 1e-6);
+  EXPECT_NEAR(f.recompute_ms.p50, 160, 1e-6);
+  EXPECT_NEAR(f.restore_vs_prefill, 0.064 / 0.001, 1e-6);
+}
+
+TEST(NaiveStoreTest, RoundTripsAndDropsWhenFull) {
+  orbitkv::testing::TempDir dir;
+  const uint64_t block = 5000;  // rounds up to 8 KiB slots
+  Result<std::unique_ptr<NaiveStore>> s =
+      NaiveStore::Create(dir.path() + "/n.bin", 16 * kKiB, block);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  NaiveStore& store = **s;
+  EXPECT_EQ(store.slot_bytes(), 8 * kKiB);
+  void* mem = nullptr;
+  ASSERT_EQ(::posix_memalign(&mem, 4096, store.slot_bytes()), 0);
+  uint8_t* buf = static_cast<uint8_t*>(mem);
+  BlockKey a{}, b{}, c{};
+  a[0] = 1, b[0] = 2, c[0] = 3;
+  std::memset(buf, 0x11, store.slot_bytes());
+  ASSERT_TRUE(store.Write(a, buf).ok());
+  std::memset(buf, 0x22, store.slot_bytes());
+  ASSERT_TRUE(store.Write(b, buf).ok());
+  EXPECT_EQ(store.Write(c, buf).code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(store.dropped(), 1u);
+  EXPECT_EQ(store.Write(a, buf).code(), StatusCode::kAlreadyExists);
+  std::vector<BlockKey> chain = {a, b, c};
+  EXPECT_EQ(store.Prefix(chain), 2u);
+  ASSERT_TRUE(store.Read(a, buf).ok());
+  EXPECT_EQ(buf[0], 0x11);
+  EXPECT_EQ(buf[block - 1], 0x11);
+  EXPECT_TRUE(store.Read(c, buf).IsNotFound());
+  std::free(mem);
+}
+
+}  // namespace
+}  // namespace orbitkv::bench

@@ -1,0 +1,144 @@
+#include "bench/figures.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "demo/format.h"
+#include "orbitkv/units.h"
+
+namespace orbitkv::bench {
+namespace {
+
+Throughput Sum(const std::vector<const CallSample*>& calls) {
+  Throughput t;
+  std::vector<std::pair<double, double>> spans;
+  for (const CallSample* c : calls) {
+    t.bytes += c->bytes;
+    ++t.calls;
+    t.call_s += c->end - c->start;
+    spans.push_back({c->start, c->end});
+  }
+  std::sort(spans.begin(), spans.end());
+  double lo = 0, hi = -1;
+  for (auto [s, e] : spans) {
+    if (s > hi) {
+      if (hi > lo) t.busy_s += hi - lo;
+      lo = s;
+      hi = e;
+    } else {
+      hi = std::max(hi, e);
+    }
+  }
+  if (hi > lo) t.busy_s += hi - lo;
+  if (t.busy_s > 0) {
+    t.bytes_per_s = double(t.bytes) / t.busy_s;
+    t.overlap = t.call_s / t.busy_s;
+  }
+  return t;
+}
+
+Quantiles Ms(std::vector<double> seconds) {
+  Quantiles q;
+  q.n = seconds.size();
+  for (double& s : seconds) s *= 1e3;
+  q.p50 = demo::Quantile(seconds, 0.50);
+  q.p99 = demo::Quantile(seconds, 0.99);
+  q.max = demo::Quantile(seconds, 1.0);
+  return q;
+}
+
+double Value(const std::map<std::string, double>& m, const std::string& key) {
+  auto it = m.find(key);
+  return it == m.end() ? 0 : it->second;
+}
+
+}  // namespace
+
+RouteFigures ComputeFigures(const RouteRunResult& run, uint64_t block_bytes, uint32_t block_tokens,
+                            double rate) {
+  RouteFigures f;
+  f.route = run.route;
+  const Tier tier = Info(run.route).tier;
+  std::vector<const CallSample*> mine, other, pubs;
+  std::vector<double> request_s, probe_s, ttft_s, recompute_s;
+  double restored_prefill_s = 0, restored_restore_s = 0, mover_cpu = 0;
+  uint64_t ssd_kv_bytes = 0;
+  for (const EngineSamples& e : run.engines) {
+    for (const CallSample& c : e.restores) {
+      (c.tier == tier ? mine : other).push_back(&c);
+      if (c.tier == tier) request_s.push_back(c.end - c.start);
+      if (c.tier == Tier::kSsd) ssd_kv_bytes += c.bytes;
+      mover_cpu += c.cpu;
+    }
+    for (const CallSample& c : e.publishes) {
+      pubs.push_back(&c);
+      mover_cpu += c.cpu;
+    }
+    for (const ProbeSample& p : e.probes)
+      if (p.tier == tier) probe_s.push_back(p.seconds);
+    for (const RequestSample& r : e.requests) {
+      ++f.requests;
+      f.queried += r.queried;
+      f.hit_dram += r.hit_dram;
+      f.hit_ssd += r.hit_ssd;
+      f.failed += r.failed;
+      f.missed += r.missed;
+      if (!r.queried_cache || rate <= 0) continue;
+      const double restored_tokens = double(r.restored_blocks) * block_tokens;
+      ttft_s.push_back(r.query_s + r.restore_s +
+                       std::max(0.0, double(r.prompt_tokens) - restored_tokens) / rate);
+      recompute_s.push_back(double(r.prompt_tokens) / rate);
+      if (r.restored_blocks) {
+        restored_prefill_s += restored_tokens / rate;
+        restored_restore_s += r.restore_s;
+      }
+    }
+    f.verified += e.verified_blocks;
+    f.mismatched += e.mismatched;
+    f.restored_blocks += e.restored_blocks;
+    f.dropped += e.dropped;
+    if (f.first_error.empty()) f.first_error = e.first_restore_error;
+  }
+  f.restore = Sum(mine);
+  f.restore_other = Sum(other);
+  f.publish = Sum(pubs);
+  f.request_ms = Ms(request_s);
+  f.block_ms = Ms(probe_s);
+  f.prefill_tokens_per_s = rate;
+  f.ttft_ms = Ms(ttft_s);
+  f.recompute_ms = Ms(recompute_s);
+  if (restored_restore_s > 0) f.restore_vs_prefill = restored_prefill_s / restored_restore_s;
+  f.measured_wall_s = run.measured_wall_s;
+  f.moved_bytes = double(f.restore.bytes + f.restore_other.bytes + f.publish.bytes);
+  const ManagerView& v = run.view;
+  if (run.manager) {
+    f.cpu_who = "Manager process (/proc/<pid>/stat utime+stime)";
+    f.cpu_s = v.cpu_seconds;
+    const double ssd_read = Value(v.delta, "ssd_read_bytes");
+    if (ssd_kv_bytes > 0) f.read_amplification = ssd_read / double(ssd_kv_bytes);
+    const double written = Value(v.end, "ssd_objects_written") * double(block_bytes);
+    if (written > 0) f.physical_amplification = Value(v.end, "ssd_write_bytes") / written;
+    f.amplification_measured = true;
+    f.pool_capacity = Value(v.peak, "pool_capacity_bytes");
+    f.pool_pinned_peak = Value(v.peak, "pool_pinned_bytes");
+    f.staging_capacity = Value(v.peak, "staging_capacity_bytes");
+    f.staging_used_peak = Value(v.peak, "staging_used_bytes");
+    f.ssd_read_pinned_peak = Value(v.peak, "ssd_read_pinned_bytes");
+    f.lease_drain_ms = run.lease_drain_s < 0 ? -1 : run.lease_drain_s * 1e3;
+    f.writeback_drain_ms = run.writeback_drain_s < 0 ? -1 : run.writeback_drain_s * 1e3;
+    f.manager_exit = v.exit;
+  } else {
+    f.cpu_who = "engine threads in pread/pwrite + memcpy (CLOCK_THREAD_CPUTIME_ID)";
+    f.cpu_s = mover_cpu;
+    const double slot = double(AlignUp(block_bytes, 4096)) / double(block_bytes);
+    f.read_amplification = slot;
+    f.physical_amplification = slot;
+    f.staging_capacity = double(run.engines.size() * AlignUp(block_bytes, 4096));
+    f.staging_used_peak = f.staging_capacity;
+  }
+  if (f.moved_bytes > 0) f.cpu_s_per_gb = f.cpu_s / (f.moved_bytes / 1e9);
+  if (f.measured_wall_s > 0) f.cpu_cores = f.cpu_s / f.measured_wall_s;
+  return f;
+}
+
+}  // namespace orbitkv::bench

@@ -1,0 +1,63 @@
+// Figures: one route run's samples and Manager view turned into the numbers
+// the report prints: restore and publish throughput, latency quantiles per
+// block and per request, the TTFT model, hit rates by tier, CPU seconds per GB
+// moved, read and physical amplification, pinned and staging bytes, drain
+// times and verification counts. Fractions of ceilings are the report's
+// business (report.h). Pure functions.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "bench/route.h"
+#include "bench/route_run.h"
+
+namespace orbitkv::bench {
+
+struct Throughput {
+  uint64_t bytes = 0;
+  uint64_t calls = 0;
+  double busy_s = 0;       // union of the calls' intervals over all engines
+  double call_s = 0;       // sum of the calls' durations
+  double bytes_per_s = 0;  // bytes / busy_s: what the route delivered while it worked
+  double overlap = 0;      // call_s / busy_s: calls in flight on average
+};
+
+struct Quantiles {  // milliseconds
+  uint64_t n = 0;
+  double p50 = 0, p99 = 0, max = 0;
+};
+
+struct RouteFigures {
+  Route route = Route::kDram;
+  Throughput restore;        // restores through this route's tier
+  Throughput restore_other;  // restores the run served from the other tier
+  Throughput publish;
+  Quantiles block_ms;    // single-block restores (probes) through the route's tier
+  Quantiles request_ms;  // the workload's Restore calls through the route's tier
+  uint64_t requests = 0;
+  uint64_t queried = 0, hit_dram = 0, hit_ssd = 0, failed = 0, missed = 0;
+  // TTFT model: query + restore + prefill of the rest, against prefilling it all.
+  double prefill_tokens_per_s = 0;
+  Quantiles ttft_ms, recompute_ms;
+  double restore_vs_prefill = 0;  // prefill time of the restored tokens / their restore time
+  // CPU of whoever moves the bytes: the Manager process, or the naive route's engine threads.
+  std::string cpu_who;
+  double cpu_s = 0, moved_bytes = 0, cpu_s_per_gb = 0, cpu_cores = 0;
+  std::optional<double> read_amplification;      // SSD bytes read / KV bytes restored from SSD
+  std::optional<double> physical_amplification;  // SSD bytes written / KV bytes written
+  bool amplification_measured = false;           // false: naive, by construction
+  double pool_capacity = 0, pool_pinned_peak = 0, staging_capacity = 0, staging_used_peak = 0,
+         ssd_read_pinned_peak = 0;
+  double lease_drain_ms = -1, writeback_drain_ms = -1;  // -1: n/a
+  uint64_t verified = 0, mismatched = 0, restored_blocks = 0, dropped = 0;
+  double measured_wall_s = 0;
+  std::string first_error;
+  std::string manager_exit;
+};
+
+RouteFigures ComputeFigures(const RouteRunResult& run, uint64_t block_bytes, uint32_t block_tokens,
+                            double prefill_tokens_per_s);
+
+}  // namespace orbitkv::bench

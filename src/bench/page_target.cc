@@ -1,0 +1,81 @@
+#include "bench/page_target.h"
+
+#include <cstring>
+
+#include "bench/cuda_pages.h"
+#include "demo/pages.h"
+#include "demo/workload.h"
+
+namespace orbitkv::bench {
+namespace {
+
+// Host pages: sealed memfds (demo::Pages), one region per slot.
+class HostPageTarget final : public PageTarget {
+ public:
+  HostPageTarget(InstanceLayout layout, demo::Pages pages)
+      : layout_(std::move(layout)), pages_(std::move(pages)) {}
+
+  const InstanceLayout& layout() const override { return layout_; }
+  void Describe(RegisterRequest* request, std::vector<int>* region_fds) const override {
+    request->device = "host";
+    request->layout = layout_;
+    region_fds->assign(pages_.fds().begin(), pages_.fds().end());
+  }
+  void Poison(uint64_t page) override { pages_.Poison(page); }
+  void Fill(const BlockKey& key, uint64_t page) override {
+    for (uint32_t s = 0; s < pages_.slots(); ++s)
+      demo::FillBlockSlot(key, s, pages_.Slot(s, page), pages_.slot_bytes(s));
+  }
+  bool Check(const BlockKey& key, uint64_t page) override {
+    for (uint32_t s = 0; s < pages_.slots(); ++s)
+      if (!demo::CheckBlockSlot(key, s, pages_.Slot(s, page), pages_.slot_bytes(s))) return false;
+    return true;
+  }
+  void Gather(uint64_t page, uint8_t* dst) override {
+    for (uint32_t s = 0; s < pages_.slots(); ++s) {
+      std::memcpy(dst, pages_.Slot(s, page), pages_.slot_bytes(s));
+      dst += pages_.slot_bytes(s);
+    }
+  }
+  void Scatter(const uint8_t* src, uint64_t page) override {
+    for (uint32_t s = 0; s < pages_.slots(); ++s) {
+      std::memcpy(pages_.Slot(s, page), src, pages_.slot_bytes(s));
+      src += pages_.slot_bytes(s);
+    }
+  }
+
+ private:
+  InstanceLayout layout_;
+  demo::Pages pages_;
+};
+
+}  // namespace
+
+uint64_t PageTarget::block_bytes() const {
+  uint64_t sum = 0;
+  for (uint64_t b : layout().groups.at(0).slot_bytes) sum += b;
+  return sum;
+}
+
+bool ValidDeviceName(const std::string& device) {
+  if (device == "host") return true;
+  if (device.rfind("cuda:", 0) != 0) return false;
+  const std::string n = device.substr(5);
+  if (n.empty() || n.size() > 4 || (n.size() > 1 && n[0] == '0')) return false;
+  for (char c : n)
+    if (c < '0' || c > '9') return false;
+  return std::stoi(n) <= 1023;
+}
+
+Result<std::unique_ptr<PageTarget>> CreatePageTarget(const std::string& device, uint64_t pages,
+                                                     const std::vector<uint64_t>& slot_bytes) {
+  if (!ValidDeviceName(device)) {
+    return Status::InvalidArgument("--device must be host or cuda:N, not '" + device + "'");
+  }
+  if (device != "host") return CreateCudaPageTarget(device, pages, slot_bytes);
+  InstanceLayout layout = SplitLayout(pages, slot_bytes);
+  ORBITKV_ASSIGN_OR_RETURN(demo::Pages p, demo::Pages::Create(layout));
+  return std::unique_ptr<PageTarget>(new HostPageTarget(std::move(layout), std::move(p)));
+}
+
+}  // namespace orbitkv::bench

@@ -1,0 +1,54 @@
+// PageTarget: an engine's KV pages as the bench drives them, whatever memory
+// they live in: host pages (sealed memfds, here) or CUDA pages (the GPU tier's
+// cuda_pages.h). Pages use a split layout (one region per slot). A target
+// registers itself with the Manager (Describe), writes a block's deterministic
+// content (Fill, demo/workload.h), checks it byte for byte (Check), poisons
+// pages before a restore, and moves a block to and from a contiguous host
+// buffer for the naive route (Gather, Scatter). One engine thread uses a
+// target; it is not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "orbitkv/cache_api.h"
+#include "orbitkv/layout.h"
+#include "orbitkv/status.h"
+
+namespace orbitkv::bench {
+
+class PageTarget {
+ public:
+  virtual ~PageTarget() = default;
+  virtual const InstanceLayout& layout() const = 0;
+  // Bytes of one block: the sum of the slot sizes.
+  uint64_t block_bytes() const;
+
+  // Sets request->device and request->layout and the regions: host targets
+  // add one fd per region to *region_fds (the caller sends them; the target
+  // keeps its own), CUDA targets fill the request's IPC handles.
+  virtual void Describe(RegisterRequest* request, std::vector<int>* region_fds) const = 0;
+  // Overwrites every slot of `page`, so a restore that did not write a byte
+  // cannot pass Check with stale content.
+  virtual void Poison(uint64_t page) = 0;
+  virtual void Fill(const BlockKey& key, uint64_t page) = 0;
+  // True if every slot of `page` holds exactly Fill(key)'s bytes.
+  virtual bool Check(const BlockKey& key, uint64_t page) = 0;
+  // Copies the slots of `page`, back to back, to dst[0, block_bytes()).
+  virtual void Gather(uint64_t page, uint8_t* dst) = 0;
+  // Copies src[0, block_bytes()) into the slots of `page`: one copy per slot.
+  virtual void Scatter(const uint8_t* src, uint64_t page) = 0;
+};
+
+// "host" or "cuda:N" (N decimal, 0..1023, no leading zeros).
+bool ValidDeviceName(const std::string& device);
+
+// A target for `device` with `pages` pages of the given slot sizes. Host
+// pages are built here; "cuda:N" goes to CreateCudaPageTarget (cuda_pages.h),
+// which is Unavailable until the GPU tier provides it.
+Result<std::unique_ptr<PageTarget>> CreatePageTarget(const std::string& device, uint64_t pages,
+                                                     const std::vector<uint64_t>& slot_bytes);
+
+}  // namespace orbitkv::bench

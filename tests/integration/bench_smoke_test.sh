@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# A tiny orbitkv-bench run on every host-page route, checked through its JSON:
+# verification passed, every route ran and restored bytes, every ceiling is
+# measured or n/a with a reason, the targets are reported; then fio missing
+# (n/a, not a failure) and a CUDA device where there is none (exit 2).
+# Takes seconds; files under $TMPDIR (default /var/tmp).
+# usage: bench_smoke_test.sh PATH/TO/orbitkv-bench PATH/TO/orbitkv-cache-manager
+set -u
+bench=${1:?usage: bench_smoke_test.sh BENCH MANAGER}
+manager=${2:?usage: bench_smoke_test.sh BENCH MANAGER}
+work=$(mktemp -d "${TMPDIR:-/var/tmp}/orbitkv-bench-XXXXXX")
+trap 'rm -rf "$work"' EXIT
+passed=0 failed=0
+ok() { echo "ok: $1"; passed=$((passed + 1)); }
+bad() { echo "FAIL: $1"; failed=$((failed + 1)); }
+tiny=(--model tiny --engines 2 --users 2 --rounds 2 --system-prompt-tokens 256
+      --history-tokens 256 --question-tokens 32 --answer-tokens 32 --latency-probes 8
+      --ceiling-seconds 0.3 --fio-file-size 16mib --manager "$manager" --no-progress)
+
+# 1. multi-round-qa on dram, ssd-uring and naive.
+"$bench" --workload multi-round-qa "${tiny[@]}" --ssd-dir "$work/run" --json "$work/report.json" \
+  --png "$work/report.png" >"$work/out.txt" 2>&1 && rc=0 || rc=$?
+[[ $rc -eq 0 ]] && ok "multi-round-qa exits 0" || { bad "multi-round-qa exit $rc"; tail -30 "$work/out.txt"; }
+check=$(/usr/bin/python3 - "$work/report.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+errors = []
+v = r["verification"]
+if not (v["enabled"] and v["passed"] and v["verified_blocks"] > 0 and v["mismatched_blocks"] == 0):
+    errors.append(f"verification {v}")
+p = r["points"][0]
+routes = {x["route"]: x for x in p["routes"]}
+for name in ("dram", "ssd-uring", "naive"):
+    x = routes.get(name)
+    if not x or x["status"] != "ok":
+        errors.append(f"route {name} missing or not ok")
+    elif x["restore"]["bytes"] <= 0 or not x["verification"]["ok"]:
+        errors.append(f"route {name} restored nothing or failed verification")
+for name, c in p["ceilings"].items():
+    if name == "memcpy_threads":
+        continue
+    if c["status"] == "ok":
+        if not c["gbps"] > 0:
+            errors.append(f"ceiling {name} ok without GB/s")
+    elif c["status"] != "n/a" or not c["reason"]:
+        errors.append(f"ceiling {name} neither measured nor n/a with a reason")
+if p["ceilings"]["memcpy_multi"]["status"] != "ok":
+    errors.append("memcpy ceiling not measured")
+if len(r["targets"]) != 4:
+    errors.append("targets missing")
+print("; ".join(errors) if errors else "OK")
+PY
+)
+[[ $check == OK ]] && ok "JSON: verification passed, routes present, ceilings measured or n/a" \
+  || bad "JSON: $check"
+grep -q "verification       OK" "$work/out.txt" && ok "summary says verification OK" \
+  || bad "summary lacks the verification line"
+if /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
+  [[ -s $work/report.png ]] && ok "PNG written" || bad "no PNG although matplotlib is there"
+else
+  grep -q "plot .*skipped" "$work/out.txt" && ok "PNG skipped without matplotlib" \
+    || bad "no word about the skipped PNG"
+fi
+
+# 2. Without fio the SSD ceiling is n/a with a reason, and the run still passes.
+"$bench" --workload restore-only "${tiny[@]}" --routes naive --working-set 4mib \
+  --pool-size 16mib --fio /nonexistent/fio --ssd-dir "$work/nofio" --json "$work/nofio.json" \
+  >"$work/nofio.txt" 2>&1 && rc=0 || rc=$?
+reason=$(/usr/bin/python3 -c 'import json,sys; c=json.load(open(sys.argv[1]))["points"][0]["ceilings"]["fio_read"]; print(c["status"], c["reason"])' "$work/nofio.json" 2>/dev/null)
+[[ $rc -eq 0 && $reason == "n/a fio not found"* ]] && ok "fio missing: n/a ($reason)" \
+  || { bad "fio missing (rc $rc, '$reason')"; tail -20 "$work/nofio.txt"; }
+
+# 3. CUDA pages where the build or host has none: one clear line, exit 2 (a build with
+#    CUDA pages on a GPU host may run it: exit 0).
+err=$("$bench" --device cuda:0 --workload publish-only --routes dram --working-set 1mib \
+  "${tiny[@]}" --ssd-dir "$work/cuda" 2>&1) && rc=0 || rc=$?
+[[ $rc -eq 0 || ($rc -eq 2 && $err == *"--device cuda:0"*) ]] \
+  && ok "--device cuda:0: exit $rc" || bad "--device cuda:0 (rc $rc: $err)"
+
+echo "$passed passed, $failed failed"
+[[ $failed -eq 0 ]]
