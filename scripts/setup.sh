@@ -14,6 +14,7 @@ packages=(
   libflatbuffers-dev flatbuffers-compiler  # engine protocol schema + verifier
   pybind11-dev python3-pybind11 python3-dev python3-pytest python3-numpy  # Python module
   fio                             # disk ceiling in benchmarks
+  python3-matplotlib              # orbitkv-bench --png (scripts/bench_plot.py)
 )
 missing=()
 for p in "${packages[@]}"; do
