@@ -10,6 +10,7 @@
 #include <string>
 
 #include "gpu/platform.h"
+#include "manager/manager.h"
 
 namespace orbitkv::testing {
 
@@ -30,6 +31,9 @@ class GateEnv {
   virtual void Free(const Pages& pages) = 0;
   virtual void Write(gpu::DevPtr dst, const void* src, uint64_t n) = 0;
   virtual void Read(void* dst, gpu::DevPtr src, uint64_t n) = 0;
+  // Adds what the platform needs to the Manager's configuration (CUDA: the
+  // DRAM pool and staging registered as pinned memory, as the binary does).
+  virtual void Configure(ManagerConfig* config) {}
   // After the Manager is gone: every platform resource was released.
   virtual std::string Leaks() { return {}; }
 };

@@ -13,6 +13,7 @@
 
 #include "gpu/cuda_device.h"
 #include "gpu/cuda_platform.h"
+#include "gpu/host_memory_hooks.h"
 #include "gpu_tier/gate_env.h"
 
 namespace orbitkv::testing {
@@ -167,6 +168,11 @@ class CudaGateEnv : public GateEnv {
         cudaSuccess)
       std::abort();
   }
+  void Configure(ManagerConfig* c) override {
+    HostMemoryHooks h = GetHostMemoryHooks();
+    c->register_host_memory = h.register_memory;
+    c->unregister_host_memory = h.unregister_memory;
+  }
   std::string Leaks() override {
     int open = platform_ ? platform_->open_mappings() : 0;
     return open == 0 ? std::string() : std::to_string(open) + " IPC mappings left open";
@@ -190,6 +196,7 @@ std::unique_ptr<GateEnv> CreateGateEnv() {
     void Free(const Pages& p) override { e_->Free(p); }
     void Write(DevPtr d, const void* s, uint64_t n) override { e_->Write(d, s, n); }
     void Read(void* d, DevPtr s, uint64_t n) override { e_->Read(d, s, n); }
+    void Configure(ManagerConfig* c) override { e_->Configure(c); }
     std::string Leaks() override { return e_->Leaks(); }
     GateEnv* e_;
   };

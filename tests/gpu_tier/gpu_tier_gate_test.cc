@@ -116,6 +116,7 @@ class GpuTierGate : public ::testing::Test {
     c.lock_memory = false;
     c.metrics = &metrics;
     c.gpu = faults.get();
+    env->Configure(&c);
     auto m = Manager::Create(c);
     ASSERT_TRUE(m.ok()) << m.status().ToString();
     mgr = std::move(m).value();
