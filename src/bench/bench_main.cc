@@ -70,7 +70,7 @@ struct Flags {
   uint32_t latency_probes = 64;
   double ceiling_seconds = 2;
   std::string fio = "fio";
-  std::string fio_file_size = "1gib";
+  std::string fio_file_size;  // empty: the working set, within 1 GiB..8 GiB
   bool no_verify = false, no_progress = false, list_models = false, list_workloads = false;
   std::string json, png;
 };
@@ -204,8 +204,12 @@ int Run(const Flags& f, const std::vector<Route>& routes, const ModelPreset& mod
     if (!v.ok()) return FlagError(std::string(v.status().message()));
     explicit_ws = *v;
   }
-  Result<uint64_t> fio_file = SizeFlag("--fio-file-size", f.fio_file_size);
-  if (!fio_file.ok()) return FlagError(std::string(fio_file.status().message()));
+  uint64_t fio_file = 0;
+  if (!f.fio_file_size.empty()) {
+    Result<uint64_t> v = SizeFlag("--fio-file-size", f.fio_file_size);
+    if (!v.ok()) return FlagError(std::string(v.status().message()));
+    fio_file = *v;
+  }
   const uint64_t ram_cap = std::max<uint64_t>(ram / 4 / kMiB * kMiB, 64 * kMiB);
   const uint64_t staging = 64 * kMiB;
   if (f.workload == "restore-only") {
@@ -246,12 +250,13 @@ int Run(const Flags& f, const std::vector<Route>& routes, const ModelPreset& mod
   if (f.workload != "restore-only") {
     // Room for the whole working set, so the dram route serves every hit.
     const uint64_t want =
-        AlignUp(ws_bytes + ws_bytes / 4 + staging + 2 * uint64_t{w.engines} * request_bytes, kMiB);
+        AlignUp(ws_bytes + ws_bytes / 8 + staging + uint64_t{w.engines} * request_bytes, kMiB);
     sz.pool = explicit_pool ? explicit_pool : std::min(want, ram_cap);
-    sz.pool_why = explicit_pool ? "--pool-size"
-                  : sz.pool == want
-                      ? "default: the working set + 25% + staging, so DRAM holds it all"
-                      : "default: capped at RAM/4 (below the working set)";
+    sz.pool_why =
+        explicit_pool ? "--pool-size"
+        : sz.pool == want
+            ? "default: working set + 1/8 + staging + a request per engine, so DRAM holds it"
+            : "default: capped at RAM/4 (below the working set)";
   }
   const uint64_t shard_unit = uint64_t{f.ssd_shards} * kMiB;
   if (explicit_ssd) {
@@ -357,8 +362,10 @@ int Run(const Flags& f, const std::vector<Route>& routes, const ModelPreset& mod
     std::fflush(stdout);
     PointCeilings& c = p.ceilings;
     c.memcpy_threads = w.engines;
-    c.memcpy_multi = MeasureMemcpy(p.block_bytes, w.engines, f.ceiling_seconds / 2);
-    c.memcpy_single = MeasureMemcpy(p.block_bytes, 1, f.ceiling_seconds / 2);
+    const std::vector<uint64_t> slots = model.SlotBytes(p.block_tokens);
+    c.memcpy_multi = MeasureMemcpy(slots, w.engines, f.ceiling_seconds / 2);
+    c.memcpy_single =
+        w.engines == 1 ? c.memcpy_multi : MeasureMemcpy(slots, 1, f.ceiling_seconds / 2);
     if (need_fio || f.workload == "publish-only") {
       FioParams fp;
       fp.fio = f.fio;
@@ -366,10 +373,14 @@ int Run(const Flags& f, const std::vector<Route>& routes, const ModelPreset& mod
       fp.block_bytes = p.extent_bytes;
       fp.iodepth = f.ssd_queue_depth;
       fp.jobs = f.ssd_io_workers;
-      fp.file_bytes = *fio_file;
+      fp.file_bytes =
+          fio_file ? fio_file
+                   : std::min(std::clamp<uint64_t>(ws_bytes, kGiB, 8 * kGiB), *free_bytes / 4);
       fp.seconds = f.ceiling_seconds;
-      c.fio_read = MeasureFio(fp);
-      fp.write = true;
+      // The Manager's read staging: min(64 MiB, pool / 4) (ManagerConfig::read_staging_bytes).
+      c.fio_read = MeasureFioRead(fp, std::min<uint64_t>(64 * kMiB, sz.pool / 4));
+      fp.mode = FioMode::kWrite;
+      fp.huge_buffers = HugeBuffersFit(fp);
       c.fio_write = MeasureFio(fp);
     } else {
       c.fio_read.reason = c.fio_write.reason = "not needed: no SSD route in this run";
@@ -483,6 +494,7 @@ int Run(const Flags& f, const std::vector<Route>& routes, const ModelPreset& mod
 int Main(int argc, char** argv) {
   Flags f;
   WorkloadParams& w = f.w;
+  w.engines = 0;  // auto
   CLI::App app{
       "orbitkv-bench: runs a named workload on each route (DRAM, SSD io_uring, a naive "
       "pread+memcpy baseline; cuFile with the GPU tier) with matched capacities, next to fio "
@@ -500,8 +512,9 @@ int Main(int argc, char** argv) {
                  "Comma-separated routes: dram, ssd-uring, ssd-auto (GPU tier), naive (default: "
                  "the workload's)");
   app.add_option("--device", f.device, "Engine pages: host or cuda:N")->capture_default_str();
-  app.add_option("--engines", w.engines, "Engine threads (one Manager session each)")
-      ->capture_default_str();
+  app.add_option("--engines", w.engines,
+                 "Engine threads, one Manager session each (default: half the CPUs, 1..4: the "
+                 "other half copies in the Manager)");
   app.add_option("--seed", w.seed, "Seed of tokens, keys, orders and bytes")->capture_default_str();
   auto* g = "multi-round-qa";
   app.add_option("--users", w.users, "Users in total")->capture_default_str()->group(g);
@@ -556,7 +569,8 @@ int Main(int argc, char** argv) {
       ->group(g);
   g = "capacities (the same for every route)";
   app.add_option("--pool-size", f.pool_size,
-                 "Manager DRAM pool (default: the working set + 25% + staging, at most RAM/4; "
+                 "Manager DRAM pool (default: working set + 1/8 + staging + a request per engine, "
+                 "at most RAM/4; "
                  "restore-only: RAM/16 within 256mib..2gib)")
       ->group(g);
   app.add_option("--ssd-capacity", f.ssd_capacity,
@@ -596,8 +610,8 @@ int Main(int argc, char** argv) {
       ->check(CLI::PositiveNumber)
       ->group(g);
   app.add_option("--fio", f.fio, "fio binary")->capture_default_str()->group(g);
-  app.add_option("--fio-file-size", f.fio_file_size, "Size of fio's file")
-      ->capture_default_str()
+  app.add_option("--fio-file-size", f.fio_file_size,
+                 "Size of fio's file (default: the working set, within 1gib..8gib)")
       ->group(g);
   app.add_flag("--no-verify", f.no_verify, "Do not check restored bytes")->group(g);
   app.add_flag("--no-progress", f.no_progress, "No live line")->group(g);
@@ -619,6 +633,8 @@ int Main(int argc, char** argv) {
     PrintWorkloads();
     return 0;
   }
+  if (w.engines == 0)
+    w.engines = std::clamp<uint32_t>(std::thread::hardware_concurrency() / 2, 1, 4);
   const WorkloadInfo* info = FindWorkload(f.workload);
   if (!info)
     return FlagError("--workload: unknown workload '" + f.workload + "' (--list-workloads)");

@@ -152,7 +152,7 @@ TEST(CeilingsTest, MissingFioIsNotApplicable) {
 }
 
 TEST(CeilingsTest, MemcpyMeasuresSomething) {
-  Ceiling c = MeasureMemcpy(64 * kKiB, 2, 0.05);
+  Ceiling c = MeasureMemcpy({16 * kKiB, 16 * kKiB, 32 * kKiB}, 2, 0.05);
   EXPECT_TRUE(c.ok);
   EXPECT_GT(c.bytes_per_s, 1e8);
 }

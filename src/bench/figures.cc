@@ -115,6 +115,8 @@ RouteFigures ComputeFigures(const RouteRunResult& run, uint64_t block_bytes, uin
     f.cpu_who = "Manager process (/proc/<pid>/stat utime+stime)";
     f.cpu_s = v.cpu_seconds;
     const double ssd_read = Value(v.delta, "ssd_read_bytes");
+    f.ssd_read_bytes = ssd_read;
+    f.ssd_read_ops = Value(v.delta, "ssd_read_ops");
     if (ssd_kv_bytes > 0) f.read_amplification = ssd_read / double(ssd_kv_bytes);
     const double written = Value(v.end, "ssd_objects_written") * double(block_bytes);
     if (written > 0) f.physical_amplification = Value(v.end, "ssd_write_bytes") / written;
@@ -133,6 +135,8 @@ RouteFigures ComputeFigures(const RouteRunResult& run, uint64_t block_bytes, uin
     const double slot = double(AlignUp(block_bytes, 4096)) / double(block_bytes);
     f.read_amplification = slot;
     f.physical_amplification = slot;
+    f.ssd_read_ops = double(f.restore.calls ? f.restore.bytes / block_bytes : 0);
+    f.ssd_read_bytes = f.ssd_read_ops * double(AlignUp(block_bytes, 4096));
     f.staging_capacity = double(run.engines.size() * AlignUp(block_bytes, 4096));
     f.staging_used_peak = f.staging_capacity;
   }

@@ -48,6 +48,7 @@ struct RouteFigures {
   std::optional<double> read_amplification;      // SSD bytes read / KV bytes restored from SSD
   std::optional<double> physical_amplification;  // SSD bytes written / KV bytes written
   bool amplification_measured = false;           // false: naive, by construction
+  double ssd_read_ops = 0, ssd_read_bytes = 0;   // SSD reads during measured phases
   double pool_capacity = 0, pool_pinned_peak = 0, staging_capacity = 0, staging_used_peak = 0,
          ssd_read_pinned_peak = 0;
   double lease_drain_ms = -1, writeback_drain_ms = -1;  // -1: n/a

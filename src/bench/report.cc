@@ -87,6 +87,13 @@ std::string Limits(const BenchReport& r, const Point& p, const RouteFigures& f) 
       f.restore.overlap, p.ceilings.memcpy_threads, Ms(f.request_ms));
   if (f.read_amplification && Info(f.route).tier == Tier::kSsd)
     s += fmt::format("; SSD read amplification {:.3f}", *f.read_amplification);
+  if (f.ssd_read_ops > 0 && Info(f.route).tier == Tier::kSsd)
+    s += fmt::format("; {:.0f} SSD reads of {} on average", f.ssd_read_ops,
+                     FormatByteSize(uint64_t(f.ssd_read_bytes / f.ssd_read_ops)));
+  if (f.staging_capacity > 0 && f.staging_used_peak >= 0.9 * f.staging_capacity &&
+      f.route != Route::kNaive)
+    s += fmt::format("; read staging full at its peak ({} of {})", demo::Bytes(f.staging_used_peak),
+                     demo::Bytes(f.staging_capacity));
   if (f.restore_other.bytes)
     s += fmt::format("; {} of this run's restores came from the other tier",
                      demo::Bytes(double(f.restore_other.bytes)));
@@ -434,6 +441,8 @@ json ToJson(const BenchReport& r) {
                    {"cores", f.cpu_cores}};
       jr["amplification"] = {
           {"measured", f.amplification_measured},
+          {"ssd_read_ops", f.ssd_read_ops},
+          {"ssd_read_bytes", f.ssd_read_bytes},
           {"read", f.read_amplification ? json(*f.read_amplification) : json(nullptr)},
           {"physical", f.physical_amplification ? json(*f.physical_amplification) : json(nullptr)}};
       jr["memory_bytes"] = {{"pool_capacity", f.pool_capacity},
