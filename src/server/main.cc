@@ -12,6 +12,9 @@
 
 #include "gpu/host_memory_hooks.h"
 #include "gpu/platform_default.h"
+#ifdef ORBITKV_TEST_HOOKS
+#include "gpu/fault_injecting_platform.h"
+#endif
 #include "manager/manager.h"
 #include "orbitkv/client.h"
 #include "orbitkv/logging.h"
@@ -67,6 +70,19 @@ int Run(int argc, char** argv) {
   std::string no_gpu;
   std::unique_ptr<gpu::Platform> platform = gpu::CreateDefaultPlatform(&no_gpu);
   config.gpu = platform.get();
+#ifdef ORBITKV_TEST_HOOKS
+  // orbitkv-cache-manager-faults only (never the shipped binary): cuFile
+  // faults for process-level gates, from the environment.
+  std::unique_ptr<gpu::FaultInjectingPlatform> faults;
+  if (platform) {
+    faults = std::make_unique<gpu::FaultInjectingPlatform>(platform.get());
+    if (const char* n = std::getenv("ORBITKV_TEST_FAIL_CUFILE_READS")) {
+      faults->FailReads(std::atoi(n), gpu::FaultInjectingPlatform::IoFault::kError);
+      OKV_LOG_WARN("test hooks: the next {} cuFile reads fail with EIO", std::atoi(n));
+    }
+    config.gpu = faults.get();
+  }
+#endif
   if (platform) {
     OKV_LOG_INFO("GPU platform: {}", platform->Describe());
   } else {

@@ -36,6 +36,12 @@ case "${1:-}" in
       cp "$f" "$out/" && strip "$out/$t" || exit 1
     done
     cp "$src"/liborbitkv_fake_cufile_*.so "$out/" || exit 1
+    # Process gates (process_gates.sh): the Manager, its test-hooks twin and
+    # a CUDA engine process.
+    for b in "$build/src/server/orbitkv-cache-manager" \
+             "$build/src/server/orbitkv-cache-manager-faults" "$src/orbitkv-cuda-engine"; do
+      cp "$b" "$out/" && strip "$out/$(basename "$b")" || exit 1
+    done
     # Shared libraries outside glibc/libstdc++ that the executables load.
     ldd "$src/gpu_device_test" | awk '/=> \// {print $3}' |
       grep -E 'lib(spdlog|fmt)\.so' | while read -r lib; do cp -L "$lib" "$out/"; done

@@ -1,0 +1,225 @@
+// orbitkv-cuda-engine: a CUDA engine process for the Manager process gates on
+// a GPU host. It allocates its KV pages with cudaMalloc, registers them with
+// a running Manager as "cuda:N" through IPC handles, publishes blocks from
+// pages [0, B), waits until the Manager serves them from SSD (DRAM admission
+// "reuse" drops them from DRAM after writeback), restores them into pages
+// [B, 2B) and checks every byte. With --ranks R > 1 the instance holds only
+// slot --rank of an R-slot group (a multi-writer TP group: the Manager
+// assembles it in DRAM from every rank's fragment).
+//
+//   orbitkv-cuda-engine --socket PATH [--device N] [--blocks B] [--ns NAME]
+//                       [--rank R --ranks N] [--slot-bytes S] [--first-key K]
+//                       [--retry-failed] [--settle-ms MS]
+// Exit 0 when every restored byte matched; 1 otherwise (the line says why).
+#include <cuda_runtime_api.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "orbitkv/client.h"
+
+namespace {
+
+using namespace orbitkv;
+
+struct Args {
+  std::string socket, ns = "cuda-engine";
+  int device = 0;
+  uint32_t blocks = 64, rank = 0, ranks = 1;
+  uint64_t slot_bytes = 64 << 10, first_key = 1;
+  bool retry_failed = false;
+  // Wait before the first query: a query pins, and under --admission reuse a
+  // use while the object waits for io_uring writeback keeps it in DRAM.
+  uint32_t settle_ms = 0;
+};
+
+[[noreturn]] void Die(const std::string& why) {
+  std::fprintf(stderr, "orbitkv-cuda-engine: %s\n", why.c_str());
+  std::exit(1);
+}
+
+void Check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) Die(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+uint8_t Pattern(uint64_t key, uint32_t slot, uint64_t i) {
+  return static_cast<uint8_t>(key * 151 + slot * 29 + i * 13 + (i >> 11));
+}
+
+BlockKey Key(uint64_t v) {
+  BlockKey k{};
+  std::memcpy(k.data(), &v, sizeof v);
+  k[31] = 0xc7;
+  return k;
+}
+
+Args Parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string f = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) Die(f + " needs a value");
+      return argv[++i];
+    };
+    if (f == "--socket")
+      a.socket = next();
+    else if (f == "--device")
+      a.device = std::stoi(next());
+    else if (f == "--blocks")
+      a.blocks = std::stoul(next());
+    else if (f == "--ns")
+      a.ns = next();
+    else if (f == "--rank")
+      a.rank = std::stoul(next());
+    else if (f == "--ranks")
+      a.ranks = std::stoul(next());
+    else if (f == "--slot-bytes")
+      a.slot_bytes = std::stoull(next());
+    else if (f == "--first-key")
+      a.first_key = std::stoull(next());
+    else if (f == "--retry-failed")
+      a.retry_failed = true;
+    else if (f == "--settle-ms")
+      a.settle_ms = std::stoul(next());
+    else
+      Die("unknown flag " + f);
+  }
+  if (a.socket.empty()) Die("--socket is required");
+  if (a.rank >= a.ranks) Die("--rank must be < --ranks");
+  return a;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args a = Parse(argc, argv);
+  const uint64_t pages = 2ull * a.blocks;
+  Check(cudaSetDevice(a.device), "cudaSetDevice");
+  // One region: this rank's slot of every page.
+  void* region = nullptr;
+  Check(cudaMalloc(&region, pages * a.slot_bytes), "cudaMalloc");
+  cudaIpcMemHandle_t h;
+  Check(cudaIpcGetMemHandle(&h, region), "cudaIpcGetMemHandle");
+  std::vector<uint8_t> host(a.slot_bytes);
+  for (uint64_t p = 0; p < pages; ++p) {
+    for (uint64_t i = 0; i < a.slot_bytes; ++i) {
+      host[i] = p < a.blocks ? Pattern(a.first_key + p, a.rank, i) : 0xEE;
+    }
+    Check(cudaMemcpy(static_cast<uint8_t*>(region) + p * a.slot_bytes, host.data(), a.slot_bytes,
+                     cudaMemcpyHostToDevice),
+          "cudaMemcpy H2D");
+  }
+
+  ClientConfig cc;
+  cc.socket_path = a.socket;
+  cc.client_name = "orbitkv-cuda-engine";
+  auto client = Client::Connect(cc);
+  if (!client.ok()) Die(client.status().ToString());
+  Client& c = **client;
+
+  RegisterRequest reg;
+  reg.ns = a.ns;
+  reg.rank = a.rank;
+  reg.device = "cuda:" + std::to_string(a.device);
+  reg.layout.num_pages = pages;
+  reg.layout.region_bytes = {pages * a.slot_bytes};
+  GroupLayout g;
+  g.group_id = 0;
+  g.num_slots = a.ranks;
+  g.slot_bytes.assign(a.ranks, a.slot_bytes);
+  g.slots.push_back({a.rank, 0, 0, a.slot_bytes, a.slot_bytes});
+  reg.layout.groups.push_back(g);
+  reg.ipc_handles.resize(1);
+  std::memcpy(reg.ipc_handles[0].data(), &h, sizeof h);
+  auto inst = c.RegisterInstance(reg, {});
+  if (!inst.ok()) Die("register: " + inst.status().ToString());
+
+  // Publish (this rank's fragment when ranks > 1).
+  uint32_t sealed = 0, stored = 0;
+  for (uint32_t b = 0; b < a.blocks; b += 16) {
+    PublishRequest p;
+    p.instance = *inst;
+    for (uint32_t i = b; i < std::min(a.blocks, b + 16); ++i) {
+      p.keys.push_back(Key(a.first_key + i));
+      p.pages.push_back(i);
+    }
+    if (a.ranks > 1) p.slot_ids = {a.rank};
+    auto r = c.Publish(p);
+    if (!r.ok()) Die("publish: " + r.status().ToString());
+    sealed += r->sealed;
+    stored += r->stored;
+  }
+  std::printf("rank %u on cuda:%d: published %u blocks of %llu bytes (%u sealed by this call)\n",
+              a.rank, a.device, stored, static_cast<unsigned long long>(a.slot_bytes), sealed);
+  std::fflush(stdout);
+
+  std::this_thread::sleep_for(std::chrono::milliseconds(a.settle_ms));
+  // Wait until every block is whole and on SSD only (other ranks may still publish).
+  QueryRequest q;
+  q.instance = *inst;
+  for (uint32_t i = 0; i < a.blocks; ++i) q.keys.push_back(Key(a.first_key + i));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  int attempts = a.retry_failed ? 2 : 1;
+  bool all_ok = false;
+  while (attempts-- > 0) {
+    Result<QueryResult> qr = Status::Internal("no query");
+    while (true) {
+      qr = c.Query(q);
+      if (!qr.ok()) Die("query: " + qr.status().ToString());
+      bool ssd = qr->prefix == a.blocks;
+      for (Tier t : qr->sources) ssd &= t == Tier::kSsd;
+      if (ssd) break;
+      if (qr->query) c.ReleaseQuery(*inst, qr->query).IgnoreError("polling");
+      if (std::chrono::steady_clock::now() > deadline) {
+        Die("blocks never all on SSD: prefix " + std::to_string(qr->prefix));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    RestoreRequest rr;
+    rr.instance = *inst;
+    rr.query = qr->query;
+    for (uint32_t i = 0; i < a.blocks; ++i) {
+      rr.blocks.push_back(i);
+      rr.pages.push_back(a.blocks + i);
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    auto res = c.Restore(rr, c.NewTicket());
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (!res.ok()) Die("restore: " + res.status().ToString());
+    uint32_t failed = 0;
+    std::string first_error;
+    for (const BlockResult& b : res->blocks) {
+      if (!b.status.ok()) {
+        if (first_error.empty()) first_error = b.status.ToString();
+        ++failed;
+      }
+    }
+    std::printf("rank %u: restore of %u SSD blocks: %u failed%s%s (%.1f ms)\n", a.rank, a.blocks,
+                failed, failed ? ", first: " : "", first_error.c_str(), ms);
+    std::fflush(stdout);
+    if (failed) continue;  // retry once when asked (auto fallback)
+    uint64_t mismatches = 0;
+    for (uint32_t i = 0; i < a.blocks; ++i) {
+      Check(cudaMemcpy(host.data(), static_cast<uint8_t*>(region) + (a.blocks + i) * a.slot_bytes,
+                       a.slot_bytes, cudaMemcpyDeviceToHost),
+            "cudaMemcpy D2H");
+      for (uint64_t j = 0; j < a.slot_bytes; ++j) {
+        mismatches += host[j] != Pattern(a.first_key + i, a.rank, j);
+      }
+    }
+    std::printf("rank %u: verified %u restored blocks on cuda:%d: %llu mismatching bytes\n", a.rank,
+                a.blocks, a.device, static_cast<unsigned long long>(mismatches));
+    all_ok = mismatches == 0;
+    break;
+  }
+  if (Status st = c.UnregisterInstance(*inst); !st.ok()) Die("unregister: " + st.ToString());
+  c.Close();
+  cudaFree(region);
+  return all_ok ? 0 : 1;
+}
