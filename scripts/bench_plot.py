@@ -51,6 +51,8 @@ def panel(ax, points, kind, ceiling_keys, title):
     for key, label, color in CEILINGS:
         if key not in ceiling_keys:
             continue
+        if key == "memcpy_single" and points[0]["ceilings"]["memcpy_threads"] == 1:
+            continue  # the same measurement as memcpy_multi
         xs, ys = ceiling_series(points, key)
         if not xs:
             continue

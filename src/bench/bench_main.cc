@@ -234,6 +234,12 @@ int Run(const Flags& f, const std::vector<Route>& routes, const ModelPreset& mod
     p.extent_bytes = AlignUp(ObjectSize(slots), 4096);
     w.block_tokens = tokens;
     w.block_bytes = p.block_bytes;
+    if (f.workload == "block-size-sweep") {
+      // The same bytes per request at every block size: --blocks-per-request
+      // counts blocks of the first size.
+      w.blocks_per_request = static_cast<uint32_t>(
+          std::max<uint64_t>(1, uint64_t{f.w.blocks_per_request} * tokens_list.front() / tokens));
+    }
     Result<Plan> plan = MakePlan(f.workload, w);
     if (!plan.ok()) return FlagError(std::string(plan.status().message()));
     p.working_set_blocks = plan->working_set_blocks;
@@ -305,8 +311,8 @@ int Run(const Flags& f, const std::vector<Route>& routes, const ModelPreset& mod
         FormatByteSize(p.extent_bytes).c_str());
   }
   std::printf("  requests   %s\n", points.front().shape.c_str());
-  std::printf("  engines    %u threads, each its own Manager session and %s pages\n", w.engines,
-              f.device.c_str());
+  std::printf("  engines    %u engine thread(s), each its own Manager session and %s pages\n",
+              w.engines, f.device.c_str());
   std::printf("  data       working set %s blocks = %s; %s measured requests per route\n",
               demo::Count(points.front().working_set_blocks).c_str(),
               demo::Bytes(double(ws_bytes)).c_str(),
@@ -399,10 +405,12 @@ int Run(const Flags& f, const std::vector<Route>& routes, const ModelPreset& mod
             std::string(cc.status().message());
       }
     }
-    for (auto [name, ceil] : {std::pair{"memcpy x" + std::to_string(w.engines), &c.memcpy_multi},
-                              std::pair{std::string("memcpy x1"), &c.memcpy_single},
-                              std::pair{std::string("fio read"), &c.fio_read},
-                              std::pair{std::string("fio write"), &c.fio_write}}) {
+    for (auto [name, ceil] :
+         {std::pair{"memcpy x" + std::to_string(w.engines), &c.memcpy_multi},
+          std::pair{std::string(w.engines == 1 ? "" : "memcpy x1"), &c.memcpy_single},
+          std::pair{std::string("fio read"), &c.fio_read},
+          std::pair{std::string("fio write"), &c.fio_write}}) {
+      if (name.empty()) continue;
       std::printf("  %-12s %s\n", name.c_str(),
                   ceil->ok
                       ? fmt::format("{:.2f} GB/s  {}", ceil->bytes_per_s / 1e9, ceil->what).c_str()
@@ -561,7 +569,9 @@ int Main(int argc, char** argv) {
                  "Bytes of distinct blocks (default: restore-only 2 x pool; others min(1gib, "
                  "RAM/16))")
       ->group(g);
-  app.add_option("--blocks-per-request", w.blocks_per_request, "Blocks per request")
+  app.add_option("--blocks-per-request", w.blocks_per_request,
+                 "Blocks per request (block-size-sweep: of the first size; the bytes per request "
+                 "stay the same)")
       ->capture_default_str()
       ->group(g);
   app.add_option("--passes", w.passes, "restore-only: passes over the working set")

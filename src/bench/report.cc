@@ -219,7 +219,7 @@ void PrintSummary(std::FILE* out, const BenchReport& r) {
                                                     FormatByteSize(r.checkpoint_bytes))
                                       : ""));
   line(fmt::format(
-      "  capacities   pool {} and SSD {} for every route; {} engines; SSD files in {} ({}), {} "
+      "  capacities   pool {} and SSD {} for every route; {} engine(s); SSD files in {} ({}), {} "
       "shards, queue depth {} x {} io workers",
       FormatByteSize(r.pool_bytes), FormatByteSize(r.ssd_bytes), r.engines, r.dir, r.fs_type,
       r.ssd_shards, r.ssd_queue_depth, r.ssd_io_workers));
@@ -241,7 +241,7 @@ void PrintSummary(std::FILE* out, const BenchReport& r) {
                        c.ok ? c.what : c.reason));
     };
     ceil(fmt::format("memcpy x{}", p.ceilings.memcpy_threads).c_str(), p.ceilings.memcpy_multi);
-    ceil("memcpy x1", p.ceilings.memcpy_single);
+    if (p.ceilings.memcpy_threads != 1) ceil("memcpy x1", p.ceilings.memcpy_single);
     ceil("fio read", p.ceilings.fio_read);
     ceil("fio write", p.ceilings.fio_write);
     ceil("cuda H2D", p.ceilings.cuda_h2d);
@@ -268,7 +268,7 @@ void PrintSummary(std::FILE* out, const BenchReport& r) {
     }
     for (const SkippedRoute& s : p.skipped)
       line(fmt::format("    {:<10} n/a: {}", Info(s.route).name, s.reason));
-    if (r.device == "host") {
+    if (r.device == "host" && p.ceilings.memcpy_threads != 1) {
       for (const RouteFigures& f : p.routes) {
         if (f.route == Route::kDram && f.restore.bytes)
           line(fmt::format("    dram vs memcpy x1 (single-threaded): {}",
