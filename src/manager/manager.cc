@@ -105,6 +105,14 @@ class InstanceGuard {
   }
   ~InstanceGuard() { Reset(); }
   Instance* operator->() const { return inst_.get(); }
+  // A second hold on the same instance. REQUIRES: this guard holds one.
+  InstanceGuard Share() const {
+    {
+      std::lock_guard<std::mutex> l(inst_->mu);
+      ++inst_->inflight;
+    }
+    return InstanceGuard(inst_);
+  }
   Instance& operator*() const { return *inst_; }
   void Reset() {
     if (!inst_) return;
@@ -418,9 +426,8 @@ struct Manager::Impl {
 
   // Restores SSD blocks of a CUDA instance through its cuFile worker. Every
   // source lease stays held until that block's GPU scatter completed.
-  void StartCufileRead(const std::shared_ptr<RestoreRec>& r, SsdGpuWorker* worker,
+  void StartCufileRead(const std::shared_ptr<RestoreRec>& r, Instance& inst, SsdGpuWorker* worker,
                        std::vector<RestoreBlock> blocks) {
-    Instance& inst = *r->inst;
     const GroupLayout* g = inst.groups.at(r->group);
     const GroupShape& shape = *inst.shapes.at(r->group);
     GpuReadRequest req;
@@ -1480,12 +1487,14 @@ Result<RestoreId> Manager::StartRestore(SessionId session, const RestoreRequest&
     }
     impl_->restores[r->id] = r;
   }
-  r->inst = std::move(inst);
+  // The restore holds the instance until its last block; this call holds it
+  // too, so nothing below races with a lane finishing the restore.
+  r->inst = inst.Share();
   r->instance = req.instance;
   const RestoreId id = r->id;
   bool host_route = !ssd_blocks.empty();
   if (!ssd_blocks.empty()) {
-    const bool cufile = impl_->UseCufileRead(*r->inst);
+    const bool cufile = impl_->UseCufileRead(*inst);
     {
       std::lock_guard<std::mutex> l(r->mu);
       r->ssd_remaining = ssd_blocks.size();
@@ -1493,10 +1502,10 @@ Result<RestoreId> Manager::StartRestore(SessionId session, const RestoreRequest&
       r->ssd_cost = cufile ? impl_->cost_cufile : impl_->cost_uring;
     }
     if (cufile) {
-      Result<SsdGpuWorker*> worker = impl_->Worker(*r->inst);
+      Result<SsdGpuWorker*> worker = impl_->Worker(*inst);
       const ManagerOptions& o = impl_->config.options;
       if (worker.ok()) {
-        impl_->StartCufileRead(r, *worker, std::move(ssd_blocks));
+        impl_->StartCufileRead(r, *inst, *worker, std::move(ssd_blocks));
         host_route = false;
       } else if (o.ssd_read_path == SsdReadPath::kCufile || o.ssd_backend == SsdBackend::kCufile) {
         for (RestoreBlock& b : ssd_blocks) {  // an explicit route is never switched
@@ -1531,10 +1540,10 @@ Result<RestoreId> Manager::StartRestore(SessionId session, const RestoreRequest&
   std::vector<Status> st(dram_blocks.size());
   for (size_t i = 0; i < dram_blocks.size(); ++i) {
     const RestoreBlock& b = dram_blocks[i];
-    st[i] = impl_->ObjectToPages(*r->inst, r->group, b.src.dram.data, b.src.dram.size, b.src.id,
+    st[i] = impl_->ObjectToPages(*inst, r->group, b.src.dram.data, b.src.dram.size, b.src.id,
                                  b.page, &ops);
   }
-  const Status copied = impl_->CopyAndWait(*r->inst, /*to_device=*/true, ops);
+  const Status copied = impl_->CopyAndWait(*inst, /*to_device=*/true, ops);
   for (size_t i = 0; i < dram_blocks.size(); ++i) {
     const RestoreBlock& b = dram_blocks[i];
     if (st[i].ok()) st[i] = copied;
