@@ -72,6 +72,7 @@ struct Flags {
   std::string fio = "fio";
   std::string fio_file_size;  // empty: the working set, within 1 GiB..8 GiB
   bool no_verify = false, no_progress = false, list_models = false, list_workloads = false;
+  uint32_t inject_corruption = 0;  // tests only (hidden flag)
   std::string json, png;
 };
 
@@ -438,6 +439,7 @@ int Run(const Flags& f, const std::vector<Route>& routes, const ModelPreset& mod
       rc.manager_binary = f.manager;
       rc.verify = !f.no_verify;
       rc.probes_per_engine = (f.latency_probes + w.engines - 1) / w.engines;
+      rc.corrupt_every = f.inject_corruption;
       rc.seed = f.w.seed;
       rc.live = &live;
       rc.interrupted = &g_interrupted;
@@ -630,6 +632,7 @@ int Main(int argc, char** argv) {
                  "Plot throughput against block size per route, with ceilings "
                  "(scripts/bench_plot.py, /usr/bin/python3 + python3-matplotlib)")
       ->group(g);
+  app.add_option("--inject-corruption", f.inject_corruption)->group("");  // tests: every Nth block
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

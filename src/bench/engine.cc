@@ -72,6 +72,8 @@ class EngineRun {
           }
           ++call.blocks;
           ++out_.restored_blocks;
+          if (o_.corrupt_every && out_.restored_blocks % o_.corrupt_every == 0)
+            pages_.Poison(b.block);
           if (o_.verify) {
             ++out_.verified_blocks;
             if (!pages_.Check(r.keys[b.block], b.block)) {

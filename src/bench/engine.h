@@ -38,6 +38,9 @@ struct EngineOptions {
   uint32_t block_tokens = 16;
   bool verify = true;
   uint32_t probes = 0;  // single-block restores after the plan
+  // Tests: every Nth restored block is overwritten before it is checked, so
+  // verification must catch it (0: never).
+  uint32_t corrupt_every = 0;
   uint64_t seed = 1;
   std::chrono::steady_clock::time_point epoch;
   // Opens this engine's backend over its pages (called on the engine thread).

@@ -103,6 +103,7 @@ class Driver {
       o.block_tokens = c_.block_tokens;
       o.verify = c_.verify;
       o.probes = c_.probes_per_engine;
+      o.corrupt_every = c_.corrupt_every;
       o.seed = c_.seed;
       o.epoch = epoch_;
       o.gate = &gate;

@@ -39,6 +39,7 @@ struct RouteRunConfig {
   std::string manager_binary;  // Manager routes
   bool verify = true;
   uint32_t probes_per_engine = 0;
+  uint32_t corrupt_every = 0;  // tests: see EngineOptions
   uint64_t seed = 1;
   demo::LiveLine* live = nullptr;
   const std::atomic<bool>* interrupted = nullptr;

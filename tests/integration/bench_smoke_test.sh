@@ -2,7 +2,8 @@
 # A tiny orbitkv-bench run on every host-page route, checked through its JSON:
 # verification passed, every route ran and restored bytes, every ceiling is
 # measured or n/a with a reason, the targets are reported; then fio missing
-# (n/a, not a failure) and a CUDA device where there is none (exit 2).
+# (n/a, not a failure), a wrong byte (exit 1) and a CUDA device where there is
+# none (exit 2).
 # Takes seconds; files under $TMPDIR (default /var/tmp).
 # usage: bench_smoke_test.sh PATH/TO/orbitkv-bench PATH/TO/orbitkv-cache-manager
 set -u
@@ -83,7 +84,15 @@ print(all(routes[n]["restore"]["bytes"] > 0 and routes[n]["hits"]["dram"] == 0 f
 [[ $ssd == True ]] && ok "restore-only: ssd-uring and naive restore from SSD, verified" \
   || bad "restore-only SSD restores ($ssd)"
 
-# 3. CUDA pages where the build or host has none: one clear line, exit 2 (a build with
+# 3. A wrong byte fails the run: exit 1, the JSON says verification failed.
+"$bench" --workload restore-only "${tiny[@]}" --routes naive --working-set 4mib --pool-size 16mib \
+  --fio /nonexistent/fio --inject-corruption 7 --ssd-dir "$work/bad" --json "$work/bad.json" \
+  >"$work/bad.txt" 2>&1 && rc=0 || rc=$?
+passed_flag=$(/usr/bin/python3 -c 'import json,sys; v=json.load(open(sys.argv[1]))["verification"]; print(v["passed"], v["mismatched_blocks"] > 0)' "$work/bad.json" 2>/dev/null)
+[[ $rc -eq 1 && $passed_flag == "False True" ]] && grep -q "verification       FAILED" "$work/bad.txt" \
+  && ok "corrupted restores: exit 1, verification FAILED" || bad "corruption (rc $rc, $passed_flag)"
+
+# 4. CUDA pages where the build or host has none: one clear line, exit 2 (a build with
 #    CUDA pages on a GPU host may run it: exit 0).
 err=$("$bench" --device cuda:0 --workload publish-only --routes dram --working-set 1mib \
   "${tiny[@]}" --ssd-dir "$work/cuda" 2>&1) && rc=0 || rc=$?
