@@ -82,10 +82,12 @@ def main(argv):
     with open(argv[1]) as f:
         report = json.load(f)
     points = sorted(report["points"], key=lambda p: p["block_bytes"])
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
-    panel(axes[0], points, "restore",
-          {"memcpy_multi", "memcpy_single", "fio_read", "cuda_h2d"}, "restore")
-    panel(axes[1], points, "publish", {"memcpy_multi", "fio_write"}, "publish")
+    panels = [("restore", {"memcpy_multi", "memcpy_single", "fio_read", "cuda_h2d"}),
+              ("publish", {"memcpy_multi", "fio_write"})]
+    panels = [(kind, keys) for kind, keys in panels if series(points, kind)] or panels[:1]
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5), squeeze=False)
+    for ax, (kind, keys) in zip(axes[0], panels):
+        panel(ax, points, kind, keys, kind)
     tokens = ", ".join(str(p["block_tokens"]) for p in points)
     fig.suptitle(f"orbitkv-bench {report['workload']}: {report['model']['name']}, "
                  f"{tokens}-token blocks, device {report['device']}, seed {report['seed']}")

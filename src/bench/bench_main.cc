@@ -74,6 +74,7 @@ struct Flags {
   bool no_verify = false, no_progress = false, list_models = false, list_workloads = false;
   uint32_t inject_corruption = 0;  // tests only (hidden flag)
   std::string json, png;
+  std::vector<std::string> argv;  // as given, for the report
 };
 
 int FlagError(const std::string& msg) {
@@ -356,6 +357,7 @@ int Run(const Flags& f, const std::vector<Route>& routes, const ModelPreset& mod
   report.ssd_io_workers = f.ssd_io_workers;
   report.prefill_tokens_per_s = f.prefill_tokens_per_s;
   report.verify = !f.no_verify;
+  report.flags = f.argv;
 
   demo::LiveLine live(!f.no_progress && ::isatty(STDOUT_FILENO),
                       std::chrono::milliseconds(::isatty(STDOUT_FILENO) ? 200 : 5000));
@@ -503,6 +505,7 @@ int Run(const Flags& f, const std::vector<Route>& routes, const ModelPreset& mod
 
 int Main(int argc, char** argv) {
   Flags f;
+  f.argv.assign(argv, argv + argc);
   WorkloadParams& w = f.w;
   w.engines = 0;  // auto
   CLI::App app{

@@ -65,7 +65,7 @@ struct BenchReport {
   std::vector<Point> points;
   std::vector<Target> targets;
   std::string png_note;  // what became of --png
-  nlohmann::json flags;  // every flag as given
+  nlohmann::json flags;  // the command line as given
 };
 
 // The ceiling a route's restores (or publishes) are compared with; null if n/a.
