@@ -85,12 +85,13 @@ def main(argv):
     panels = [("restore", {"memcpy_multi", "memcpy_single", "fio_read", "cuda_h2d"}),
               ("publish", {"memcpy_multi", "fio_write"})]
     panels = [(kind, keys) for kind, keys in panels if series(points, kind)] or panels[:1]
-    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5), squeeze=False)
+    fig, axes = plt.subplots(1, len(panels), figsize=(max(8, 6 * len(panels)), 4.5), squeeze=False)
     for ax, (kind, keys) in zip(axes[0], panels):
         panel(ax, points, kind, keys, kind)
     tokens = ", ".join(str(p["block_tokens"]) for p in points)
     fig.suptitle(f"orbitkv-bench {report['workload']}: {report['model']['name']}, "
-                 f"{tokens}-token blocks, device {report['device']}, seed {report['seed']}")
+                 f"{tokens}-token blocks, device {report['device']}, seed {report['seed']}",
+                 fontsize=10)
     fig.tight_layout()
     fig.savefig(argv[2], dpi=120)
     return 0
