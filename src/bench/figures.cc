@@ -114,7 +114,9 @@ RouteFigures ComputeFigures(const RouteRunResult& run, uint64_t block_bytes, uin
   if (run.manager) {
     f.cpu_who = "Manager process (/proc/<pid>/stat utime+stime)";
     f.cpu_s = v.cpu_seconds;
-    const double ssd_read = Value(v.delta, "ssd_read_bytes");
+    // Bytes read from the SSD by either engine: io_uring into staging, cuFile into GPU staging.
+    const double ssd_read =
+        Value(v.delta, "ssd_read_bytes") + Value(v.delta, "ssd_cufile_read_bytes");
     f.ssd_read_bytes = ssd_read;
     f.ssd_read_ops = Value(v.delta, "ssd_read_ops");
     if (ssd_kv_bytes > 0) f.read_amplification = ssd_read / double(ssd_kv_bytes);
@@ -126,6 +128,7 @@ RouteFigures ComputeFigures(const RouteRunResult& run, uint64_t block_bytes, uin
     f.staging_capacity = Value(v.peak, "staging_capacity_bytes");
     f.staging_used_peak = Value(v.peak, "staging_used_bytes");
     f.ssd_read_pinned_peak = Value(v.peak, "ssd_read_pinned_bytes");
+    f.gpu_staging_peak = Value(v.peak, "gpu_staging_bytes");
     f.lease_drain_ms = run.lease_drain_s < 0 ? -1 : run.lease_drain_s * 1e3;
     f.writeback_drain_ms = run.writeback_drain_s < 0 ? -1 : run.writeback_drain_s * 1e3;
     f.manager_exit = v.exit;

@@ -50,7 +50,7 @@ struct RouteFigures {
   bool amplification_measured = false;           // false: naive, by construction
   double ssd_read_ops = 0, ssd_read_bytes = 0;   // SSD reads during measured phases
   double pool_capacity = 0, pool_pinned_peak = 0, staging_capacity = 0, staging_used_peak = 0,
-         ssd_read_pinned_peak = 0;
+         ssd_read_pinned_peak = 0, gpu_staging_peak = 0;
   double lease_drain_ms = -1, writeback_drain_ms = -1;  // -1: n/a
   uint64_t verified = 0, mismatched = 0, restored_blocks = 0, dropped = 0;
   double measured_wall_s = 0;

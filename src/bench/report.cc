@@ -449,7 +449,8 @@ json ToJson(const BenchReport& r) {
                             {"pool_pinned_peak", f.pool_pinned_peak},
                             {"staging_capacity", f.staging_capacity},
                             {"staging_used_peak", f.staging_used_peak},
-                            {"ssd_read_pinned_peak", f.ssd_read_pinned_peak}};
+                            {"ssd_read_pinned_peak", f.ssd_read_pinned_peak},
+                            {"gpu_staging_peak", f.gpu_staging_peak}};
       jr["drain_ms"] = {
           {"lease", f.lease_drain_ms < 0 ? json(nullptr) : json(f.lease_drain_ms)},
           {"writeback", f.writeback_drain_ms < 0 ? json(nullptr) : json(f.writeback_drain_ms)}};

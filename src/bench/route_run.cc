@@ -34,6 +34,7 @@ struct Series {
 constexpr Series kCounters[] = {
     {"ssd_read_bytes", "orbitkv_ssd_uring_read_bytes_total", nullptr},
     {"ssd_read_ops", "orbitkv_ssd_uring_read_ops_total", nullptr},
+    {"ssd_cufile_read_bytes", "orbitkv_ssd_cufile_read_bytes_total", nullptr},
     {"ssd_write_bytes", "orbitkv_ssd_uring_write_bytes_total", nullptr},
     {"ssd_objects_written", "orbitkv_ssd_objects_written_total", nullptr},
     {"restore_dram_bytes", "orbitkv_bytes_total", "restore_dram"},
