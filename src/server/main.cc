@@ -83,12 +83,7 @@ int Run(int argc, char** argv) {
     config.gpu = faults.get();
   }
 #endif
-  if (platform) {
-    OKV_LOG_INFO("GPU platform: {}", platform->Describe());
-  } else {
-    config.gpu_unavailable = no_gpu;
-    OKV_LOG_INFO("GPU platform: none ({}); host instances only", no_gpu);
-  }
+  if (!platform) config.gpu_unavailable = no_gpu;
   Result<std::unique_ptr<Manager>> manager = Manager::Create(config);
   if (!manager.ok()) return Fail(manager.status());
   ManagerService service(manager->get(), &metrics);
@@ -106,10 +101,13 @@ int Run(int argc, char** argv) {
   }
   const bool ssd = !o.ssd_cache_path.empty();
   OKV_LOG_INFO(
-      "orbitkv-cache-manager ready: pool {} ({}) | ssd {} capacity {} in {} shards | backend {} | "
+      "orbitkv-cache-manager ready: pool {} ({}) | GPU {} | ssd {} capacity {} in {} shards | "
+      "backend {} | "
       "read path {} | queue depth {} x {} workers | socket {} | metrics {}",
-      FormatByteSize(o.pool_size), gpu.description, ssd ? o.ssd_cache_path : "off",
-      FormatByteSize(o.ssd_cache_capacity), o.ssd_shards, ssd ? (*manager)->ssd_backend() : "-",
+      FormatByteSize(o.pool_size), gpu.description,
+      platform ? platform->Describe() : "none (" + no_gpu + "; host instances only)",
+      ssd ? o.ssd_cache_path : "off", FormatByteSize(o.ssd_cache_capacity), o.ssd_shards,
+      ssd ? (*manager)->ssd_backend() : "-",
       o.ssd_read_path ? SsdReadPathName(*o.ssd_read_path) : "unset", o.ssd_queue_depth,
       o.ssd_io_workers, o.socket_path,
       http ? "http://127.0.0.1:" + std::to_string(http->port()) + "/metrics" : "off");
