@@ -360,6 +360,66 @@ TEST_F(GpuTierGate, CancelWithBothReadSlotsOccupiedReleasesTheRest) {
   EXPECT_EQ(cancelled, 4);
 }
 
+TEST_F(GpuTierGate, ClosingTheSessionStopsUnsubmittedReadsAndDrainsSubmittedOnes) {
+  Options o;
+  o.slot_bytes = 64u << 10;  // one object per batch
+  ASSERT_NO_FATAL_FAILURE(Start(o));
+  Engine& e = Register(SplitLayout(16, {SlotBytesForExtent(64 << 10)}));
+  FillAndPublish(e, 1, 0, 6);
+  QueryResult q = Query(e, 1, 6);
+  ASSERT_EQ(q.prefix, 6u);
+  faults->HoldReads(true);
+  std::promise<Result<RestoreResult>> done;
+  std::future<Result<RestoreResult>> f = done.get_future();
+  auto id = mgr->StartRestore(session, Req(e, q, {0, 1, 2, 3, 4, 5}, Range(8, 6)),
+                              [&](Result<RestoreResult> r) { done.set_value(std::move(r)); });
+  ASSERT_TRUE(id.ok());
+  while (faults->held_events() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // The consumer goes away: unsubmitted reads stop, submitted batches keep
+  // their leases and pages until they complete, then everything is released.
+  auto closing = std::async(std::launch::async, [&] { mgr->CloseSession(session); });
+  EXPECT_EQ(closing.wait_for(std::chrono::milliseconds(100)), std::future_status::timeout);
+  EXPECT_GT(mgr->gauges().ssd_leases, 0u);
+  faults->HoldReads(false);
+  faults->ReleaseHeld();
+  closing.get();
+  Result<RestoreResult> r = f.get();
+  ASSERT_TRUE(r.ok());
+  int ok = 0;
+  for (const BlockResult& b : r->blocks) {
+    if (b.status.ok()) {
+      ++ok;
+      EXPECT_TRUE(Holds(e, 8 + b.block, 1 + b.block));
+    } else {
+      EXPECT_EQ(b.status.code(), StatusCode::kCancelled);
+    }
+  }
+  EXPECT_EQ(ok, 2);
+  e.id = 0;  // unregistered with its session
+  Manager::Gauges g = mgr->gauges();
+  EXPECT_EQ(g.instances, 0u);
+  EXPECT_EQ(g.ssd_leases, 0u);
+  EXPECT_EQ(g.gpu_workers, 0u);
+  session = mgr->OpenSession(getpid());
+}
+
+TEST_F(GpuTierGate, RefusedSubmissionFailsItsBlocksAndReleasesTheirLeases) {
+  ASSERT_NO_FATAL_FAILURE(Start({}));  // explicit cufile: no fallback
+  Engine& e = Register(SplitLayout(16, {8192}));
+  FillAndPublish(e, 1, 0, 4);
+  faults->RefuseReadSubmits(1, Status::Unavailable("cuFileReadAsync: 5011 injected"));
+  QueryResult q = Query(e, 1, 4);
+  RestoreResult r = Restore(Req(e, q, {0, 1, 2, 3}, Range(8, 4)));
+  for (const BlockResult& b : r.blocks) {
+    EXPECT_FALSE(b.status.ok());
+    EXPECT_NE(b.status.message().find("partial submission"), std::string::npos)
+        << b.status.ToString();
+  }
+  EXPECT_EQ(mgr->gauges().ssd_leases, 0u);
+  EXPECT_EQ(Counter("orbitkv_ssd_cufile_read_failures_total"), 1);
+  RestoreExact(e, 1, Range(8, 4));
+}
+
 TEST_F(GpuTierGate, ShortReadFailsTheRestoreAndTheNextOneSucceeds) {
   ASSERT_NO_FATAL_FAILURE(Start({}));  // explicit cufile: no fallback
   Engine& e = Register(SplitLayout(16, {8192, 4096}));
