@@ -36,11 +36,11 @@ $B/orbitkv-cuda-engine --socket $D/p2.sock --blocks 32 --retry-failed; echo "eng
 scrape 19471; stop p2
 
 fi
-echo "########## C. TP=2 group, ranks 0 and 1 as two engine processes on cuda:0"
+echo "########## C. TP=2 group, ranks 0 and 1 as two engine processes (rank 1 on cuda:${RANK1_DEVICE:-0})"
 start p3 19472 $B/orbitkv-cache-manager --ssd-backend cufile
 $B/orbitkv-cuda-engine --socket $D/p3.sock --blocks 32 --ranks 2 --rank 0 --ns tp2 --settle-ms 2000 > $OUT/r0.log 2>&1 &
 e0=$!
-$B/orbitkv-cuda-engine --socket $D/p3.sock --blocks 32 --ranks 2 --rank 1 --ns tp2 --settle-ms 2000 > $OUT/r1.log 2>&1 &
+$B/orbitkv-cuda-engine --socket $D/p3.sock --blocks 32 --ranks 2 --rank 1 --device ${RANK1_DEVICE:-0} --ns tp2 --settle-ms 2000 > $OUT/r1.log 2>&1 &
 e1=$!
 wait $e0; echo "rank 0 exit $?"; wait $e1; echo "rank 1 exit $?"
 cat $OUT/r0.log $OUT/r1.log
