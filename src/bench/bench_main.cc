@@ -660,8 +660,13 @@ int Main(int argc, char** argv) {
     return FlagError("--device must be host or cuda:N, not '" + f.device + "'");
   if (f.device != "host" && !CudaPagesBuilt()) {
     return FlagError("--device " + f.device +
-                     ": this orbitkv-bench was built without CUDA pages (the GPU storage tier "
-                     "provides them in src/bench/cuda_pages.h); run with --device host");
+                     ": this orbitkv-bench was built without CUDA pages (a build with the CUDA "
+                     "toolkit has them); run with --device host");
+  }
+  if (f.device != "host") {
+    if (Status st = CheckCudaPagesDevice(f.device); !st.ok()) {
+      return FlagError(std::string(st.message()));
+    }
   }
   if (f.ssd_shards == 0 || f.ssd_queue_depth == 0 || f.ssd_io_workers == 0)
     return FlagError("--ssd-shards, --ssd-queue-depth and --ssd-io-workers must be positive");

@@ -18,6 +18,10 @@ namespace orbitkv::bench {
 // True when this build has CUDA pages (a CUDA implementation of these hooks).
 bool CudaPagesBuilt();
 
+// OK when `device` ("cuda:N") can hold pages here: a CUDA build and device N
+// present. Unavailable naming the device otherwise (checked before any work).
+Status CheckCudaPagesDevice(const std::string& device);
+
 // REQUIRES: ValidDeviceName(device) and device != "host". A target whose
 // regions are cudaMalloc allocations on the device, registered by IPC handle.
 Result<std::unique_ptr<PageTarget>> CreateCudaPageTarget(const std::string& device, uint64_t pages,

@@ -155,6 +155,8 @@ Result<double> Rate(void* dst, const void* src, uint64_t n, double seconds) {
 
 bool CudaPagesBuilt() { return true; }
 
+Status CheckCudaPagesDevice(const std::string& device) { return Ordinal(device).status(); }
+
 Result<std::unique_ptr<PageTarget>> CreateCudaPageTarget(const std::string& device, uint64_t pages,
                                                          const std::vector<uint64_t>& slot_bytes) {
   return CudaPageTarget::Create(device, pages, slot_bytes);

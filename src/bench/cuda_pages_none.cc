@@ -15,6 +15,8 @@ Status NotBuilt(const std::string& device) {
 
 bool CudaPagesBuilt() { return false; }
 
+Status CheckCudaPagesDevice(const std::string& device) { return NotBuilt(device); }
+
 Result<std::unique_ptr<PageTarget>> CreateCudaPageTarget(const std::string& device, uint64_t,
                                                          const std::vector<uint64_t>&) {
   return NotBuilt(device);
