@@ -70,7 +70,7 @@ class StorageFile {
 struct AsyncIo {
   size_t size = 0;
   off_t file_offset = 0;
-  off_t buf_offset = 0;  // into the registered buffer passed with it
+  off_t buf_offset = 0;    // into the registered buffer passed with it
   ssize_t bytes_done = 0;  // out: bytes transferred, or a negative error
 };
 
