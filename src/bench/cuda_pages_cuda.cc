@@ -73,6 +73,9 @@ class CudaPageTarget : public PageTarget {
     for (const SlotLayout& s : layout_.groups[0].slots) {
       cudaMemset(Slot(s, page), 0xA5, s.bytes_per_page);
     }
+    // cudaMemset of device memory is asynchronous to the host: without this
+    // wait the poison could land after the Manager's restore into the page.
+    cudaDeviceSynchronize();
   }
   void Fill(const BlockKey& key, uint64_t page) override {
     cudaSetDevice(ordinal_);

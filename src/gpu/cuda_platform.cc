@@ -494,9 +494,11 @@ namespace {
 // Host <-> device copies go to the copy engines unless
 // ORBITKV_GPU_HOST_COPY=kernel (every size) or =size (at most 1 MiB) sends
 // them through the gather kernel over mapped pinned memory. Experimental: on
-// the H200 the kernel moved DRAM restores at 26 GB/s against 16 GB/s for the
-// engines (pinned cudaMemcpy H2D: 51 GB/s), but one of 5,408 restored blocks
-// had wrong bytes in that run, not yet explained; the engines are the default.
+// the H200 the kernel moved DRAM restores at 24-26 GB/s against 16-19 GB/s
+// for the engines (pinned cudaMemcpy H2D: 51 GB/s). One early run saw a wrong
+// block, traced to the bench poisoning pages with an asynchronous cudaMemset
+// (fixed); the reruns verified clean, but the engines stay the default until
+// the kernel path has more verified volume.
 bool HostCopyByKernel(uint64_t bytes) {
   static const int mode = [] {
     const char* v = std::getenv("ORBITKV_GPU_HOST_COPY");
