@@ -36,6 +36,7 @@
 #include "demo/live_line.h"
 #include "demo/machine.h"
 #include "demo/process.h"
+#include "orbitkv/device.h"
 #include "orbitkv/units.h"
 #include "store/object_format.h"
 
@@ -656,8 +657,9 @@ int Main(int argc, char** argv) {
     return FlagError("--workload: unknown workload '" + f.workload + "' (--list-workloads)");
   const ModelPreset* model = FindModel(f.model);
   if (!model) return FlagError("--model: unknown model '" + f.model + "' (--list-models)");
-  if (!ValidDeviceName(f.device))
-    return FlagError("--device must be host or cuda:N, not '" + f.device + "'");
+  if (Result<DeviceSpec> d = ParseDevice(f.device, "--device"); !d.ok()) {
+    return FlagError(std::string(d.status().message()));
+  }
   if (f.device != "host" && !CudaPagesBuilt()) {
     return FlagError("--device " + f.device +
                      ": this orbitkv-bench was built without CUDA pages (a build with the CUDA "

@@ -22,7 +22,7 @@ bool CudaPagesBuilt();
 // present. Unavailable naming the device otherwise (checked before any work).
 Status CheckCudaPagesDevice(const std::string& device);
 
-// REQUIRES: ValidDeviceName(device) and device != "host". A target whose
+// REQUIRES: ParseDevice(device) is a CUDA device. A target whose
 // regions are cudaMalloc allocations on the device, registered by IPC handle.
 Result<std::unique_ptr<PageTarget>> CreateCudaPageTarget(const std::string& device, uint64_t pages,
                                                          const std::vector<uint64_t>& slot_bytes);

@@ -12,6 +12,7 @@
 
 #include "bench/cuda_pages.h"
 #include "demo/workload.h"
+#include "orbitkv/device.h"
 
 namespace orbitkv::bench {
 namespace {
@@ -22,7 +23,8 @@ Status Cuda(cudaError_t e, const std::string& what) {
 }
 
 Result<int> Ordinal(const std::string& device) {
-  const int n = std::stoi(device.substr(5));
+  ORBITKV_ASSIGN_OR_RETURN(DeviceSpec spec, ParseDevice(device, "--device"));
+  const int n = static_cast<int>(spec.ordinal);
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || n >= count) {
     return Status::Unavailable("--device " + device + ": no such CUDA device (" +

@@ -5,6 +5,7 @@
 #include "bench/cuda_pages.h"
 #include "demo/pages.h"
 #include "demo/workload.h"
+#include "orbitkv/device.h"
 
 namespace orbitkv::bench {
 namespace {
@@ -57,22 +58,10 @@ uint64_t PageTarget::block_bytes() const {
   return sum;
 }
 
-bool ValidDeviceName(const std::string& device) {
-  if (device == "host") return true;
-  if (device.rfind("cuda:", 0) != 0) return false;
-  const std::string n = device.substr(5);
-  if (n.empty() || n.size() > 4 || (n.size() > 1 && n[0] == '0')) return false;
-  for (char c : n)
-    if (c < '0' || c > '9') return false;
-  return std::stoi(n) <= 1023;
-}
-
 Result<std::unique_ptr<PageTarget>> CreatePageTarget(const std::string& device, uint64_t pages,
                                                      const std::vector<uint64_t>& slot_bytes) {
-  if (!ValidDeviceName(device)) {
-    return Status::InvalidArgument("--device must be host or cuda:N, not '" + device + "'");
-  }
-  if (device != "host") return CreateCudaPageTarget(device, pages, slot_bytes);
+  ORBITKV_ASSIGN_OR_RETURN(DeviceSpec spec, ParseDevice(device, "--device"));
+  if (spec.cuda) return CreateCudaPageTarget(device, pages, slot_bytes);
   InstanceLayout layout = SplitLayout(pages, slot_bytes);
   ORBITKV_ASSIGN_OR_RETURN(demo::Pages p, demo::Pages::Create(layout));
   return std::unique_ptr<PageTarget>(new HostPageTarget(std::move(layout), std::move(p)));

@@ -42,9 +42,6 @@ class PageTarget {
   virtual void Scatter(const uint8_t* src, uint64_t page) = 0;
 };
 
-// "host" or "cuda:N" (N decimal, 0..1023, no leading zeros).
-bool ValidDeviceName(const std::string& device);
-
 // A target for `device` with `pages` pages of the given slot sizes. Host
 // pages are built here; "cuda:N" goes to CreateCudaPageTarget (cuda_pages.h),
 // which is Unavailable until the GPU tier provides it.

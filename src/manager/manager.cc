@@ -14,6 +14,7 @@
 #include "manager/ssd_backend.h"
 #include "manager/ssd_gpu_worker.h"
 #include "manager/work_queue.h"
+#include "orbitkv/device.h"
 #include "orbitkv/logging.h"
 #include "orbitkv/units.h"
 #include "store/object_format.h"
@@ -1067,18 +1068,13 @@ Result<InstanceId> Manager::RegisterInstance(SessionId session, const RegisterRe
     close_fds();
     return Status::InvalidArgument("namespace must be 1..4096 bytes");
   }
-  const bool host = req.device == "host";
-  int ordinal = -1;
+  Result<DeviceSpec> device = ParseDevice(req.device);
+  if (!device.ok()) {
+    close_fds();
+    return device.status();
+  }
+  const bool host = !device->cuda;
   if (!host) {
-    const std::string prefix = "cuda:";
-    const std::string num = req.device.substr(std::min(req.device.size(), prefix.size()));
-    if (req.device.rfind(prefix, 0) != 0 || num.empty() || num.size() > 4 ||
-        !std::all_of(num.begin(), num.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-      close_fds();
-      return Status::InvalidArgument("device '" + req.device +
-                                     "': expected \"host\" or \"cuda:N\"");
-    }
-    ordinal = std::stoi(num);
     if (impl_->config.gpu == nullptr) {
       close_fds();
       return Status::Unavailable("device '" + req.device + "': this Manager has no CUDA devices (" +
@@ -1113,7 +1109,8 @@ Result<InstanceId> Manager::RegisterInstance(SessionId session, const RegisterRe
   if (!host) {
     // Map every region and check it covers the layout before any I/O can
     // target it; a failure releases what was mapped (~Instance).
-    ORBITKV_ASSIGN_OR_RETURN(inst->device, impl_->config.gpu->device(ordinal));
+    ORBITKV_ASSIGN_OR_RETURN(inst->device,
+                             impl_->config.gpu->device(static_cast<int>(device->ordinal)));
     for (size_t i = 0; i < regions; ++i) {
       Result<gpu::IpcMapping> m = inst->device->OpenIpc(req.ipc_handles[i]);
       if (!m.ok()) return m.status().WithContext("region " + std::to_string(i) + " IPC handle");

@@ -75,21 +75,6 @@ std::string_view Truncated(std::string_view s) {
 
 // `s` for an error message: at most 64 bytes, non-printable bytes as \xNN (a
 // hostile device string must not make the message invalid UTF-8).
-std::string Printable(std::string_view s) {
-  constexpr size_t kMaxEcho = 64;
-  std::string out;
-  for (size_t i = 0; i < s.size() && i < kMaxEcho; ++i) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x20 && c < 0x7f && c != '\\' && c != '"') {
-      out.push_back(static_cast<char>(c));
-    } else {
-      out += fmt::format("\\x{:02x}", c);
-    }
-  }
-  if (s.size() > kMaxEcho) out += fmt::format("... ({} bytes)", s.size());
-  return out;
-}
-
 // ---- decoding helpers ---------------------------------------------------------
 
 Status Invalid(std::string_view field, std::string_view what) {
@@ -240,7 +225,7 @@ Status GetIpcHandles(const fb::Vector<const w::IpcHandle*>* v, RegisterRequest* 
 // How the regions travel follows the device: memfds for "host" (checked
 // against the frame by CheckAttachedFds), one IPC handle each for "cuda:N".
 Status CheckDeviceRegions(const RegisterRequest& m) {
-  ORBITKV_ASSIGN_OR_RETURN(DeviceSpec dev, ParseDevice(m.device));
+  ORBITKV_ASSIGN_OR_RETURN(DeviceSpec dev, ParseDevice(m.device, "RegisterInstance.device"));
   const size_t regions = m.layout.region_bytes.size();
   if (!dev.cuda && !m.ipc_handles.empty()) {
     return Invalid("RegisterInstance.ipc_handles",
@@ -715,28 +700,6 @@ std::optional<uint64_t> PeekEnvelopeId(std::span<const uint8_t> input) {
     return std::nullopt;
   }
   return table->GetField<uint64_t>(w::Envelope::VT_ID, 0);
-}
-
-Result<DeviceSpec> ParseDevice(std::string_view device, std::string_view field) {
-  if (device == "host") return DeviceSpec{};
-  constexpr std::string_view kCuda = "cuda:";
-  if (device.starts_with(kCuda)) {
-    const std::string_view n = device.substr(kCuda.size());
-    // 1..4 digits, no leading zero (one spelling per device), at most 1023.
-    bool digits = !n.empty() && n.size() <= 4 && (n.size() == 1 || n[0] != '0');
-    uint32_t ordinal = 0;
-    for (char c : n) {
-      if (!digits || c < '0' || c > '9') {
-        digits = false;
-        break;
-      }
-      ordinal = ordinal * 10 + static_cast<uint32_t>(c - '0');
-    }
-    if (digits && ordinal <= kMaxCudaDeviceOrdinal) return DeviceSpec{true, ordinal};
-  }
-  return Invalid(field, fmt::format("\"{}\" is not \"host\" or \"cuda:N\" (N a decimal 0..{} "
-                                    "without sign or leading zeros)",
-                                    Printable(device), kMaxCudaDeviceOrdinal));
 }
 
 Status CheckAttachedFds(const Message& body, size_t num_fds) {

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "orbitkv/cache_api.h"
+#include "orbitkv/device.h"
 #include "orbitkv/layout.h"
 #include "orbitkv/status.h"
 
@@ -44,8 +45,8 @@ inline constexpr uint32_t kMaxStringBytes = 4096;      // every string field
 // so at most kMaxRegions of them.
 inline constexpr size_t kIpcHandleBytes = 64;
 inline constexpr uint32_t kMaxIpcHandles = kMaxRegions;
-// RegisterInstance.device is "host" or "cuda:N" with N in [0, this].
-inline constexpr uint32_t kMaxCudaDeviceOrdinal = 1023;
+// RegisterInstance.device is "host" or "cuda:N", N <= kMaxCudaDeviceOrdinal
+// (orbitkv/device.h).
 // Buffers this large are refused before verification (FlatBuffers' own bound
 // is 2 GiB; frames are bounded far below this by frame.h).
 inline constexpr size_t kMaxMessageBytes = size_t{1} << 30;
@@ -177,18 +178,10 @@ Status CheckAttachedFds(const Message& body, size_t num_fds);
 // ---- RegisterInstance.device ------------------------------------------------------
 
 // The device a RegisterRequest names.
-struct DeviceSpec {
-  bool cuda = false;     // false: "host"
-  uint32_t ordinal = 0;  // N of "cuda:N"; 0 for host
-};
-// Parses "host" or "cuda:N", N a decimal in [0, kMaxCudaDeviceOrdinal] written
-// without sign, spaces or leading zeros ("cuda:0", "cuda:17"; not "cuda:",
-// "cuda:01", "cuda:-1", "cuda:1x"). Anything else is InvalidArgument naming
-// `field`. DecodeMessage applies it to every RegisterInstance, and checks
-// there that a "host" request has no ipc_handles and a "cuda:N" request one
-// per layout region.
-Result<DeviceSpec> ParseDevice(std::string_view device,
-                               std::string_view field = "RegisterInstance.device");
+// Devices are parsed with orbitkv/device.h's ParseDevice (field
+// "RegisterInstance.device"). DecodeMessage applies it to every
+// RegisterInstance, and checks there that a "host" request has no ipc_handles
+// and a "cuda:N" request one per layout region.
 
 // ---- Status on the wire ---------------------------------------------------------
 // A Status travels as (code = numeric StatusCode, message, errno, data_loss).
