@@ -139,7 +139,7 @@ struct SsdGpuWorker::Impl {
 
   // ---- starting batches (REQUIRES: mu) --------------------------------------
 
-  void StartRead(Slot& s, Callbacks* cbs, std::vector<Status>* failures) {
+  void StartRead(Slot& s, std::vector<Status>* failures) {
     s.pieces.clear();
     s.reads.clear();
     uint64_t bytes = 0;
@@ -188,10 +188,10 @@ struct SsdGpuWorker::Impl {
       }
     }
     ++read_submissions;
-    BeginIo(s, cbs, failures);
+    BeginIo(s, failures);
   }
 
-  void StartWrite(Slot& s, Callbacks* cbs, std::vector<Status>* failures) {
+  void StartWrite(Slot& s, std::vector<Status>* failures) {
     std::shared_ptr<WriteJobState> w = std::move(writes.front());
     writes.pop_front();
     s.is_write = true;
@@ -221,10 +221,10 @@ struct SsdGpuWorker::Impl {
                        st.ok() ? Status::OK() : st.WithContext("cuFileWriteAsync refused")});
     if (!st.ok()) failures->push_back(s.reads.back().status);
     ++write_submissions;
-    BeginIo(s, cbs, failures);
+    BeginIo(s, failures);
   }
 
-  void BeginIo(Slot& s, Callbacks*, std::vector<Status>* failures) {
+  void BeginIo(Slot& s, std::vector<Status>* failures) {
     s.phase = Slot::Phase::kIo;
     o.metrics.inflight_batches->Add(1);
     if (Status st = o.device->Record(*s.io_event, *s.stream); !st.ok()) {
@@ -367,10 +367,10 @@ struct SsdGpuWorker::Impl {
         const bool can_read = !pending.empty() && !closing;
         if (can_write && (!can_read || reads_since_write >= o.reads_before_write)) {
           reads_since_write = 0;
-          StartWrite(s, &cbs, &failures);
+          StartWrite(s, &failures);
         } else if (can_read) {
           if (!writes.empty()) ++reads_since_write;
-          StartRead(s, &cbs, &failures);
+          StartRead(s, &failures);
         } else {
           continue;
         }
@@ -601,7 +601,7 @@ void SsdGpuWorker::Close() {
 GpuWorkerStats SsdGpuWorker::stats() const {
   std::lock_guard<std::mutex> l(impl_->mu);
   GpuWorkerStats s;
-  for (const Piece& p : impl_->pending) s.queued_reads += p.length > 0;
+  s.queued_reads = impl_->pending.size();
   s.write_jobs = impl_->write_jobs;
   s.inflight_batches = static_cast<uint32_t>(impl_->busy());
   s.read_submissions = impl_->read_submissions;

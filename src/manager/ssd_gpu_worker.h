@@ -111,7 +111,7 @@ struct GpuWriteRequest {
 };
 
 struct GpuWorkerStats {
-  uint64_t queued_reads = 0;  // items not yet complete
+  uint64_t queued_reads = 0;  // read pieces (<= one slot each) not yet submitted
   uint32_t write_jobs = 0;    // admitted, not yet done
   uint32_t inflight_batches = 0;
   uint64_t read_submissions = 0, write_submissions = 0;
