@@ -219,5 +219,40 @@ TEST_F(TwoDevices, CancellingOnOneDeviceDoesNotDisturbTheOther) {
   EXPECT_EQ(ok, 2);
 }
 
+// Bad CUDA registrations fail with the reason and leave nothing mapped.
+TEST_F(TwoDevices, BadCudaRegistrationsAreRefusedAndReleaseWhatTheyMapped) {
+  std::vector<uint8_t> small(4096);
+  RegisterRequest req;
+  req.ns = "tp2";
+  req.device = "cuda:0";
+  req.layout = SplitLayout(kPages, {kSlot, kSlot});
+  // Two regions: one real but too small, one handle nobody exported.
+  req.ipc_handles.push_back(fake.Export(small.data(), small.size(), 0));
+  req.ipc_handles.push_back(gpu::IpcHandle{});
+  const int mapped_before = fake.open_ipc_mappings();
+  auto r = mgr->RegisterInstance(session, req, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("the layout needs"), std::string_view::npos)
+      << r.status().ToString();
+  EXPECT_EQ(fake.open_ipc_mappings(), mapped_before);
+  std::vector<uint8_t> big(kPages * kSlot);
+  req.ipc_handles[0] = fake.Export(big.data(), big.size(), 0);
+  r = mgr->RegisterInstance(session, req, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("region 1"), std::string_view::npos) << r.status().ToString();
+  EXPECT_EQ(fake.open_ipc_mappings(), mapped_before);
+  req.ipc_handles.pop_back();  // one handle for two regions
+  r = mgr->RegisterInstance(session, req, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("CUDA IPC handles"), std::string_view::npos)
+      << r.status().ToString();
+  req.device = "cuda:01";
+  r = mgr->RegisterInstance(session, req, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(fake.open_ipc_mappings(), mapped_before);
+}
+
 }  // namespace
 }  // namespace orbitkv
