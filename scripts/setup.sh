@@ -3,7 +3,8 @@
 # package already installed is left alone, and apt runs only when one is missing.
 set -euo pipefail
 packages=(
-  build-essential cmake ninja-build pkg-config clang clang-format libclang-rt-14-dev
+  build-essential cmake ninja-build pkg-config clang clang-format libclang-rt-14-dev ccache
+  libisal-dev                     # CRC32C of object payloads (ISA-L, memory speed)
   liburing-dev                    # io_uring engine
   libgtest-dev libgmock-dev       # unit tests
   libbenchmark-dev                # micro-benchmarks
