@@ -700,13 +700,13 @@ void SocketServer::CheckTimeouts() {
         expired.emplace_back(
             id, Status::DeadlineExceeded("a frame was begun and not completed within " +
                                          Ms(options_.frame_timeout) +
-                                         " (--frame-timeout); connection closed"));
+                                         " (--frame-timeout-ms); connection closed"));
       }
     } else if (idle_ns > 0 && now - s.idle_since_ns_.load(std::memory_order_relaxed) > idle_ns &&
                handler_->MayCloseIdle(s)) {
       expired.emplace_back(
           id, Status::DeadlineExceeded("idle for " + Ms(options_.idle_timeout) +
-                                       " without a registered instance (--idle-timeout); "
+                                       " without a registered instance (--idle-timeout-ms); "
                                        "connection closed"));
     }
   }

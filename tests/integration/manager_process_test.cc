@@ -354,6 +354,27 @@ int64_t ProcStatusField(pid_t pid, const std::string& field) {
   return -1;
 }
 
+// SIGSTOP, then waits until every thread of `pid` is stopped (the signal is
+// asynchronous). False if that does not happen within 5 s.
+bool StopProcess(pid_t pid) {
+  if (::kill(pid, SIGSTOP) != 0) return false;
+  const std::string tasks = "/proc/" + std::to_string(pid) + "/task";
+  for (auto deadline = Clock::now() + 5s; Clock::now() < deadline;
+       std::this_thread::sleep_for(2ms)) {
+    bool all = true;
+    for (const auto& t : std::filesystem::directory_iterator(tasks)) {
+      std::ifstream in(t.path() / "stat");
+      std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      const size_t paren = stat.rfind(')');
+      const char state =
+          paren != std::string::npos && paren + 2 < stat.size() ? stat[paren + 2] : '?';
+      all = all && (state == 'T' || state == 't');
+    }
+    if (all) return true;
+  }
+  return false;
+}
+
 // Raises this process's RLIMIT_NOFILE (soft, and hard when root) to at least
 // `want`; the Manager processes it starts inherit it. False if it cannot.
 bool RaiseNofile(rlim_t want) {
@@ -374,7 +395,7 @@ struct ManagerFlags {
   int shards = 2;
   int io_workers = 2;
   int queue_depth = 64;
-  std::vector<std::string> extra;  // more flags, as given
+  std::vector<std::string> extra = {};  // more flags, as given
 };
 
 class ManagerProc {
@@ -1901,7 +1922,7 @@ TEST_F(HardeningProcessTest, RestoreTimeoutNeverReturnsWhileThePagesMayStillBeWr
   // says the pages are still owned; WaitRestore then waits for the completion.
   const QueryId q1 = query();
   pages.Fill(0, 1, 99);  // the engine's own bytes in the destination
-  ASSERT_EQ(::kill(mgr_->pid(), SIGSTOP), 0);
+  ASSERT_TRUE(StopProcess(mgr_->pid()));
   const uint64_t ticket = c.NewTicket();
   const auto t0 = Clock::now();
   Result<RestoreResult> r = c.Restore({*inst, q1, {0}, {1}}, ticket);
@@ -1916,7 +1937,9 @@ TEST_F(HardeningProcessTest, RestoreTimeoutNeverReturnsWhileThePagesMayStillBeWr
   ASSERT_EQ(w->blocks.size(), 1u);
   // Whatever it was (restored, or caught by the cancel), nothing more is written.
   const bool restored = w->blocks[0].status.ok();
-  if (restored) EXPECT_TRUE(pages.Holds(0, 1, 7));
+  if (restored) {
+    EXPECT_TRUE(pages.Holds(0, 1, 7));
+  }
   std::this_thread::sleep_for(300ms);
   EXPECT_TRUE(pages.Holds(0, 1, restored ? 7 : 99));
 
@@ -1924,7 +1947,7 @@ TEST_F(HardeningProcessTest, RestoreTimeoutNeverReturnsWhileThePagesMayStillBeWr
   // completion, after which the pages never change.
   const QueryId q2 = query();
   pages.Fill(0, 2, 55);
-  ASSERT_EQ(::kill(mgr_->pid(), SIGSTOP), 0);
+  ASSERT_TRUE(StopProcess(mgr_->pid()));
   std::thread resumer([&] {
     std::this_thread::sleep_for(2500ms);
     ::kill(mgr_->pid(), SIGCONT);

@@ -439,6 +439,21 @@ def test_limits_raise_their_typed_reason(start_manager):
         first.query(1, 0, keys("idle", [0]))
 
 
+def stop_process(pid: int) -> None:
+    """SIGSTOP, and wait until every thread of `pid` is stopped."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        states = []
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                states.append(f.read().rsplit(")", 1)[1].split()[0])
+        if all(s in ("T", "t") for s in states):
+            return
+        time.sleep(0.005)
+    raise AssertionError(f"process {pid} did not stop: {states}")
+
+
 # orbitkv/__init__.py (packaging) re-exports it once merged; the module has it.
 RestoreStillOwnedError = getattr(
     orbitkv, "RestoreStillOwnedError", orbitkv._orbitkv.RestoreStillOwnedError
@@ -454,7 +469,7 @@ def test_restore_timeout_raises_still_owned_until_wait_restore(manager):
     assert client.publish(inst, 0, keys(ns, [0]), [0]).sealed == 1
     q = client.query(inst, 0, keys(ns, [0]))
     mine = eng.fill(1)  # the engine's own bytes in the destination page
-    os.kill(manager.proc.pid, signal.SIGSTOP)
+    stop_process(manager.proc.pid)
     try:
         ticket = client.new_ticket()
         start = time.monotonic()
@@ -464,7 +479,9 @@ def test_restore_timeout_raises_still_owned_until_wait_restore(manager):
         assert isinstance(e.value, orbitkv.DeadlineExceededError)
         assert e.value.ticket == ticket
         assert "wait" in str(e.value).lower()
-        assert eng.read(1) == mine
+        assert eng.read(1) == mine, "written while the Manager was stopped?" + str(
+            eng.read(1) == written
+        )
     finally:
         os.kill(manager.proc.pid, signal.SIGCONT)
     results = client.wait_restore(ticket, timeout_ms=10000)
