@@ -442,8 +442,8 @@ void SocketServer::WorkerThread() {
         Arm(*session, EPOLLIN);
         break;
       case Session::Task::kClose:
+        active_.fetch_sub(1, std::memory_order_relaxed);  // closed before OnClose sees it
         handler_->OnClose(*session);
-        active_.fetch_sub(1, std::memory_order_relaxed);
         break;
     }
     lock.lock();
