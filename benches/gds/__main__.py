@@ -30,7 +30,7 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m benches.gds",
         description="Native GPUDirect Storage qualification of a bare-metal GPU + NVMe host "
-        "(spec: Bare-metal acceptance script). Writes <ssd-dir>/orbitkv-qualification-*/qualification.json.",
+        "(spec: Bare-metal acceptance script). Writes <ssd-dir>/orbitkv-qual-*/qualification.json.",
     )
     g = p.add_argument_group("required")
     g.add_argument("--ssd-dir", help="directory on an NVMe-backed ext4/XFS mount; a new private subdirectory holds everything")
@@ -75,6 +75,7 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--gdsio-threads", type=int, default=4, help="gdsio workers")
     t.add_argument("--gdsio-seconds", type=int, default=10, help="gdsio run time (long enough for gds_stats)")
     t.add_argument("--gate-timeout", type=int, default=900, help="seconds per GPU gate")
+    t.add_argument("--sample-interval", type=float, default=1.0, help=argparse.SUPPRESS)
     t.add_argument("--fault-ssd-capacity", default="4gb", help="SSD capacity of the fault-stage Managers")
     return p
 

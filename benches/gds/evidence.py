@@ -260,7 +260,7 @@ def parse_gdscheck(text: str) -> GdsCheck:
         if kv:
             props[kv.group(1)] = kv.group(2).strip()
             continue
-        d = re.match(r"^(NVMe|NVMeOF|SCSI|ScaleFlux CSD|SCALEFLUX CSD|NVMesh|DDN EXAScaler|IBM Spectrum Scale|LUSTRE|NFS|BeeGFS|WekaFS|WEKAFS|Userspace RDMA|USERSPACE RDMA|GPFS|VIRTIOFS)\s*:\s*(.+)$", line)
+        d = re.match(r"^(NVMe P2PDMA|NVMe|NVMeOF|SCSI|ScaleFlux CSD|SCALEFLUX CSD|NVMesh|DDN EXAScaler|IBM Spectrum Scale|LUSTRE|NFS|BeeGFS|WekaFS|WEKAFS|Userspace RDMA|USERSPACE RDMA|GPFS|VIRTIOFS)\s*:\s*(.+)$", line)
         if d:
             drivers[d.group(1)] = d.group(2).strip()
     if not drivers and not props:
@@ -297,7 +297,8 @@ def nvme_native_problem(check: GdsCheck) -> Optional[str]:
     if value is None:
         return "gdscheck -p has no NVMe line"
     routes = {w.strip().lower() for w in value.split(",")}
-    if "supported" in routes or routes & {"nvfs", "p2pdma", "p2p", "native"}:
+    p2pdma = check.drivers.get("NVMe P2PDMA", "").strip().lower() == "supported"
+    if p2pdma or "supported" in routes or routes & {"nvfs", "p2pdma", "p2p", "native"}:
         if check.platform_ok is False:
             return "gdscheck -p: platform verification failed"
         return None

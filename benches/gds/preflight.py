@@ -18,6 +18,10 @@ from typing import Callable, Optional
 
 from benches.gds import cufile_config, evidence, host
 
+RUN_DIR_PREFIX = "orbitkv-qual-"
+# Sockets live in data/<kind><n>/ (stages.Run.short_dir); sun_path holds 107 bytes.
+LONGEST_SOCKET = "/data/b9999/orbitkv.sock"
+MAX_SOCKET_PATH = 107
 COMPAT_ENV = ("CUFILE_ALLOW_COMPAT_MODE", "CUFILE_FORCE_COMPAT_MODE")
 _TRUE = {"1", "true", "yes", "on", "y", "t"}
 
@@ -157,7 +161,12 @@ def preflight(
         raise Refusal(f"refused: {e}") from None
     # The private run directory: new, ours, under --ssd-dir.
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
-    run_dir = os.path.join(ssd_dir, f"orbitkv-qualification-{stamp}-{os.getpid()}")
+    run_dir = os.path.join(ssd_dir, f"{RUN_DIR_PREFIX}{stamp}-{os.getpid()}")
+    if len(run_dir) + len(LONGEST_SOCKET) > MAX_SOCKET_PATH:
+        raise Refusal(
+            f"refused: --ssd-dir {ssd_dir} is too long: the Unix sockets of the runs under it "
+            f"({run_dir}{LONGEST_SOCKET}) would exceed {MAX_SOCKET_PATH} bytes; use a shorter path"
+        )
     try:
         os.mkdir(run_dir, 0o700)
     except OSError as e:

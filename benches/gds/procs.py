@@ -88,6 +88,12 @@ def flag_value(argv: list[str], flag: str) -> Optional[str]:
     return None
 
 
+def runs_program(argv: list, program: str) -> bool:
+    """Whether a command line runs `program` (resolved path): as argv[0], or as
+    the script an interpreter runs (argv[1])."""
+    return any(os.path.realpath(a) == program for a in argv[:2])
+
+
 def parse_metrics(text: str) -> dict:
     """Prometheus text -> {metric name: sum over its label sets}; histogram
     buckets are left out (their _sum and _count stay)."""
@@ -106,9 +112,13 @@ def parse_metrics(text: str) -> dict:
     return out
 
 
+# Loopback only: never through an http_proxy from the environment.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
 def scrape(port: int, timeout: float = 2.0) -> Optional[dict]:
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=timeout) as r:
+        with _OPENER.open(f"http://127.0.0.1:{port}/metrics", timeout=timeout) as r:
             return parse_metrics(r.read().decode(errors="replace"))
     except (OSError, ValueError):
         return None
@@ -143,6 +153,7 @@ class Watch:
     stats_log: Optional[str] = None
     interval: float = 1.0
     proc: str = "/proc"
+    env: Optional[dict] = None  # gds_stats's environment (default: this process's)
     cmdline: Optional[list] = None
     cpu_seconds: Optional[float] = None
     io: Optional[dict] = None
@@ -187,6 +198,7 @@ class Watch:
                 capture_output=True,
                 text=True,
                 timeout=30,
+                env=self.env,
             )
         except (OSError, subprocess.TimeoutExpired) as e:
             self.stats_error = f"gds_stats did not run: {e}"
@@ -276,12 +288,13 @@ class ProcessTreeWatch:
         return self
 
     def _loop(self) -> None:
+        parent_argv = read_cmdline(self.parent_pid, self.proc)
         while not self._stop.is_set():
             for pid in children_of(self.parent_pid, self.proc):
                 if pid in self._seen:
                     continue
                 argv = read_cmdline(pid, self.proc)
-                if argv is None:
+                if argv is None or argv == parent_argv:  # gone, or forked but not yet exec'd
                     continue
                 self._seen.add(pid)
                 if not self.is_target(argv):

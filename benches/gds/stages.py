@@ -55,6 +55,7 @@ class Run:
         self.results: list[StageResult] = []
         self.runs: list[dict] = []  # per benchmark run summaries
         self.on_result = on_result
+        self._counters: dict = {}
 
     def add(self, r: StageResult) -> StageResult:
         self.results.append(r)
@@ -65,6 +66,11 @@ class Run:
 
     def log_path(self, name: str) -> str:
         return os.path.join(self.logs, re.sub(r"[^\w.-]+", "_", name) + ".log")
+
+    def short_dir(self, kind: str) -> str:
+        """A fresh data/<kind><n> directory: short, because Unix sockets go in it."""
+        self._counters[kind] = self._counters.get(kind, 0) + 1
+        return self.new_dir(f"{kind}{self._counters[kind]}")
 
     def new_dir(self, *parts: str) -> str:
         """A fresh directory under data/ (never an existing one: no old cache file is reused)."""
@@ -164,10 +170,10 @@ def gdscheck(run: Run) -> None:
                         seconds=secs, command=argv, log=log, details=details))
 
 
-def stats_watch(run: Run, name: str, interval: float = 1.0):
-    path = os.path.join(run.logs, name + ".gds_stats.txt")
+def stats_watch(run: Run, name: str):
+    path = run.log_path(name)[: -len(".log")] + ".gds_stats.txt"
     return lambda pid: procs.Watch(pid, gds_stats=run.p.tools["gds_stats"], stats_log=path,
-                                   interval=interval)
+                                   interval=run.args.sample_interval, env=run.env)
 
 
 def gdsio(run: Run) -> None:
@@ -291,6 +297,9 @@ class Manager:
         self.proc: Optional[subprocess.Popen] = None
 
     def start(self, timeout: float = 60) -> Optional[str]:
+        # A socket left by a killed Manager of this run (our private directory).
+        if os.path.exists(self.socket):
+            os.unlink(self.socket)
         out = open(self.log, "a", encoding="utf-8")
         out.write("$ " + shlex.join(self.argv) + "\n")
         out.flush()
@@ -300,7 +309,7 @@ class Manager:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 return f"the Manager exited {self.proc.returncode} at startup (see {self.log})"
-            if os.path.exists(self.socket):
+            if _accepts(self.socket):
                 return None
             time.sleep(0.1)
         return f"the Manager's socket did not appear in {timeout:.0f} s"
@@ -323,6 +332,17 @@ class Manager:
     def log_text(self) -> str:
         with open(self.log, encoding="utf-8", errors="replace") as f:
             return f.read()
+
+
+def _accepts(path: str) -> bool:
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.connect(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
 
 
 _MISMATCH = re.compile(r"(\d+) mismatching bytes")
@@ -348,10 +368,10 @@ def faults(run: Run) -> None:
     engine = run.p.artifacts["cuda_engine"]
     for name, key, backend, env, hook, flags in FAULTS:
         t0 = time.monotonic()
-        d = run.new_dir("faults", re.sub(r"\W+", "-", name))
+        d = run.short_dir("f")
         m = Manager(run, run.p.artifacts[key], d, re.sub(r"\W+", "-", name), backend, env)
         problem = m.start()
-        details: dict = {"manager": m.argv, "environment": env}
+        details: dict = {"manager": m.argv, "environment": env, "dir": d}
         reasons: list = []
         erc = None
         if problem is None:
@@ -406,7 +426,7 @@ def manager_death(run: Run) -> None:
     t0 = time.monotonic()
     name = "Manager death"
     engine = run.p.artifacts["cuda_engine"]
-    d = run.new_dir("faults", "manager-death")
+    d = run.short_dir("f")
     m = Manager(run, run.p.artifacts["manager"], d, "manager-death", "cufile")
     reasons: list = []
     details: dict = {}
@@ -622,7 +642,7 @@ def benchmarks(run: Run) -> None:
                 if codec != "none" and not caps["storage_codec"]:
                     run.add(StageResult(name, 5, NOT_AVAILABLE, "orbitkv-bench has no --storage-codec"))
                     continue
-                d = run.new_dir("bench", re.sub(r"\W+", "-", f"{workload}-{codec}-{route}"))
+                d = run.short_dir("b")
                 report_path = os.path.join(run.results_dir, re.sub(r"\W+", "-", name) + ".json")
                 argv = [run.p.artifacts["bench"], "--workload", workload, "--routes", bench_route,
                         "--device", f"cuda:{a.gpu}", "--seed", str(a.seed), "--pool-size", a.pool_size,
@@ -635,10 +655,12 @@ def benchmarks(run: Run) -> None:
 
                 def watch_tree(pid, _tree=tree, _name=name):
                     gds = run.p.tools["gds_stats"] if route in NATIVE_ROUTES else None
-                    path = os.path.join(run.logs, re.sub(r"\W+", "_", _name) + ".gds_stats.txt")
+                    path = run.log_path(_name)[: -len(".log")] + ".gds_stats.txt"
                     t = procs.ProcessTreeWatch(
-                        pid, lambda argv: bool(argv) and os.path.realpath(argv[0]) == manager,
-                        lambda mpid: procs.Watch(mpid, gds_stats=gds, stats_log=path, interval=1.0)).start()
+                        pid, lambda argv: procs.runs_program(argv, manager),
+                        lambda mpid: procs.Watch(mpid, gds_stats=gds, stats_log=path, interval=a.sample_interval,
+                                                 env=run.env),
+                        interval=min(0.5, a.sample_interval)).start()
                     _tree["t"] = t
                     return _TreeJoin(t)
 
@@ -655,6 +677,7 @@ def benchmarks(run: Run) -> None:
                 reasons = judge_bench_run(route, rc, report, watches)
                 summary = {"name": name, "workload": workload, "codec": codec, "route": route,
                            "exit": rc, "seconds": secs, "passed": not reasons, "report": report_path,
+                           "ssd_dir": d,
                            **(summarize_bench(report) if report else {}),
                            "managers": [w.record() for w in watches]}
                 if route in NATIVE_ROUTES:
