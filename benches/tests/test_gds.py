@@ -615,10 +615,11 @@ def test_engine_check_templates():
 # ------------------------------------------------------------------ whole runs
 
 
-def full_run(env, extra=(), environ=None):
+def full_run(env, extra=(), environ=None, codecs=("none", "ans"), sequence=None):
     out = []
-    rc = gds_main.main(env.argv + ["--storage-codecs", "none", "ans", "--workloads", "serial-prefix"] + list(extra),
-                       root=env.root, environ=dict(env.environ, **(environ or {})), detect_virt=lambda: "none")
+    rc = gds_main.main(env.argv + ["--storage-codecs", *codecs, "--workloads", "serial-prefix"] + list(extra),
+                       root=env.root, environ=dict(env.environ, **(environ or {})), detect_virt=lambda: "none",
+                       sequence=sequence)
     (d,) = run_dirs(env.ssd)
     with open(os.path.join(env.ssd, d, "qualification.json")) as f:
         out.append(json.load(f))
@@ -674,7 +675,8 @@ def test_whole_run_qualifies_when_every_stage_passes(env):
     rc, q, _ = full_run(env, ["--vllm-python", sys.executable, "--sglang-python", sys.executable,
                               "--model-check", tmpl, "--vllm-check", tmpl, "--sglang-check", tmpl],
                         environ={"FAKE_HOOKS": "all",
-                                 "FAKE_BENCH_HELP_EXTRA": ", ssd-cufile\n  --storage-codec TEXT"})
+                                 "FAKE_BENCH_HELP_EXTRA": ", ssd-cufile\n  --storage-codec TEXT"},
+                        codecs=("ans",))
     failing = [(s["name"], s["status"], s["reason"]) for s in q["stages"] if s["status"] != "passed"]
     assert failing == [] and rc == gds_main.EXIT_QUALIFIED and q["qualified"]
     s = by_name(q)
@@ -688,7 +690,8 @@ def test_strict_failures_stay_failures_while_evidence_is_collected(env):
     check = env.tools["check"]
     tmpl = f"{{python}} {check}"
     rc, q, _ = full_run(env, ["--vllm-python", sys.executable, "--vllm-check", tmpl, "--routes", "dram", "auto"],
-                        environ={"FAKE_CHECK_EXIT": "1", "FAKE_FALLBACK": "1", "FAKE_BENCH_MISMATCH": "1"})
+                        environ={"FAKE_CHECK_EXIT": "1", "FAKE_FALLBACK": "1", "FAKE_BENCH_MISMATCH": "1"},
+                        codecs=("none",), sequence=(stages.engine_checks, stages.benchmarks))
     s = by_name(q)
     assert rc == gds_main.EXIT_FAILED
     assert s["vLLM correctness (none, cufile)"]["status"] == "failed"
@@ -701,7 +704,7 @@ def test_strict_failures_stay_failures_while_evidence_is_collected(env):
 def test_check_exit_77_is_not_available(env):
     tmpl = f"{{python}} {env.tools['check']}"
     _, q, _ = full_run(env, ["--vllm-python", sys.executable, "--vllm-check", tmpl, "--routes", "dram"],
-                       environ={"FAKE_CHECK_EXIT": "77"})
+                       environ={"FAKE_CHECK_EXIT": "77"}, codecs=("none",), sequence=(stages.engine_checks,))
     assert by_name(q)["vLLM correctness (none, cufile)"]["status"] == "not available"
 
 
