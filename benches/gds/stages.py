@@ -106,6 +106,9 @@ class Run:
             except subprocess.TimeoutExpired:
                 _kill_group(p)
                 rc = None
+            except BaseException:  # Ctrl-C: its own session does not get the signal
+                _kill_group(p)
+                raise
             if thread:
                 thread.join(timeout=60)
         with open(log, encoding="utf-8", errors="replace") as f:
@@ -366,113 +369,136 @@ FAULTS = (
 
 def faults(run: Run) -> None:
     engine = run.p.artifacts["cuda_engine"]
-    for name, key, backend, env, hook, flags in FAULTS:
-        t0 = time.monotonic()
-        d = run.short_dir("f")
-        m = Manager(run, run.p.artifacts[key], d, re.sub(r"\W+", "-", name), backend, env)
-        problem = m.start()
-        details: dict = {"manager": m.argv, "environment": env, "dir": d}
-        reasons: list = []
-        erc = None
-        if problem is None:
-            elog = run.log_path(name + "-engine")
-            argv = [engine, "--socket", m.socket, "--device", str(run.args.gpu), "--blocks", "32"] + flags
-            erc, etext, _, _ = run.run(argv, elog, timeout=300)
-            metrics = m.metrics() or {}
-            details["engine"] = {"argv": argv, "exit": erc, "log": elog}
-            details["metrics"] = {k: metrics.get(k) for k in procs.STORAGE_METRICS}
-            alive = m.proc.poll() is None
-            mrc = m.stop()
-            details["manager_exit"] = mrc
-            log = m.log_text()
-            if not _hook_armed(log, hook):
-                run.add(StageResult(name, 3, NOT_AVAILABLE,
-                                    f"{run.p.artifacts[key]} has no hook for {', '.join(env)} (no 'test hooks: ... cuFile {hook}' line)",
-                                    exit=erc, seconds=time.monotonic() - t0, log=m.log, details=details))
-                continue
-            if engine_mismatches(etext):
-                reasons.append(f"{engine_mismatches(etext)} wrong bytes restored")
-            if not alive:
-                reasons.append("the Manager died during the fault")
-            if mrc != 0:
-                reasons.append(f"the Manager exited {mrc} on SIGTERM")
-            if not metrics:
-                reasons.append("no /metrics")
-            elif name.startswith("failed"):
-                failures = metrics.get(f"orbitkv_ssd_cufile_{hook[:-1]}_failures_total", 0)
-                if failures < 1:
-                    reasons.append(f"orbitkv_ssd_cufile_{hook[:-1]}_failures_total is {failures}")
-                if metrics.get("orbitkv_ssd_backend_fallbacks_total") != 1:
-                    reasons.append(f"orbitkv_ssd_backend_fallbacks_total is {metrics.get('orbitkv_ssd_backend_fallbacks_total')}, not 1")
-                if name == "failed cuFile reads" and erc != 0:
-                    reasons.append(f"the engine exited {erc} after the fallback")
-            else:  # stalled: the writes complete late, nothing fails
-                if erc != 0:
-                    reasons.append(f"the engine exited {erc}")
-                if metrics.get("orbitkv_ssd_cufile_write_failures_total", 0) or metrics.get("orbitkv_ssd_backend_fallbacks_total", 0):
-                    reasons.append("a stalled write was counted as failed or caused a fallback")
-        else:
-            reasons.append(problem)
-            m.stop()
-        run.add(StageResult(name, 3, _status(not reasons), "; ".join(reasons), exit=erc,
-                            seconds=time.monotonic() - t0, log=m.log, details=details))
+    for fault in FAULTS:
+        managers: list = []
+        try:
+            _fault(run, engine, fault, managers)
+        finally:
+            for m in managers:
+                m.stop()
     manager_death(run)
 
 
+def _fault(run: Run, engine: str, fault: tuple, managers: list) -> None:
+    name, key, backend, env, hook, flags = fault
+    t0 = time.monotonic()
+    d = run.short_dir("f")
+    m = Manager(run, run.p.artifacts[key], d, re.sub(r"\W+", "-", name), backend, env)
+    managers.append(m)
+    problem = m.start()
+    details: dict = {"manager": m.argv, "environment": env, "dir": d}
+    reasons: list = []
+    erc = None
+    if problem is None:
+        elog = run.log_path(name + "-engine")
+        argv = [engine, "--socket", m.socket, "--device", str(run.args.gpu), "--blocks", "32"] + flags
+        erc, etext, _, _ = run.run(argv, elog, timeout=300)
+        metrics = m.metrics() or {}
+        details["engine"] = {"argv": argv, "exit": erc, "log": elog}
+        details["metrics"] = {k: metrics.get(k) for k in procs.STORAGE_METRICS}
+        alive = m.proc.poll() is None
+        mrc = m.stop()
+        details["manager_exit"] = mrc
+        log = m.log_text()
+        if not _hook_armed(log, hook):
+            run.add(StageResult(name, 3, NOT_AVAILABLE,
+                                f"{run.p.artifacts[key]} has no hook for {', '.join(env)} (no 'test hooks: ... cuFile {hook}' line)",
+                                exit=erc, seconds=time.monotonic() - t0, log=m.log, details=details))
+            return
+        if engine_mismatches(etext):
+            reasons.append(f"{engine_mismatches(etext)} wrong bytes restored")
+        if not alive:
+            reasons.append("the Manager died during the fault")
+        if mrc != 0:
+            reasons.append(f"the Manager exited {mrc} on SIGTERM")
+        if not metrics:
+            reasons.append("no /metrics")
+        elif name.startswith("failed"):
+            failures = metrics.get(f"orbitkv_ssd_cufile_{hook[:-1]}_failures_total", 0)
+            if failures < 1:
+                reasons.append(f"orbitkv_ssd_cufile_{hook[:-1]}_failures_total is {failures}")
+            if metrics.get("orbitkv_ssd_backend_fallbacks_total") != 1:
+                reasons.append(f"orbitkv_ssd_backend_fallbacks_total is {metrics.get('orbitkv_ssd_backend_fallbacks_total')}, not 1")
+            if name == "failed cuFile reads" and erc != 0:
+                reasons.append(f"the engine exited {erc} after the fallback")
+        else:  # stalled: the writes complete late, nothing fails
+            if erc != 0:
+                reasons.append(f"the engine exited {erc}")
+            if metrics.get("orbitkv_ssd_cufile_write_failures_total", 0) or metrics.get("orbitkv_ssd_backend_fallbacks_total", 0):
+                reasons.append("a stalled write was counted as failed or caused a fallback")
+    else:
+        reasons.append(problem)
+        m.stop()
+    run.add(StageResult(name, 3, _status(not reasons), "; ".join(reasons), exit=erc,
+                        seconds=time.monotonic() - t0, log=m.log, details=details))
+
+
 def manager_death(run: Run) -> None:
-    """SIGKILL the Manager under a running engine: the engine must fail within
-    its time limit (never hang), and a Manager restarted on the same cache path
-    must serve a new engine byte-exact."""
+    """SIGKILL the Manager under a running engine that has published: the
+    engine must fail within its time limit (never hang, never report success),
+    and a Manager restarted on the same cache path must serve a new engine
+    byte-exact."""
     t0 = time.monotonic()
     name = "Manager death"
     engine = run.p.artifacts["cuda_engine"]
     d = run.short_dir("f")
     m = Manager(run, run.p.artifacts["manager"], d, "manager-death", "cufile")
+    m2 = Manager(run, run.p.artifacts["manager"], d, "manager-death-restart", "cufile")
     reasons: list = []
     details: dict = {}
-    problem = m.start()
-    if problem:
-        m.stop()
-        run.add(StageResult(name, 3, FAILED, problem, log=m.log))
-        return
-    elog = run.log_path("manager-death-engine")
-    argv = [engine, "--socket", m.socket, "--device", str(run.args.gpu), "--blocks", "64", "--settle-ms", "5000"]
-    with open(elog, "w", encoding="utf-8") as out:
-        e = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=run.env)
+    e = None
+    try:
+        problem = m.start()
+        if problem:
+            run.add(StageResult(name, 3, FAILED, problem, log=m.log))
+            return
+        elog = run.log_path("manager-death-engine")
+        argv = [engine, "--socket", m.socket, "--device", str(run.args.gpu), "--blocks", "64",
+                "--settle-ms", "5000"]
+        with open(elog, "w", encoding="utf-8") as out:
+            e = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=run.env)
+        published = False
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and e.poll() is None:
+        while not published and time.monotonic() < deadline and e.poll() is None:
             with open(elog, encoding="utf-8", errors="replace") as f:
-                if "published" in f.read():
-                    break
-            time.sleep(0.1)
+                published = "published" in f.read()
+            time.sleep(0.05)
+        running = e.poll() is None
         m.proc.send_signal(signal.SIGKILL)
         m.proc.wait()
         try:
             erc = e.wait(timeout=60)
         except subprocess.TimeoutExpired:
-            e.kill()
             erc = None
-    details["killed_engine"] = {"argv": argv, "exit": erc, "log": elog}
-    if erc is None:
-        reasons.append("the engine hung after the Manager died")
-    elif erc == 0:
-        reasons.append("the engine reported success with its Manager dead")
-    m2 = Manager(run, run.p.artifacts["manager"], d, "manager-death-restart", "cufile")
-    problem = m2.start()
-    if problem:
-        reasons.append("restart: " + problem)
-    else:
-        rlog = run.log_path("manager-death-restart-engine")
-        rargv = [engine, "--socket", m2.socket, "--device", str(run.args.gpu), "--blocks", "32", "--first-key", "1000"]
-        rrc, rtext, _, _ = run.run(rargv, rlog, timeout=300)
-        details["restarted_engine"] = {"argv": rargv, "exit": rrc, "log": rlog}
-        if rrc != 0 or engine_mismatches(rtext):
-            reasons.append(f"after restart the engine exited {rrc} with {engine_mismatches(rtext)} wrong bytes")
-    mrc = m2.stop()
-    if mrc not in (0, None):
-        reasons.append(f"the restarted Manager exited {mrc}")
-    run.add(StageResult(name, 3, _status(not reasons), "; ".join(reasons), exit=erc,
-                        seconds=time.monotonic() - t0, log=m.log, details=details))
+        details["killed_engine"] = {"argv": argv, "exit": erc, "log": elog, "published": published}
+        if not (published and running):
+            reasons.append(f"the engine did not run under the Manager (exit {e.returncode}, see {elog})")
+        elif erc is None:
+            reasons.append("the engine hung after the Manager died")
+        elif erc == 0:
+            reasons.append("the engine reported success with its Manager dead")
+        problem = m2.start()
+        if problem:
+            reasons.append("restart: " + problem)
+        else:
+            rlog = run.log_path("manager-death-restart-engine")
+            rargv = [engine, "--socket", m2.socket, "--device", str(run.args.gpu), "--blocks", "32",
+                     "--first-key", "1000"]
+            rrc, rtext, _, _ = run.run(rargv, rlog, timeout=300)
+            details["restarted_engine"] = {"argv": rargv, "exit": rrc, "log": rlog}
+            if rrc != 0 or engine_mismatches(rtext):
+                reasons.append(f"after restart the engine exited {rrc} with {engine_mismatches(rtext)} wrong bytes")
+        mrc = m2.stop()
+        if mrc not in (0, None):
+            reasons.append(f"the restarted Manager exited {mrc}")
+        run.add(StageResult(name, 3, _status(not reasons), "; ".join(reasons), exit=erc,
+                            seconds=time.monotonic() - t0, log=m.log, details=details))
+    finally:
+        if e is not None and e.poll() is None:
+            e.kill()
+            e.wait()
+        m.stop()
+        m2.stop()
 
 
 # ---------------------------------------------------------------- step 4

@@ -202,7 +202,7 @@ sys.exit(0)
 '''
 
 CUDA_ENGINE = r'''
-import socket, sys, time
+import os, socket, sys, time
 a = sys.argv[1:]
 path = a[a.index("--socket") + 1]
 blocks = int(a[a.index("--blocks") + 1]) if "--blocks" in a else 64
@@ -215,7 +215,7 @@ def alive():
         return False
     finally:
         s.close()
-if not alive():
+if not alive() or os.environ.get("FAKE_ENGINE_CANNOT_CONNECT"):
     print("orbitkv-cuda-engine: connect: no Manager at " + path); sys.exit(1)
 print("rank 0 on cuda:0: published %d blocks of 65536 bytes (%d sealed by this call)" % (blocks, blocks), flush=True)
 end = time.time() + settle

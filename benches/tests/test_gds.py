@@ -701,6 +701,24 @@ def test_strict_failures_stay_failures_while_evidence_is_collected(env):
     assert {r["route"] for r in q["runs"]} == {"dram", "auto"}
 
 
+def test_manager_death_needs_an_engine_that_ran_under_the_manager(env):
+    _, q, _ = full_run(env, environ={"FAKE_ENGINE_CANNOT_CONNECT": "1"}, codecs=("none",),
+                       sequence=(stages.manager_death,))
+    death = by_name(q)["Manager death"]
+    assert death["status"] == "failed" and "did not run under the Manager" in death["reason"]
+
+
+@pytest.mark.parametrize("environ, reason", [
+    ({"FAKE_GDSIO_XFER": "CPU_GPU"}, "XferType CPU_GPU, not GPUD"),
+    ({"FAKE_GDS_STATS_FIXTURE": "gds_stats_v7_compat.txt"}, "57941 POSIX (compatibility) operations"),
+    ({"FAKE_GDS_STATS_DISABLED": "1"}, "no cuFile statistics: gds_stats exit 1: cufile_stats not enabled"),
+])
+def test_gdsio_stage_needs_gpud_and_native_statistics(env, environ, reason):
+    _, q, _ = full_run(env, environ=environ, codecs=("none",), sequence=(stages.gdsio,))
+    for name in ("gdsio native write", "gdsio native read"):
+        assert by_name(q)[name]["status"] == "failed" and reason in by_name(q)[name]["reason"]
+
+
 def test_check_exit_77_is_not_available(env):
     tmpl = f"{{python}} {env.tools['check']}"
     _, q, _ = full_run(env, ["--vllm-python", sys.executable, "--vllm-check", tmpl, "--routes", "dram"],
