@@ -211,7 +211,9 @@ class Watch:
                 if p.stderr:
                     f.write(p.stderr)
         if p.returncode != 0:
-            self.stats_error = f"gds_stats exit {p.returncode}: {(p.stderr or text).strip()[:200]}"
+            # A call that raced with the exit says only that the process is gone: keep the earlier reason.
+            if self.stats_error is None or self.alive():
+                self.stats_error = f"gds_stats exit {p.returncode}: {(p.stderr or text).strip()[:200]}"
             return
         try:
             evidence.parse_gds_stats(text)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 import sys
 import textwrap
 
@@ -98,7 +97,7 @@ import os, sys, time
 a = sys.argv[1:]
 kind = "WRITE" if a[a.index("-I") + 1] == "1" else "READ"
 open(a[a.index("-f") + 1], "ab").close()
-time.sleep(float(os.environ.get("FAKE_GDSIO_SECONDS", "0.4")))
+time.sleep(float(os.environ.get("FAKE_GDSIO_SECONDS", "0.6")))
 xfer = os.environ.get("FAKE_GDSIO_XFER", "GPUD")
 print("IoType: %s XferType: %s Threads: 4 DataSetSize: 8388608/1048576(KiB) IOSize: 1024(KiB) "
       "Throughput: 6.524658 GiB/sec, Avg_Latency: 1197.370995 usecs ops: 8192 total_time 1.226 secs" % (kind, xfer))
@@ -248,7 +247,7 @@ while not os.path.exists(sock):
     if m.poll() is not None or time.time() > deadline:
         print("orbitkv-bench: the Manager did not start", file=sys.stderr); sys.exit(3)
     time.sleep(0.02)
-time.sleep(float(os.environ.get("FAKE_BENCH_SECONDS", "0.4")))
+time.sleep(float(os.environ.get("FAKE_BENCH_SECONDS", "0.6")))
 ok = not os.environ.get("FAKE_BENCH_MISMATCH")
 report = {"bench": "orbitkv-bench", "workload": flag("--workload"), "seed": int(flag("--seed")),
           "capacities": {"pool_bytes": 8589934592, "ssd_bytes": 68719476736},
@@ -297,7 +296,3 @@ def tools(base: str) -> dict:
     write(f"{base}/cuda/gds/cufile.json", fixture("cufile.json"))
     os.makedirs(out["model"], exist_ok=True)
     return out
-
-
-def make_executable(path: str) -> None:
-    os.chmod(path, os.stat(path).st_mode | stat.S_IXUSR)

@@ -49,7 +49,7 @@ def env(tmp_path):
     argv = ["--ssd-dir", str(ssd), "--model", t["model"], "--manager", t["manager"],
             "--fault-manager", t["fault_manager"], "--core-test", t["core_test"],
             "--gds-tools", t["gds_tools"], "--cufile-library", t["cufile_library"],
-            "--sample-interval", "0.1"]
+            "--sample-interval", "0.25"]
     environ = {"PATH": t["bin"] + ":/usr/bin:/bin", "FAKE_FIXTURES": fakes.FIXTURES,
                "FAKE_RUN_PREFIX": str(ssd.resolve()), "HOME": str(tmp_path)}
     return types.SimpleNamespace(root=root, ssd=ssd, tools=t, argv=argv, environ=environ, tmp=tmp_path)
