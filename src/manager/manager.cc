@@ -17,6 +17,7 @@
 #include "orbitkv/device.h"
 #include "orbitkv/logging.h"
 #include "orbitkv/units.h"
+#include "store/crc32c.h"
 #include "store/object_format.h"
 #include "store/ssd_store.h"
 
@@ -178,6 +179,7 @@ struct ReadJob {
   std::shared_ptr<RestoreRec> restore;  // restore read, or
   std::vector<RestoreBlock> blocks;
   std::vector<QueryBlock> prepare;  // prepare (warm-up) reads
+  std::vector<uint64_t> prepare_slot_bytes;  // prepare: the group's shape
 };
 
 // Complete-group cuFile writes of one Publish call, waited for before it returns.
@@ -553,13 +555,18 @@ struct Manager::Impl {
   // Checks one object (in pinned host memory) against its id and shape, then
   // copies its segments into the instance's page for every slot it holds:
   // memcpy for host pages; for CUDA pages the copies are appended to `ops`.
+  // `from_ssd`: the bytes came back from the SSD, so every segment's payload
+  // CRC32C is checked before a byte reaches a page (DRAM entries were checked
+  // or computed when they entered the pool).
   Status ObjectToPages(Instance& inst, uint32_t group, const uint8_t* object, uint64_t size,
-                       const ObjectId& id, uint64_t page, std::vector<gpu::CopyOp>* ops) {
+                       const ObjectId& id, uint64_t page, bool from_ssd,
+                       std::vector<gpu::CopyOp>* ops) {
     const GroupLayout* g = inst.groups.at(group);
     const GroupShape& shape = *inst.shapes.at(group);
     ORBITKV_ASSIGN_OR_RETURN(ParsedHeader h,
                              ParseObjectHeader({object, std::min(size, shape.header_bytes)}, size));
     ORBITKV_RETURN_IF_ERROR(CheckObjectMatches(h, id, shape.slot_bytes));
+    if (from_ssd) ORBITKV_RETURN_IF_ERROR(VerifyObjectPayload(h, {object, size}));
     for (const SlotLayout& s : g->slots) {
       const uint8_t* src = object + h.segments[s.slot_id].offset;
       if (inst.cuda()) {
@@ -573,10 +580,11 @@ struct Manager::Impl {
     return Status::OK();
   }
 
+  // An object read from the SSD (pinned staging) into the instance's page.
   Status CopyObjectToPages(Instance& inst, uint32_t group, const uint8_t* object, uint64_t size,
                            const ObjectId& id, uint64_t page) {
     std::vector<gpu::CopyOp> ops;
-    ORBITKV_RETURN_IF_ERROR(ObjectToPages(inst, group, object, size, id, page, &ops));
+    ORBITKV_RETURN_IF_ERROR(ObjectToPages(inst, group, object, size, id, page, true, &ops));
     return CopyAndWait(inst, /*to_device=*/true, ops);
   }
 
@@ -729,9 +737,14 @@ struct Manager::Impl {
       for (size_t k = 0; k < srcs.size(); ++k) {
         QueryBlock& b = *srcs[k];
         if (st[k].ok()) {
-          auto h = ParseObjectHeader({views[k].data, b.ref.object_size}, b.ref.object_size);
-          if (h.ok() && h->id == b.id &&
-              dram->InsertSealed(b.id, {views[k].data, b.ref.object_size}).ok()) {
+          // Only a whole, checked object enters the pool (DRAM restores trust it).
+          const std::span<const uint8_t> obj(views[k].data, b.ref.object_size);
+          auto h = ParseObjectHeader(obj, b.ref.object_size);
+          Status ok = h.ok() ? CheckObjectMatches(*h, b.id, job.prepare_slot_bytes) : h.status();
+          if (ok.ok()) ok = VerifyObjectPayload(*h, obj);
+          if (!ok.ok()) {
+            OKV_LOG_WARN("prepare of {}: {}", b.id.key.ShortHex(), ok.ToString());
+          } else if (dram->InsertSealed(b.id, obj).ok()) {
             bytes_prepare->Inc(b.ref.object_size);
           }
         }
@@ -823,6 +836,8 @@ Result<std::unique_ptr<Manager>> Manager::Create(const ManagerConfig& config) {
   d.writeback_on_seal = ssd_on;
   d.on_arena = config.register_host_memory;
   d.on_arena_release = config.unregister_host_memory;
+  // Fragments set their slots' payload CRCs; the last one seals the header.
+  d.on_seal = [](std::span<uint8_t> object) { SealObjectHeader(object); };
   ORBITKV_ASSIGN_OR_RETURN(impl->dram, DramCache::Create(d));
   if (ssd_on) {
     DramCacheOptions st = d;
@@ -1263,7 +1278,7 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
       impl_->publish_skipped->Inc();
       continue;
     }
-    WriteObjectHeader(id, shape.slot_bytes, /*codec=*/0, header);
+    WriteObjectHeader(id, shape.slot_bytes, /*codec=*/0, {}, header);  // CRCs at seal
     Result<DramView> v = impl_->dram->BeginAssembly(id, shape.object_size, g.num_slots, header);
     if (!v.ok() && v.status().code() == StatusCode::kResourceExhausted && impl_->ssd) {
       // The pool is full of objects waiting for SSD writeback: wait for it
@@ -1308,6 +1323,12 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
     if (Status st = impl_->CopyAndWait(*inst, /*to_device=*/false, ops); !st.ok()) {
       impl_->dram->AbortAssembly(*v);
       return st;
+    }
+    // This call's slots' payload CRCs, from the pool copy (what SSD gets).
+    for (const SlotLayout* s : slots) {
+      const SegmentPos& seg = shape.segments[s->slot_id];
+      SetSegmentCrc({v->data, shape.header_bytes}, s->slot_id,
+                    Crc32c({v->data + seg.offset, seg.size}));
     }
     impl_->bytes_publish->Inc(copied);
     const bool ssd_on = impl_->ssd != nullptr;
@@ -1538,7 +1559,7 @@ Result<RestoreId> Manager::StartRestore(SessionId session, const RestoreRequest&
   for (size_t i = 0; i < dram_blocks.size(); ++i) {
     const RestoreBlock& b = dram_blocks[i];
     st[i] = impl_->ObjectToPages(*inst, r->group, b.src.dram.data, b.src.dram.size, b.src.id,
-                                 b.page, &ops);
+                                 b.page, /*from_ssd=*/false, &ops);
   }
   const Status copied = impl_->CopyAndWait(*inst, /*to_device=*/true, ops);
   for (size_t i = 0; i < dram_blocks.size(); ++i) {
@@ -1609,6 +1630,7 @@ Result<uint32_t> Manager::Prepare(SessionId session, const PrepareRequest& req) 
   }
   if (!impl_->ssd) return 0u;
   ReadJob job;
+  job.prepare_slot_bytes = inst->shapes.at(req.group_id)->slot_bytes;
   const Clock::TimePoint deadline = impl_->config.clock->Now() + std::chrono::seconds(30);
   for (const BlockKey& k : req.keys) {
     QueryBlock b;
