@@ -6,6 +6,7 @@
 #include <thread>
 
 #include <spdlog/sinks/ringbuffer_sink.h>
+#include <spdlog/spdlog.h>
 
 #include <gtest/gtest.h>
 
