@@ -325,7 +325,8 @@ class WrappedDevice : public Device {
       const DevPtr at = buffer + static_cast<uint64_t>(io->buf_offset) + corrupt->first;
       Status st = inner_->MemsetAsync(at, corrupt->second, 1, s->inner());
       if (!st.ok()) {
-        return st.WithContext(fmt::format("{} submitted, but its injected corruption was not", what));
+        return st.WithContext(
+            fmt::format("{} submitted, but its injected corruption was not", what));
       }
     }
     return Status::OK();

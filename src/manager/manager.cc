@@ -178,7 +178,7 @@ struct RestoreRec {
 struct ReadJob {
   std::shared_ptr<RestoreRec> restore;  // restore read, or
   std::vector<RestoreBlock> blocks;
-  std::vector<QueryBlock> prepare;  // prepare (warm-up) reads
+  std::vector<QueryBlock> prepare;           // prepare (warm-up) reads
   std::vector<uint64_t> prepare_slot_bytes;  // prepare: the group's shape
 };
 
@@ -1344,8 +1344,7 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
           ops.push_back({reinterpret_cast<gpu::DevPtr>(v->data + seg.offset),
                          inst->DevicePage(*s, req.pages[i]), s->bytes_per_page});
         } else {
-          const uint8_t* src =
-              inst->regions[s->region]->data() + SlotPageOffset(*s, req.pages[i]);
+          const uint8_t* src = inst->regions[s->region]->data() + SlotPageOffset(*s, req.pages[i]);
           std::memcpy(v->data + seg.offset, src, s->bytes_per_page);
         }
         const uint64_t padded = AlignUp(s->bytes_per_page, 512);
@@ -1544,9 +1543,8 @@ Result<RestoreId> Manager::StartRestore(SessionId session, const RestoreRequest&
       impl_->budget_used -= src.size;
       if (src.tier == Tier::kSsd) {
         // The restore owns the lease now: it lives until the read, not the TTL.
-        impl_->ssd->catalog()
-            .KeepUntilDone(src.lease)
-            .IgnoreError("an expired lease fails its block at submission");
+        impl_->ssd->catalog().KeepUntilDone(src.lease).IgnoreError(
+            "an expired lease fails its block at submission");
       }
       (src.tier == Tier::kDram ? dram_blocks : ssd_blocks).push_back(rb);
     }

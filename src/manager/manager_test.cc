@@ -6,8 +6,8 @@
 
 #include <cstring>
 #include <fstream>
-#include <iterator>
 #include <future>
+#include <iterator>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -538,13 +538,13 @@ TEST_F(ManagerTest, RestoreQueuedPastItsQueryTtlKeepsItsLease) {
   faults.AddRule(
       {IoOp::kRead, 1, ScriptedIoFaults::Fault::kStall, 0, false, std::chrono::milliseconds(400)});
   std::promise<Result<RestoreResult>> a_done, b_done;
-  ASSERT_TRUE(mgr->StartRestore(session, {inst, qa.query, {0}, {50}}, [&](Result<RestoreResult> r) {
-                   a_done.set_value(std::move(r));
-                 }).ok());
+  ASSERT_TRUE(mgr->StartRestore(session, {inst, qa.query, {0}, {50}},
+                                [&](Result<RestoreResult> r) { a_done.set_value(std::move(r)); })
+                  .ok());
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  ASSERT_TRUE(mgr->StartRestore(session, {inst, qb.query, {0}, {51}}, [&](Result<RestoreResult> r) {
-                   b_done.set_value(std::move(r));
-                 }).ok());
+  ASSERT_TRUE(mgr->StartRestore(session, {inst, qb.query, {0}, {51}},
+                                [&](Result<RestoreResult> r) { b_done.set_value(std::move(r)); })
+                  .ok());
   clock.Advance(std::chrono::seconds(5));
   std::this_thread::sleep_for(std::chrono::milliseconds(150));  // the reaper runs every 50 ms
   auto ar = a_done.get_future().get();

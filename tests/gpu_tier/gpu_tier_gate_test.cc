@@ -483,8 +483,7 @@ TEST_F(GpuTierGate, AutoFallbackPartWayThroughAPublishSendsTheLaterGroupsToIoUri
   EXPECT_FALSE(mgr->gauges().cufile_admitting);
   EXPECT_EQ(mgr->gauges().gpu_workers, 0u) << "a later group of the call started a cuFile worker";
   EXPECT_EQ(Counter("orbitkv_ssd_cufile_write_bytes_total"), 0);
-  EXPECT_EQ(Plain("orbitkv_bytes_total", {{"route", "writeback_ssd"}}),
-            4 * ObjectSize({8192}));
+  EXPECT_EQ(Plain("orbitkv_bytes_total", {{"route", "writeback_ssd"}}), 4 * ObjectSize({8192}));
   RestoreExact(e, 1, Range(8, 4));
 }
 
