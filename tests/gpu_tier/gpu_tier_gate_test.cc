@@ -305,7 +305,9 @@ class GpuTierGate : public ::testing::Test {
     EXPECT_EQ(r.blocks[0].status.code(), StatusCode::kCorruption) << r.blocks[0].status.ToString();
     EXPECT_NE(r.blocks[0].status.message().find(why), std::string::npos)
         << r.blocks[0].status.ToString();
-    if (untouched) EXPECT_TRUE(Untouched(e, page));
+    if (untouched) {
+      EXPECT_TRUE(Untouched(e, page));
+    }
     EXPECT_EQ(mgr->gauges().ssd_leases, 0u);
   }
 
