@@ -127,7 +127,7 @@ size_t Align4(size_t v) { return (v + 3) / 4 * 4; }
 }  // namespace
 
 size_t AnsMaxEncodedSize(const SegmentInfo&, size_t raw_bytes) {
-  return kPrefixBytes + raw_bytes;  // the stored fallback bounds every frame
+  return kFramePrefixBytes + raw_bytes;  // the stored fallback bounds every frame
 }
 
 Result<size_t> AnsEncode(const SegmentInfo& info, std::span<const uint8_t> raw,
@@ -153,11 +153,11 @@ Result<size_t> AnsEncode(const SegmentInfo& info, std::span<const uint8_t> raw,
     for (const EncodedPlane& c : coded) size += Align4(c.data.size());
   }
   uint8_t* o = out.data();
-  if (size >= kPrefixBytes + raw.size()) {
+  if (size >= kFramePrefixBytes + raw.size()) {
     WritePrefix(o, CodecId::kAns, info.dtype, kFrameFlagStored, raw.size(),
-                kPrefixBytes + raw.size(), chunk);
-    std::copy(raw.begin(), raw.end(), o + kPrefixBytes);
-    return kPrefixBytes + raw.size();
+                kFramePrefixBytes + raw.size(), chunk);
+    std::copy(raw.begin(), raw.end(), o + kFramePrefixBytes);
+    return kFramePrefixBytes + raw.size();
   }
   WritePrefix(o, CodecId::kAns, info.dtype, 0, raw.size(), size, chunk);
   o[kAnsPlanesOffset] = static_cast<uint8_t>(planes);
@@ -254,8 +254,8 @@ Status DecodeWith(AnsChunkDecoder decode, const FrameInfo& fi, std::span<const u
                   std::span<uint8_t> out) {
   const uint8_t* f = frame.data();
   if (fi.flags & kFrameFlagStored) {
-    if (fi.frame_size != kPrefixBytes + fi.decoded_size) return Bad("stored size mismatch");
-    std::copy(f + kPrefixBytes, f + fi.frame_size, out.data());
+    if (fi.frame_size != kFramePrefixBytes + fi.decoded_size) return Bad("stored size mismatch");
+    std::copy(f + kFramePrefixBytes, f + fi.frame_size, out.data());
     return Status::OK();
   }
   if (frame.size() < kAnsHeaderBytes) return Bad("shorter than its header");

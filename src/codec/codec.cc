@@ -105,7 +105,7 @@ Result<size_t> Encode(CodecId id, const SegmentInfo& info, std::span<const uint8
       n = Status::InvalidArgument("codec: unknown codec id");
   }
   if (!n.ok()) return n;
-  Store32(out.data() + kPrefixCrc, FrameCrc(out.first(*n)));
+  Store32(out.data() + kFrameCrcOffset, FrameCrc(out.first(*n)));
   return n;
 }
 
@@ -120,7 +120,7 @@ void WritePrefix(uint8_t* out, CodecId id, DType dtype, uint8_t flags, uint64_t 
   Store64(out + kPrefixDecodedSize, decoded_size);
   Store64(out + kPrefixFrameSize, frame_size);
   Store32(out + kPrefixParam, param);
-  Store32(out + kPrefixCrc, 0);
+  Store32(out + kFrameCrcOffset, 0);
 }
 }  // namespace internal
 
@@ -150,7 +150,7 @@ Result<FrameInfo> ParseFrame(std::span<const uint8_t> frame) {
   fi.decoded_size = Load64(p + kPrefixDecodedSize);
   fi.frame_size = Load64(p + kPrefixFrameSize);
   fi.param = Load32(p + kPrefixParam);
-  fi.crc = Load32(p + kPrefixCrc);
+  fi.crc = Load32(p + kFrameCrcOffset);
   if (fi.frame_size != frame.size()) {
     return Status::Corruption("codec frame: frame size field " + std::to_string(fi.frame_size) +
                               " but " + std::to_string(frame.size()) + " bytes given");

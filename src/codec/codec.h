@@ -24,6 +24,7 @@
 #include <span>
 #include <string_view>
 
+#include "codec/frame_layout.h"  // kFramePrefixBytes, kFrameMagic, ...
 #include "orbitkv/status.h"
 
 namespace orbitkv::codec {
@@ -45,11 +46,6 @@ enum class DType : uint8_t { kBf16 = 1, kFp16 = 2, kFp8E4m3fn = 3 };
 inline constexpr uint8_t kAnsFormatVersion = 1;
 inline constexpr uint8_t kFp8FormatVersion = 1;
 inline constexpr uint8_t kTurboQuantFormatVersion = 1;
-
-inline constexpr size_t kFramePrefixBytes = 32;
-inline constexpr size_t kFrameCrcOffset = 28;
-inline constexpr uint32_t kFrameMagic = 0x43564b4fu;  // "OKVC" read little-endian
-inline constexpr uint8_t kFrameFlagStored = 1;
 
 // "none", "ans", "fp8", "turboquant-4", "turboquant-3" (the --storage-codec names).
 std::string_view CodecName(CodecId id);

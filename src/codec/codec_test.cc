@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "codec/codec_test_util.h"
+#include "codec/crc32c_parallel.h"
 
 namespace orbitkv::codec {
 namespace {
@@ -32,6 +33,27 @@ TEST(Crc32cTest, StandardCheckValueAndChaining) {
   EXPECT_EQ(Crc32c(b), 0xe3069283u);  // the CRC-32C check value
   EXPECT_EQ(Crc32c(b.subspan(4), Crc32c(b.first(4))), 0xe3069283u);
   EXPECT_EQ(Crc32c({}), 0u);
+}
+
+// The piecewise CRC of the CUDA decoder (crc32c_parallel.h) against ISA-L.
+TEST(Crc32cTest, PiecewiseCombinationMatchesIsal) {
+  const Crc32cTables t = MakeCrc32cTables();
+  const auto data = testing::RandomBytes(10000, 3);
+  for (size_t piece : {1, 7, 1024, 4096, 10000}) {
+    uint32_t acc = 0;
+    for (size_t start = 0; start < data.size(); start += piece) {
+      const size_t end = std::min(data.size(), start + piece);
+      uint32_t reg = start == 0 ? 0xffffffffu : 0;
+      size_t i = start;
+      for (; i + 4 <= end && piece % 4 == 0; i += 4)
+        reg = Crc32cWord(t.slice, reg, Load32(&data[i]));
+      for (; i < end; ++i) reg = Crc32cByte(t.slice, reg, data[i]);
+      acc ^= Crc32cShift(t, reg, data.size() - end);
+    }
+    EXPECT_EQ(~acc, Crc32c(data)) << piece;
+    EXPECT_EQ(~(Crc32cShift(t, 0xffffffffu, 5) ^ Crc32cShift(t, 0, 0)),
+              Crc32c(std::vector<uint8_t>(5, 0)));
+  }
 }
 
 class EveryCodecTest : public ::testing::TestWithParam<CodecId> {};
@@ -143,7 +165,7 @@ TEST(CodecFrameTest, PrefixErrorsNameTheirCause) {
   ResealFrame(bad);
   EXPECT_EQ(Decode(bad, out).code(), StatusCode::kCorruption);
   bad = frame;
-  bad[kPrefixCrc] ^= 1;
+  bad[kFrameCrcOffset] ^= 1;
   EXPECT_NE(Decode(bad, out).ToString().find("CRC32C"), std::string::npos);
 
   EXPECT_NE(Decode(frame, out, CodecId::kFp8).ToString().find("where fp8 was expected"),

@@ -42,7 +42,7 @@ inline std::vector<uint8_t> RandomBytes(size_t n, uint64_t seed) {
 // Rewrites the frame's CRC so that a deliberately altered frame reaches the
 // codec's own checks.
 inline void ResealFrame(std::vector<uint8_t>& frame) {
-  if (frame.size() >= kFramePrefixBytes) Store32(frame.data() + kPrefixCrc, FrameCrc(frame));
+  if (frame.size() >= kFramePrefixBytes) Store32(frame.data() + kFrameCrcOffset, FrameCrc(frame));
 }
 
 inline std::vector<uint8_t> EncodeOrDie(CodecId id, const SegmentInfo& info,

@@ -27,7 +27,11 @@ OKV_HD void Store64(uint8_t* p, uint64_t v) {
   Store32(p + 4, static_cast<uint32_t>(v >> 32));
 }
 
-// Prefix field offsets (codec.h documents them).
+// The prefix (codec.h documents it).
+inline constexpr uint32_t kFramePrefixBytes = 32;
+inline constexpr uint32_t kFrameCrcOffset = 28;
+inline constexpr uint32_t kFrameMagic = 0x43564b4fu;  // "OKVC" read little-endian
+inline constexpr uint8_t kFrameFlagStored = 1;
 inline constexpr uint32_t kPrefixCodec = 4;
 inline constexpr uint32_t kPrefixVersion = 5;
 inline constexpr uint32_t kPrefixDType = 6;
@@ -35,8 +39,6 @@ inline constexpr uint32_t kPrefixFlags = 7;
 inline constexpr uint32_t kPrefixDecodedSize = 8;
 inline constexpr uint32_t kPrefixFrameSize = 16;
 inline constexpr uint32_t kPrefixParam = 24;
-inline constexpr uint32_t kPrefixCrc = 28;
-inline constexpr uint32_t kPrefixBytes = 32;
 
 // ---- ans (version 1) --------------------------------------------------------
 // One byte plane per element byte (plane p holds byte p of every element:

@@ -98,8 +98,15 @@ void Fwht(float* v, uint32_t d) {
   }
 }
 
-void ApplySigns(float* v, uint32_t d, uint64_t seed, uint32_t round) {
-  for (uint32_t k = 0; k < d; ++k) v[k] = FlipSign(v[k], TurboQuantSignNegative(seed, round, k));
+// The sign bits of one round, hashed once per frame.
+std::vector<uint8_t> Signs(uint32_t d, uint64_t seed, uint32_t round) {
+  std::vector<uint8_t> neg(d);
+  for (uint32_t k = 0; k < d; ++k) neg[k] = TurboQuantSignNegative(seed, round, k);
+  return neg;
+}
+
+void ApplySigns(float* v, const std::vector<uint8_t>& neg) {
+  for (size_t k = 0; k < neg.size(); ++k) v[k] = FlipSign(v[k], neg[k] != 0);
 }
 
 size_t FrameSize(uint32_t bits, uint64_t vectors, uint32_t dim) {
@@ -161,6 +168,8 @@ Result<size_t> TurboQuantEncode(uint32_t bits, const SegmentInfo& info,
   const size_t vec_bytes = size_t{d} * bits / 8;
   std::fill(packed, packed + vectors * vec_bytes, 0);
   const float inv_d = 1.0f / static_cast<float>(d);
+  const std::vector<uint8_t> neg0 = Signs(d, options.turboquant_seed, 0);
+  const std::vector<uint8_t> neg1 = Signs(d, options.turboquant_seed, 1);
   std::vector<float> v(d);
   for (uint64_t n = 0; n < vectors; ++n) {
     const uint8_t* x = raw.data() + n * d * 2;
@@ -174,9 +183,9 @@ Result<size_t> TurboQuantEncode(uint32_t bits, const SegmentInfo& info,
     Store32(norms + 4 * n, FloatToBits(norm));
     const bool scale = norm > 0 && std::isfinite(norm);
     for (uint32_t k = 0; k < d; ++k) v[k] = scale ? v[k] / norm : 0.0f;
-    ApplySigns(v.data(), d, options.turboquant_seed, 0);
+    ApplySigns(v.data(), neg0);
     Fwht(v.data(), d);
-    ApplySigns(v.data(), d, options.turboquant_seed, 1);
+    ApplySigns(v.data(), neg1);
     Fwht(v.data(), d);
     uint8_t* dst = packed + n * vec_bytes;
     for (uint32_t k = 0; k < d; ++k) {
@@ -217,6 +226,8 @@ Status TurboQuantDecode(uint32_t bits, const FrameInfo& fi, std::span<const uint
   const bool bf16 = fi.dtype == DType::kBf16;
   const float inv_d = 1.0f / static_cast<float>(d);
   const uint32_t mask = levels - 1;
+  const std::vector<uint8_t> neg0 = Signs(d, seed, 0);
+  const std::vector<uint8_t> neg1 = Signs(d, seed, 1);
   std::vector<float> v(d);
   for (uint64_t n = 0; n < vectors; ++n) {
     const uint8_t* src = packed + n * vec_bytes;
@@ -227,12 +238,12 @@ Status TurboQuantDecode(uint32_t bits, const FrameInfo& fi, std::span<const uint
       v[k] = c[(word >> (bit % 8)) & mask];
     }
     Fwht(v.data(), d);
-    ApplySigns(v.data(), d, seed, 1);
+    ApplySigns(v.data(), neg1);
     Fwht(v.data(), d);
     const float norm = BitsToFloat(Load32(norms + 4 * n));
     uint8_t* dst = out.data() + n * d * 2;
     for (uint32_t k = 0; k < d; ++k) {
-      const float u = FlipSign(v[k], TurboQuantSignNegative(seed, 0, k)) * inv_d;
+      const float u = FlipSign(v[k], neg0[k] != 0) * inv_d;
       Store16(dst + 2 * k, FloatToHalf16(u * norm, bf16));
     }
   }

@@ -1,0 +1,57 @@
+// CudaDecoder: decodes codec frames (codec/codec.h) that are already in GPU
+// memory straight into GPU pages, giving the CPU decoder's bytes. For each
+// frame it first checks the prefix against what the caller expects (codec,
+// frame size, decoded size) and the CRC32C on the GPU; a frame that fails
+// there is not written at all. A frame whose codec header or streams are
+// malformed past that point fails with Corruption and its output bytes are
+// unspecified: callers fail the block (the engine recomputes it).
+// One decoder per stream at a time: DecodeAsync then Finish; not thread-safe.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "codec/codec.h"
+#include "orbitkv/status.h"
+
+namespace orbitkv::codec {
+
+// One frame in device memory and its destination. Both 16-byte aligned.
+struct DeviceFrame {
+  const uint8_t* frame = nullptr;  // input, device
+  uint64_t frame_size = 0;         // input: the encoded segment size (object format)
+  uint8_t* out = nullptr;          // output, device
+  uint64_t out_size = 0;           // input: the decoded segment size
+};
+
+class CudaDecoder {
+ public:
+  // Device scratch for up to max_frames frames per call, on the current
+  // device. Unavailable without a usable GPU.
+  static Result<std::unique_ptr<CudaDecoder>> Create(uint32_t max_frames);
+  ~CudaDecoder();
+  CudaDecoder(const CudaDecoder&) = delete;
+  CudaDecoder& operator=(const CudaDecoder&) = delete;
+
+  // Enqueues the check and decode of `frames`, all of codec `codec` (and, for
+  // TurboQuant, of head vectors of `head_dim`) on `stream`. The frames and
+  // outputs must stay valid until Finish returns. InvalidArgument for
+  // misaligned pointers, more than max_frames frames or kNone.
+  Status DecodeAsync(CodecId codec, std::span<const DeviceFrame> frames, uint32_t head_dim,
+                     cudaStream_t stream);
+
+  // Waits for the stream and returns one Status per frame of the last
+  // DecodeAsync (Corruption naming the cause); a CUDA failure as the Status.
+  Result<std::vector<Status>> Finish(cudaStream_t stream);
+
+ private:
+  struct Buffers;
+  explicit CudaDecoder(std::unique_ptr<Buffers> b);
+  std::unique_ptr<Buffers> b_;
+};
+
+}  // namespace orbitkv::codec
