@@ -67,6 +67,10 @@ inline int Run(CodecId codec, const uint8_t* data, size_t size) {
   std::vector<uint8_t> out(fi->decoded_size, 0xa5);
   const Status st = Decode(frame, out, codec);
   Check(st.ok() || st.code() == StatusCode::kCorruption);
+  if (fi->codec != codec) {
+    Check(st.code() == StatusCode::kCorruption);  // the codec byte was the mutation
+    return 0;
+  }
   if (codec == CodecId::kAns) {
     std::vector<uint8_t> scalar(fi->decoded_size, 0xa5);
     const Status sst = internal::AnsDecodeScalar(*fi, frame, scalar);

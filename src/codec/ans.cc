@@ -60,26 +60,37 @@ struct EncodedPlane {
   std::vector<uint8_t> data;
 };
 
+// floor(x / f) = (x * Reciprocal(f)) >> 44 for every x < 2^32 and f <= 4096:
+// the reciprocal overshoots 2^44 / f by at most 1, so the quotient gains less
+// than x / 2^44 < 2^-12 <= 1 / f, too little to reach the next integer.
+uint64_t Reciprocal(uint32_t f) { return f == 0 ? 0 : (uint64_t{1} << 44) / f + 1; }
+
 void EncodeChunk(const uint8_t* sym, uint32_t n, const std::array<uint16_t, 256>& freq,
-                 const std::array<uint32_t, 256>& cum, std::vector<uint16_t>& words,
-                 std::vector<uint8_t>& data) {
+                 const std::array<uint32_t, 256>& cum, const std::array<uint64_t, 256>& rcp,
+                 std::vector<uint16_t>& words, std::vector<uint8_t>& data) {
   uint32_t state[kAnsLanes];
   std::fill(state, state + kAnsLanes, kAnsStateLow);
-  words.clear();
+  // At most one word per symbol; written branch-free (renormalisation is a
+  // coin flip on incompressible planes).
+  words.resize(n);
+  size_t nw = 0;
   const uint32_t steps = (n + kAnsLanes - 1) / kAnsLanes;
   for (uint32_t t = steps; t-- > 0;) {
-    for (uint32_t j = kAnsLanes; j-- > 0;) {
-      const uint32_t i = t * kAnsLanes + j;
-      if (i >= n) continue;
-      const uint32_t f = freq[sym[i]];
+    const uint32_t lanes = std::min(kAnsLanes, n - t * kAnsLanes);
+    for (uint32_t j = lanes; j-- > 0;) {
+      const uint8_t s = sym[t * kAnsLanes + j];
+      const uint32_t f = freq[s];
       uint32_t x = state[j];
-      if (uint64_t{x} >= (uint64_t{f} << (32 - kAnsProbBits))) {
-        words.push_back(static_cast<uint16_t>(x));
-        x >>= 16;
-      }
-      state[j] = ((x / f) << kAnsProbBits) + (x % f) + cum[sym[i]];
+      const bool renorm = uint64_t{x} >= (uint64_t{f} << (32 - kAnsProbBits));
+      words[nw] = static_cast<uint16_t>(x);
+      nw += renorm;
+      x = renorm ? x >> 16 : x;
+      // (x / f) * 4096 + x % f + cum, without the division.
+      const uint32_t q = static_cast<uint32_t>((static_cast<unsigned __int128>(x) * rcp[s]) >> 44);
+      state[j] = x + cum[s] + q * (kAnsProbScale - f);
     }
   }
+  words.resize(nw);
   const size_t start = data.size();
   const size_t bytes = kAnsStatesBytes + 2 * words.size();
   data.resize(start + (bytes + 3) / 4 * 4, 0);
@@ -98,6 +109,8 @@ EncodedPlane EncodePlane(const std::vector<uint8_t>& sym, uint32_t chunk, uint32
   const std::array<uint16_t, 256> freq = NormalizeFrequencies(count, n);
   std::array<uint32_t, 256> cum{};
   for (int s = 1; s < 256; ++s) cum[s] = cum[s - 1] + freq[s - 1];
+  std::array<uint64_t, 256> rcp{};
+  for (int s = 0; s < 256; ++s) rcp[s] = Reciprocal(freq[s]);
 
   plane.table.resize(kAnsFreqTableBytes + 4 * size_t{chunks});
   for (int s = 0; s < 256; ++s) Store16(plane.table.data() + 2 * s, freq[s]);
@@ -106,7 +119,7 @@ EncodedPlane EncodePlane(const std::vector<uint8_t>& sym, uint32_t chunk, uint32
   for (uint32_t c = 0; c < chunks; ++c) {
     const uint64_t first = uint64_t{c} * chunk;
     const uint32_t len = static_cast<uint32_t>(std::min<uint64_t>(chunk, n - first));
-    EncodeChunk(sym.data() + first, len, freq, cum, words, plane.data);
+    EncodeChunk(sym.data() + first, len, freq, cum, rcp, words, plane.data);
     Store32(plane.table.data() + kAnsFreqTableBytes + 4 * c,
             static_cast<uint32_t>(plane.data.size()));
     // Incompressible: stop as soon as the coded plane cannot win.
@@ -294,8 +307,9 @@ Status DecodeWith(AnsChunkDecoder decode, const FrameInfo& fi, std::span<const u
       }
       const uint32_t begin = c == 0 ? 0 : Load32(v.chunk_end + 4 * (c - 1));
       const uint32_t end = Load32(v.chunk_end + 4 * c);
-      if (end > v.data_size || begin > end || end - begin < kAnsStatesBytes ||
-          (end - begin) % 4 != 0) {
+      // Aligned ends, as the CUDA decoder needs them.
+      if (end > v.data_size || begin > end || end - begin < kAnsStatesBytes || begin % 4 != 0 ||
+          end % 4 != 0) {
         return Bad("plane " + std::to_string(p) + " chunk " + std::to_string(c) +
                    ": stream bounds out of the plane");
       }

@@ -245,8 +245,10 @@ __global__ void __launch_bounds__(kAnsWarps * 32)
       const uint8_t* ends = p + pl.table_off + kAnsFreqTableBytes;
       const uint32_t begin = c == 0 ? 0 : Load32(ends + 4 * (c - 1));
       const uint32_t end = Load32(ends + 4 * c);
-      if (end > pl.data_size || begin > end || end - begin < kAnsStatesBytes ||
-          (end - begin) % 4 != 0) {
+      // Aligned ends: the lane states are read as u32 (a misaligned load
+      // would poison the CUDA context).
+      if (end > pl.data_size || begin > end || end - begin < kAnsStatesBytes || begin % 4 != 0 ||
+          end % 4 != 0) {
         bounds_ok = false;
         break;
       }

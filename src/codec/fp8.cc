@@ -67,6 +67,7 @@ Status Fp8Decode(const FrameInfo& fi, std::span<const uint8_t> frame, std::span<
   }
   const bool bf16 = fi.dtype == DType::kBf16;
   const uint64_t elems = fi.decoded_size / 2;
+  if (elems > fi.frame_size) return Status::Corruption("fp8 frame: more elements than bytes");
   const uint64_t groups = Groups(elems, fi.param);
   if (fi.frame_size != kFp8ScalesOffset + 4 * groups + elems) {
     return Status::Corruption("fp8 frame: size does not match its element and group counts");

@@ -195,6 +195,19 @@ TEST_P(CodecCudaMatrixTest, CorruptFramesFailAsOnTheCpu) {
     sealed.push_back({bad, raw.size()});
   }
   EXPECT_GT(ExpectSameAsCpu(p.codec, sealed, p.head_dim), 0);
+  if (p.codec == CodecId::kAns) {
+    // Chunk 1 moved by 2 bytes, its size kept: a misaligned u32 load of its
+    // lane states would poison the CUDA context; it must be Corruption.
+    auto shifted = good;
+    const uint8_t* d = shifted.data() + kAnsPlaneDescOffset + kAnsPlaneDescBytes;
+    ASSERT_EQ(d[0], kAnsPlaneRans);
+    uint8_t* ends = shifted.data() + Load32(d + 12) + kAnsFreqTableBytes;
+    ASSERT_GE(Load32(shifted.data() + kAnsChunksOffset), 3u);
+    Store32(ends, Load32(ends) + 2);
+    Store32(ends + 4, Load32(ends + 4) + 2);
+    ResealFrame(shifted);
+    EXPECT_EQ(ExpectSameAsCpu(p.codec, {{shifted, raw.size()}}, p.head_dim), 1);
+  }
   // Sizes that disagree with the caller's: refused before any write.
   std::vector<Case> one = {{good, raw.size()}};
   DeviceBatch batch(one);
