@@ -32,12 +32,18 @@ OKV_HD uint32_t FloatToBits(float f) {
   return u;
 }
 
+// The one NaN the 16-bit conversions give (all bits set, in bf16 and fp16
+// alike): PyTorch's result for an e4m3fn NaN, and one pattern whatever NaN
+// payload the arithmetic produced (the GPU's differ from the CPU's), so the
+// CPU and CUDA decoders give the same bytes.
+inline constexpr uint16_t kHalf16Nan = 0xffff;
+
 OKV_HD float Bf16ToFloat(uint16_t h) { return BitsToFloat(uint32_t{h} << 16); }
 
-// NaN stays NaN (quiet, sign kept); everything else rounds to nearest even.
+// Every NaN becomes kHalf16Nan; everything else rounds to nearest even.
 OKV_HD uint16_t FloatToBf16(float f) {
   uint32_t u = FloatToBits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return kHalf16Nan;
   u += 0x7fffu + ((u >> 16) & 1u);
   return static_cast<uint16_t>(u >> 16);
 }
@@ -53,12 +59,12 @@ OKV_HD float Fp16ToFloat(uint16_t h) {
   return BitsToFloat(sign | FloatToBits(mag));
 }
 
-// Overflow gives Inf; NaN stays NaN (quiet, sign kept).
+// Overflow gives Inf; every NaN becomes kHalf16Nan.
 OKV_HD uint16_t FloatToFp16(float f) {
   const uint32_t u = FloatToBits(f);
   const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
   const uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
+  if (a > 0x7f800000u) return kHalf16Nan;
   if (a >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to >= 65536
   if (a < 0x38800000u) {
     // Below the smallest normal 2^-14: adding 0.5 (ulp 2^-24 there) rounds the

@@ -162,6 +162,23 @@ TEST(Fp8Test, SpecialValues) {
   EXPECT_EQ(zout, zeros);
 }
 
+// The GPU's NaN payloads differ from the CPU's (a NaN scale, a NaN
+// element): every decoded NaN must be the one pattern, or the CPU and CUDA
+// decoders give different bytes for the same frame.
+TEST(Fp8Test, AnyNanDecodesToTheOneNanPattern) {
+  std::vector<uint8_t> raw(2 * 64);
+  for (size_t i = 0; i < 64; ++i) Store16(raw.data() + 2 * i, FloatToBf16(float(i) - 20.0f));
+  auto frame = EncodeOrDie(CodecId::kFp8, {DType::kBf16, 32}, raw);
+  Store32(frame.data() + kFp8ScalesOffset, 0x7fa00001u);      // group 0: a signalling-NaN scale
+  Store32(frame.data() + kFp8ScalesOffset + 4, 0xffc12345u);  // group 1: a negative NaN scale
+  ResealFrame(frame);
+  std::vector<uint8_t> out(raw.size());
+  ASSERT_TRUE(Decode(frame, out).ok());
+  for (size_t i = 0; i < 64; ++i) EXPECT_EQ(Load16(out.data() + 2 * i), kHalf16Nan) << i;
+  EXPECT_EQ(FloatToFp16(BitsToFloat(0x7f800001u)), kHalf16Nan);
+  EXPECT_EQ(FloatToBf16(BitsToFloat(0x7fc00000u)), kHalf16Nan);
+}
+
 TEST(Fp8Test, RejectsFp8InputAndMalformedFrames) {
   std::vector<uint8_t> raw(256), out(1024);
   EXPECT_EQ(Encode(CodecId::kFp8, {DType::kFp8E4m3fn, 128}, raw, out).status().code(),
