@@ -6,6 +6,8 @@
 // malformed past that point fails with Corruption and its output bytes are
 // unspecified: callers fail the block (the engine recomputes it).
 // One decoder per stream at a time: DecodeAsync then Finish; not thread-safe.
+// CudaEncoder writes fp8 and TurboQuant frames on the GPU that are byte for
+// byte the CPU encoder's (ans encodes on the CPU only).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -51,6 +53,40 @@ class CudaDecoder {
  private:
   struct Buffers;
   explicit CudaDecoder(std::unique_ptr<Buffers> b);
+  std::unique_ptr<Buffers> b_;
+};
+
+// One raw segment in device memory and its frame buffer. Both 16-byte aligned.
+struct DeviceSegment {
+  const uint8_t* raw = nullptr;  // input, device: bf16/fp16 elements
+  uint64_t raw_size = 0;         // input
+  uint8_t* frame = nullptr;      // output, device: MaxEncodedSize(codec, info, raw_size) bytes,
+                                 // exactly the frame's size for fp8 and TurboQuant
+  uint64_t frame_capacity = 0;   // input
+};
+
+class CudaEncoder {
+ public:
+  // Scratch for up to max_segments segments per call; Unavailable without a GPU.
+  static Result<std::unique_ptr<CudaEncoder>> Create(uint32_t max_segments);
+  ~CudaEncoder();
+  CudaEncoder(const CudaEncoder&) = delete;
+  CudaEncoder& operator=(const CudaEncoder&) = delete;
+
+  // Enqueues the encoding of `segments` (all of `info`) on `stream`: the
+  // frames the CPU's Encode(codec, info, raw, ..., options) gives.
+  // InvalidArgument for shapes Encode refuses, small or misaligned buffers,
+  // more than max_segments; Unavailable for ans and none (encode those on
+  // the CPU). Buffers stay valid until Finish returns.
+  Status EncodeAsync(CodecId codec, const SegmentInfo& info,
+                     std::span<const DeviceSegment> segments, cudaStream_t stream,
+                     const EncodeOptions& options = {});
+  // Waits for the stream; the frames are complete when it returns OK.
+  Status Finish(cudaStream_t stream);
+
+ private:
+  struct Buffers;
+  explicit CudaEncoder(std::unique_ptr<Buffers> b);
   std::unique_ptr<Buffers> b_;
 };
 

@@ -43,6 +43,12 @@ Result<size_t> TurboQuantEncode(uint32_t bits, const SegmentInfo& info,
 // (the paper's D_mse for unit vectors). Deterministic; cached per (dim, bits).
 const std::vector<float>& TurboQuantCodebook(uint32_t dim, uint32_t bits);
 double TurboQuantCodebookDistortion(uint32_t dim, uint32_t bits);
+// The GPU encoder's halves of TurboQuantEncode: the shape checks, and the
+// header (prefix with CRC zero, TurboQuant fields, codebook) written to o;
+// returns the header's size (where the norms start).
+Status TurboQuantCheckShape(const SegmentInfo& info, uint64_t raw_bytes);
+size_t WriteTurboQuantHeader(uint32_t bits, const SegmentInfo& info, uint64_t raw_bytes,
+                             uint64_t seed, uint8_t* o);
 Status TurboQuantDecode(uint32_t bits, const FrameInfo& fi, std::span<const uint8_t> frame,
                         std::span<uint8_t> out);
 

@@ -418,12 +418,160 @@ __global__ void __launch_bounds__(kTqWarps * 32)
   }
 }
 
+// ---- GPU encoders (fp8, TurboQuant) -----------------------------------------
+
+// One warp per group: amax over the finite magnitudes (a max is exact in any
+// order), the scale, then e4m3fn(x / scale), as fp8.cc.
+__global__ void Fp8EncodeKernel(bool bf16, uint32_t group, const KernelSegment* segments) {
+  const KernelSegment s = segments[blockIdx.y];
+  const uint64_t elems = s.raw_size / 2;
+  const uint64_t groups = (elems + group - 1) / group;
+  const uint16_t* raw = reinterpret_cast<const uint16_t*>(s.raw);
+  uint8_t* scales = s.frame + kFp8ScalesOffset;
+  uint8_t* payload = scales + 4 * groups;
+  const uint32_t lane = threadIdx.x & 31;
+  const uint64_t warps = uint64_t{gridDim.x} * (blockDim.x / 32);
+  for (uint64_t g = uint64_t{blockIdx.x} * (blockDim.x / 32) + threadIdx.x / 32; g < groups;
+       g += warps) {
+    const uint64_t first = g * group, last = min(elems, first + group);
+    float amax = 0.0f;
+    for (uint64_t i = first + lane; i < last; i += 32) {
+      const float a = fabsf(Half16ToFloat(raw[i], bf16));
+      if (a <= 3.402823466e38f) amax = fmaxf(amax, a);
+    }
+    for (int off = 16; off > 0; off /= 2)
+      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+    const float scale = fmaxf(amax / kE4m3fnMax, 1.175494351e-38f);  // FLT_MIN
+    if (lane == 0) reinterpret_cast<uint32_t*>(scales)[g] = FloatToBits(scale);
+    for (uint64_t i = first + lane; i < last; i += 32) {
+      payload[i] = ScaledToE4m3fn(Half16ToFloat(raw[i], bf16), scale);
+    }
+  }
+}
+
+// One warp per vector, lane l holding coordinates l*R .. l*R+R-1: the norm
+// summed in double in coordinate order by lane 0 (the CPU's order), then the
+// CPU's rotation and nearest-centroid indices, packed by byte.
+template <int R>
+__global__ void __launch_bounds__(kTqWarps * 32)
+    TurboQuantEncodeKernel(uint32_t bits, bool bf16, uint64_t seed, const float* codebook,
+                           const KernelSegment* segments) {
+  constexpr uint32_t d = 32 * R;
+  __shared__ float vals[kTqWarps][d];
+  __shared__ uint8_t idx[kTqWarps][d];
+  __shared__ float bound[15];
+  const uint32_t levels = 1u << bits;
+  if (threadIdx.x + 1 < levels)
+    bound[threadIdx.x] = (codebook[threadIdx.x] + codebook[threadIdx.x + 1]) * 0.5f;
+  __syncthreads();
+  const KernelSegment s = segments[blockIdx.y];
+  const uint64_t vectors = s.raw_size / 2 / d;
+  const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x / 32;
+  bool neg0[R], neg1[R];
+  for (int r = 0; r < R; ++r) {
+    neg0[r] = TurboQuantSignNegative(seed, 0, lane * R + r);
+    neg1[r] = TurboQuantSignNegative(seed, 1, lane * R + r);
+  }
+  uint8_t* norms = s.frame + kTqCodebookOffset + 4 * levels;
+  uint8_t* packed = norms + 4 * vectors;
+  const uint32_t vec_bytes = d * bits / 8;
+  const float inv_d = 1.0f / static_cast<float>(d);
+  const uint16_t* raw = reinterpret_cast<const uint16_t*>(s.raw);
+  for (uint64_t n = uint64_t{blockIdx.x} * kTqWarps + warp; n < vectors;
+       n += uint64_t{gridDim.x} * kTqWarps) {
+    float v[R];
+    for (int r = 0; r < R; ++r) {
+      v[r] = Half16ToFloat(raw[n * d + lane * R + r], bf16);
+      vals[warp][lane * R + r] = v[r];
+    }
+    __syncwarp();
+    float norm = 0.0f;
+    if (lane == 0) {
+      double ss = 0;
+      for (uint32_t k = 0; k < d; ++k) ss += double(vals[warp][k]) * double(vals[warp][k]);
+      norm = static_cast<float>(sqrt(ss));
+      if (!isfinite(norm)) norm = BitsToFloat(0x7fc00000u);  // std::numeric_limits quiet_NaN
+      reinterpret_cast<uint32_t*>(norms)[n] = FloatToBits(norm);
+    }
+    norm = __shfl_sync(0xffffffffu, norm, 0);
+    const bool scaled = norm > 0 && isfinite(norm);
+    for (int r = 0; r < R; ++r) v[r] = FlipSign(scaled ? v[r] / norm : 0.0f, neg0[r]);
+    WarpFwht<R>(v, lane);
+    for (int r = 0; r < R; ++r) v[r] = FlipSign(v[r], neg1[r]);
+    WarpFwht<R>(v, lane);
+    for (int r = 0; r < R; ++r) {
+      const float y = v[r] * inv_d;
+      uint32_t q = 0;
+      for (uint32_t k = 0; k + 1 < levels; ++k) q += y > bound[k] ? 1 : 0;
+      idx[warp][lane * R + r] = static_cast<uint8_t>(q);
+    }
+    __syncwarp();
+    // Byte j holds bits [8j, 8j + 8) of the vector's little-endian bit string.
+    for (uint32_t j = lane; j < vec_bytes; j += 32) {
+      uint32_t byte = 0;
+      for (uint32_t k = 8 * j / bits; k <= (8 * j + 7) / bits && k < d; ++k) {
+        const int shift = static_cast<int>(k * bits) - static_cast<int>(8 * j);
+        byte |= shift >= 0 ? uint32_t{idx[warp][k]} << shift : uint32_t{idx[warp][k]} >> -shift;
+      }
+      packed[n * vec_bytes + j] = static_cast<uint8_t>(byte);
+    }
+    __syncwarp();
+  }
+}
+
+__global__ void StoreCrcKernel(const KernelSegment* segments, uint32_t count,
+                               const uint32_t* crc_acc) {
+  const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < count) reinterpret_cast<uint32_t*>(segments[i].frame)[kFrameCrcOffset / 4] = ~crc_acc[i];
+}
+
 uint32_t GridX(uint64_t work_units, uint64_t per_block) {
   const uint64_t blocks = (work_units + per_block - 1) / per_block;
   return static_cast<uint32_t>(blocks < 1 ? 1 : (blocks > 65535 ? 65535 : blocks));
 }
 
 }  // namespace
+
+cudaError_t LaunchEncode(uint8_t codec, bool bf16, uint32_t head_dim, uint64_t seed,
+                         const float* codebook, const KernelSegment* segments,
+                         const KernelFrame* frames_for_crc, uint32_t count, uint64_t max_raw_size,
+                         uint64_t max_frame_size, const Crc32cTables* tables, uint32_t* crc_acc,
+                         cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  if (count > 65535) return cudaErrorInvalidValue;
+  const uint64_t vectors = max_raw_size / (2 * uint64_t{head_dim});
+  if (codec == kCodecFp8) {
+    const dim3 grid(GridX(vectors + 1, 8 * 8), count);
+    Fp8EncodeKernel<<<grid, 256, 0, stream>>>(bf16, head_dim, segments);
+  } else if (codec == kCodecTq4 || codec == kCodecTq3) {
+    const uint32_t bits = codec == kCodecTq4 ? 4 : 3;
+    const dim3 grid(GridX(vectors, kTqWarps * 4), count);
+    const uint32_t threads = kTqWarps * 32;
+    switch (head_dim) {
+#define OKV_TQ_ENCODE(R)                                                                           \
+  case 32 * R:                                                                                     \
+    TurboQuantEncodeKernel<R><<<grid, threads, 0, stream>>>(bits, bf16, seed, codebook, segments); \
+    break;
+      OKV_TQ_ENCODE(1)
+      OKV_TQ_ENCODE(2)
+      OKV_TQ_ENCODE(4)
+      OKV_TQ_ENCODE(8)
+      OKV_TQ_ENCODE(16)
+      OKV_TQ_ENCODE(32)
+#undef OKV_TQ_ENCODE
+      default:
+        return cudaErrorInvalidValue;
+    }
+  } else {
+    return cudaErrorInvalidValue;
+  }
+  cudaError_t err = cudaMemsetAsync(crc_acc, 0, sizeof(uint32_t) * count, stream);
+  if (err != cudaSuccess) return err;
+  const dim3 crc_grid(GridX(max_frame_size, uint64_t{kCrcPieceBytes} * kCrcThreads), count);
+  FrameCrcKernel<<<crc_grid, kCrcThreads, 0, stream>>>(frames_for_crc, tables, crc_acc);
+  StoreCrcKernel<<<(count + 127) / 128, 128, 0, stream>>>(segments, count, crc_acc);
+  return cudaGetLastError();
+}
 
 cudaError_t LaunchCheckAndDecode(uint8_t codec, uint8_t version, const KernelFrame* frames,
                                  uint32_t count, uint64_t max_frame_size, uint64_t max_out_size,

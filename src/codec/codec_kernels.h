@@ -42,4 +42,25 @@ cudaError_t LaunchCheckAndDecode(uint8_t codec, uint8_t version, const KernelFra
                                  uint32_t head_dim, const Crc32cTables* tables, uint32_t* crc_acc,
                                  int32_t* status, cudaStream_t stream);
 
+// One segment for the GPU encoders: raw (device, bf16/fp16) into frame
+// (device), whose header (codec/codec_internal.h writers) is already there.
+struct KernelSegment {
+  const uint8_t* raw;
+  uint64_t raw_size;
+  uint8_t* frame;
+  uint64_t frame_size;  // MaxEncodedSize: exact for fp8 and TurboQuant
+};
+
+// Writes the payload of every frame (fp8: scales and e4m3fn bytes;
+// TurboQuant: norms and indices; `codebook` (device) its 2^bits centroids,
+// `seed` the frame's) exactly as
+// the CPU encoder does, then its CRC32C. head_dim: the fp8 group, the
+// TurboQuant vector size. frames_for_crc: the same frames as KernelFrames
+// (frame, frame_size). max_raw_size sizes the grid.
+cudaError_t LaunchEncode(uint8_t codec, bool bf16, uint32_t head_dim, uint64_t seed,
+                         const float* codebook, const KernelSegment* segments,
+                         const KernelFrame* frames_for_crc, uint32_t count, uint64_t max_raw_size,
+                         uint64_t max_frame_size, const Crc32cTables* tables, uint32_t* crc_acc,
+                         cudaStream_t stream);
+
 }  // namespace orbitkv::codec::internal

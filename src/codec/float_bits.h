@@ -110,4 +110,12 @@ OKV_HD uint8_t FloatToE4m3fn(float f) {
   return static_cast<uint8_t>(sign | (r >> 20));
 }
 
+// e4m3fn(x / scale), the fp8 encoder's step. A NaN x keeps its sign: the
+// x86 division (and so PyTorch on the CPU) passes the NaN's sign through,
+// the GPU's division returns a positive canonical NaN.
+OKV_HD uint8_t ScaledToE4m3fn(float x, float scale) {
+  if (x != x) return static_cast<uint8_t>(((FloatToBits(x) >> 24) & 0x80u) | kE4m3fnNan);
+  return FloatToE4m3fn(x / scale);
+}
+
 }  // namespace orbitkv::codec

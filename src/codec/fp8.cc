@@ -55,7 +55,7 @@ Result<size_t> Fp8Encode(const SegmentInfo& info, std::span<const uint8_t> raw,
     const float scale = Fp8GroupScale(amax);
     Store32(o + kFp8ScalesOffset + 4 * g, FloatToBits(scale));
     for (uint64_t i = first; i < last; ++i) {
-      payload[i] = FloatToE4m3fn(ElementAt(raw.data(), i, bf16) / scale);
+      payload[i] = ScaledToE4m3fn(ElementAt(raw.data(), i, bf16), scale);
     }
   }
   return size;

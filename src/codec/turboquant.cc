@@ -129,9 +129,7 @@ size_t TurboQuantMaxEncodedSize(uint32_t bits, const SegmentInfo& info, size_t r
   return FrameSize(bits, raw_bytes / DTypeBytes(info.dtype) / dim, dim);
 }
 
-Result<size_t> TurboQuantEncode(uint32_t bits, const SegmentInfo& info,
-                                std::span<const uint8_t> raw, std::span<uint8_t> out,
-                                const EncodeOptions& options) {
+Status TurboQuantCheckShape(const SegmentInfo& info, uint64_t raw_bytes) {
   const uint32_t d = info.head_dim;
   if (info.dtype == DType::kFp8E4m3fn) {
     return Status::InvalidArgument("turboquant: fp8 segments are not quantised further");
@@ -140,26 +138,43 @@ Result<size_t> TurboQuantEncode(uint32_t bits, const SegmentInfo& info,
     return Status::InvalidArgument("turboquant: head_dim " + std::to_string(d) +
                                    " is not a power of two in [32, 1024]");
   }
-  const uint64_t elems = raw.size() / 2;
-  if (elems % d != 0) {
-    return Status::InvalidArgument("turboquant: segment of " + std::to_string(elems) +
+  if (raw_bytes % (2 * uint64_t{d}) != 0) {
+    return Status::InvalidArgument("turboquant: segment of " + std::to_string(raw_bytes / 2) +
                                    " elements is not a whole number of head_dim " +
                                    std::to_string(d) + " vectors");
   }
-  const bool bf16 = info.dtype == DType::kBf16;
-  const uint64_t vectors = elems / d;
+  return Status::OK();
+}
+
+size_t WriteTurboQuantHeader(uint32_t bits, const SegmentInfo& info, uint64_t raw_bytes,
+                             uint64_t seed, uint8_t* o) {
+  const uint32_t d = info.head_dim;
+  const uint64_t vectors = raw_bytes / 2 / d;
   const uint32_t levels = 1u << bits;
-  const size_t size = FrameSize(bits, vectors, d);
-  uint8_t* o = out.data();
   WritePrefix(o, bits == 4 ? CodecId::kTurboQuant4 : CodecId::kTurboQuant3, info.dtype, 0,
-              raw.size(), size, d);
+              raw_bytes, FrameSize(bits, vectors, d), d);
   o[kTqBitsOffset] = static_cast<uint8_t>(bits);
   o[kTqRoundsOffset] = kTqRounds;
   o[34] = o[35] = 0;
   Store32(o + kTqVectorsOffset, static_cast<uint32_t>(vectors));
-  Store64(o + kTqSeedOffset, options.turboquant_seed);
+  Store64(o + kTqSeedOffset, seed);
   const std::vector<float>& c = TurboQuantCodebook(d, bits);
   for (uint32_t k = 0; k < levels; ++k) Store32(o + kTqCodebookOffset + 4 * k, FloatToBits(c[k]));
+  return kTqCodebookOffset + 4 * levels;
+}
+
+Result<size_t> TurboQuantEncode(uint32_t bits, const SegmentInfo& info,
+                                std::span<const uint8_t> raw, std::span<uint8_t> out,
+                                const EncodeOptions& options) {
+  ORBITKV_RETURN_IF_ERROR(TurboQuantCheckShape(info, raw.size()));
+  const uint32_t d = info.head_dim;
+  const bool bf16 = info.dtype == DType::kBf16;
+  const uint64_t vectors = raw.size() / 2 / d;
+  const uint32_t levels = 1u << bits;
+  const size_t size = FrameSize(bits, vectors, d);
+  uint8_t* o = out.data();
+  WriteTurboQuantHeader(bits, info, raw.size(), options.turboquant_seed, o);
+  const std::vector<float>& c = TurboQuantCodebook(d, bits);
   std::vector<float> boundary(levels - 1);
   for (uint32_t k = 0; k + 1 < levels; ++k) boundary[k] = (c[k] + c[k + 1]) * 0.5f;
 

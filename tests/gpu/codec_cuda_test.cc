@@ -240,6 +240,46 @@ INSTANTIATE_TEST_SUITE_P(Codecs, CodecCudaMatrixTest,
                                   std::to_string(info.param.head_dim);
                          });
 
+// The GPU encoders write the CPU's frames byte for byte (fp8 and TurboQuant,
+// bf16 and fp16, special values, every head_dim).
+TEST_P(CodecCudaMatrixTest, GpuEncodeGivesTheCpuFrames) {
+  const CodecCase& p = GetParam();
+  if (p.codec == CodecId::kAns) GTEST_SKIP() << "ans encodes on the CPU only";
+  auto enc = CudaEncoder::Create(64);
+  ASSERT_TRUE(enc.ok()) << enc.status().ToString();
+  const SegmentInfo info{p.dtype, p.head_dim};
+  const EncodeOptions options{.turboquant_seed = 0x1234abcd5678ull};
+  std::vector<std::vector<uint8_t>> raws;
+  for (size_t elems : {size_t{p.head_dim}, size_t{p.head_dim} * 37, size_t{1} << 17}) {
+    raws.push_back(KvLikeSegment(elems, p.dtype, p.head_dim, elems + 3));
+  }
+  raws.push_back(std::vector<uint8_t>(size_t{p.head_dim} * 2 * 5, 0));
+  std::vector<uint8_t> special(size_t{p.head_dim} * 2 * 4);
+  const uint16_t values[] = {0x7f80, 0xff80, 0x7fc0, 0x0001, 0x8000, 0x3f80, 0x0000, 0x4000};
+  for (size_t i = 0; i < special.size() / 2; ++i) Store16(special.data() + 2 * i, values[i % 8]);
+  raws.push_back(special);
+  std::vector<Case> inputs, expected;
+  for (const auto& r : raws) {
+    inputs.push_back({r, r.size()});
+    expected.push_back({EncodeOrDie(p.codec, info, r, options), r.size()});
+  }
+  DeviceBatch in(inputs), out(expected);  // out: device buffers of the frames' sizes
+  std::vector<DeviceSegment> segs;
+  for (size_t i = 0; i < raws.size(); ++i) {
+    segs.push_back({in.frames()[i].frame, raws[i].size(),
+                    const_cast<uint8_t*>(out.frames()[i].frame), expected[i].frame.size()});
+  }
+  ASSERT_TRUE((*enc)->EncodeAsync(p.codec, info, segs, stream_, options).ok());
+  ASSERT_TRUE((*enc)->Finish(stream_).ok());
+  for (size_t i = 0; i < raws.size(); ++i) {
+    std::vector<uint8_t> got(expected[i].frame.size());
+    ASSERT_EQ(cudaMemcpy(got.data(), segs[i].frame, got.size(), cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    EXPECT_EQ(got, expected[i].frame)
+        << CodecName(p.codec) << " segment " << i << ": GPU frame differs from the CPU's";
+  }
+}
+
 // Decoded GB/s of a batch of 64 segments of 4 MiB (KV-like bf16), CRC
 // check included, next to a device-to-device copy of the same bytes.
 TEST_F(CodecCudaTest, DecodeThroughput) {
@@ -287,6 +327,35 @@ TEST_F(CodecCudaTest, DecodeThroughput) {
     cudaEventElapsedTime(&copy_ms, start, stop);
     cudaFree(a);
     cudaFree(b);
+    if (codec != CodecId::kAns) {
+      // GPU encode of the same batch, into the batch's frame buffers.
+      auto enc = CudaEncoder::Create(kCount);
+      ASSERT_TRUE(enc.ok());
+      uint8_t* raw_dev = nullptr;
+      ASSERT_EQ(cudaMalloc(&raw_dev, raw.size()), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(raw_dev, raw.data(), raw.size(), cudaMemcpyHostToDevice), cudaSuccess);
+      std::vector<DeviceSegment> segs;
+      for (const DeviceFrame& f : batch.frames()) {
+        segs.push_back({raw_dev, raw.size(), const_cast<uint8_t*>(f.frame), f.frame_size});
+      }
+      float enc_ms = 0;
+      for (int i = 0; i < kIters; ++i) {
+        cudaEventRecord(start, stream_);
+        ASSERT_TRUE((*enc)->EncodeAsync(codec, {DType::kBf16, 128}, segs, stream_).ok());
+        ASSERT_TRUE((*enc)->Finish(stream_).ok());
+        cudaEventRecord(stop, stream_);
+        cudaEventSynchronize(stop);
+        float one_ms = 0;
+        cudaEventElapsedTime(&one_ms, start, stop);
+        enc_ms += one_ms;
+      }
+      cudaFree(raw_dev);
+      ASSERT_TRUE(Run(codec, batch, 128)[0].ok()) << "GPU-encoded frames decode";
+      EXPECT_EQ(batch.Output(0), cpu);
+      std::printf("GPU %-13s encode: %7.1f GB/s of raw bytes (CRC included)\n",
+                  std::string(CodecName(codec)).c_str(),
+                  double(kSegment) * kCount * kIters / (enc_ms * 1e-3) / 1e9);
+    }
     std::printf(
         "GPU %-13s decode: %7.1f GB/s of decoded bytes (ratio %.3f, %zu x 4 MiB, CRC "
         "included); cudaMemcpy D2D %7.1f GB/s\n",
