@@ -13,8 +13,9 @@
 #   compiles and runs cufile_header_check against /usr/local/cuda/include/cufile.h
 #   (needs only g++ and the CUDA headers), then runs gpu_device_test,
 #   cufile_loader_test, cufile_native_policy_test, cufile_smoke_test,
-#   cuda_platform_test, crc32c_kernel_test (the GPU CRC32C against ISA-L) and
-#   gpu_tier_gate_cuda_test (the GPU storage tier's gates).
+#   cuda_platform_test, crc32c_kernel_test (the GPU CRC32C against ISA-L),
+#   gpu_tier_gate_cuda_test (the GPU storage tier's gates) and codec_cuda_test
+#   (GPU codec decoders against the CPU's, decode GB/s).
 #   The smoke test uses the caller's cuFile environment; for functional
 #   (compatibility-mode) runs set CUFILE_ALLOW_COMPAT_MODE=true,
 #   CUFILE_FORCE_COMPAT_MODE=true and TMPDIR to a directory where cuFile can
@@ -24,7 +25,7 @@
 set -uo pipefail
 
 tests=(gpu_device_test cufile_loader_test cufile_native_policy_test cufile_smoke_test
-  cuda_platform_test crc32c_kernel_test gpu_tier_gate_cuda_test)
+  cuda_platform_test crc32c_kernel_test gpu_tier_gate_cuda_test codec_cuda_test)
 
 case "${1:-}" in
   bundle)
@@ -35,6 +36,7 @@ case "${1:-}" in
     for t in "${tests[@]}"; do
       f="$src/$t"
       [[ -f $f ]] || f="$build/tests/gpu_tier/$t"
+      [[ -f $f ]] || f="$build/src/codec/$t"
       cp "$f" "$out/" && strip "$out/$t" || exit 1
     done
     cp "$src"/liborbitkv_fake_cufile_*.so "$out/" || exit 1
@@ -45,8 +47,8 @@ case "${1:-}" in
       cp "$b" "$out/" && strip "$out/$(basename "$b")" || exit 1
     done
     # Shared libraries outside glibc/libstdc++ that the executables load.
-    ldd "$src/gpu_device_test" "$build/tests/gpu_tier/gpu_tier_gate_cuda_test" |
-      awk '/=> \// {print $3}' | sort -u |
+    ldd "$src/gpu_device_test" "$build/tests/gpu_tier/gpu_tier_gate_cuda_test" \
+      "$build/src/codec/codec_cuda_test" | awk '/=> \// {print $3}' | sort -u |
       grep -E 'lib(spdlog|fmt|isal)\.so' | while read -r lib; do cp -L "$lib" "$out/"; done
     ls -l "$out"
     ;;

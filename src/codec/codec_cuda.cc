@@ -1,0 +1,276 @@
+#include "codec/codec_cuda.h"
+
+#include <string>
+
+#include "codec/codec_internal.h"
+#include "codec/codec_kernels.h"
+#include "codec/frame_layout.h"
+#include "gpu/cuda_check.h"
+
+namespace orbitkv::codec {
+
+struct CudaDecoder::Buffers {
+  uint32_t max_frames = 0;
+  internal::KernelFrame* host_frames = nullptr;  // pinned
+  int32_t* host_status = nullptr;                // pinned
+  internal::KernelFrame* dev_frames = nullptr;
+  int32_t* dev_status = nullptr;
+  uint32_t* dev_crc = nullptr;
+  Crc32cTables* dev_tables = nullptr;
+  uint32_t pending = 0;  // frames of the last DecodeAsync
+
+  ~Buffers() {
+    // Teardown: nothing useful to do with a failure here.
+    cudaFreeHost(host_frames);
+    cudaFreeHost(host_status);
+    cudaFree(dev_frames);
+    cudaFree(dev_status);
+    cudaFree(dev_crc);
+    cudaFree(dev_tables);
+  }
+};
+
+CudaDecoder::CudaDecoder(std::unique_ptr<Buffers> b) : b_(std::move(b)) {}
+CudaDecoder::~CudaDecoder() = default;
+
+Result<std::unique_ptr<CudaDecoder>> CudaDecoder::Create(uint32_t max_frames) {
+  if (max_frames == 0 || max_frames > 65535) {
+    return Status::InvalidArgument("CudaDecoder: max_frames must be in [1, 65535]");
+  }
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    cudaGetLastError();  // clear the no-device error
+    return Status::Unavailable("CudaDecoder: no usable CUDA device");
+  }
+  auto b = std::make_unique<Buffers>();
+  b->max_frames = max_frames;
+  ORBITKV_CUDA_RETURN_IF_ERROR(cudaMallocHost(reinterpret_cast<void**>(&b->host_frames),
+                                              sizeof(internal::KernelFrame) * max_frames));
+  ORBITKV_CUDA_RETURN_IF_ERROR(
+      cudaMallocHost(reinterpret_cast<void**>(&b->host_status), sizeof(int32_t) * max_frames));
+  ORBITKV_CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(&b->dev_frames),
+                                          sizeof(internal::KernelFrame) * max_frames));
+  ORBITKV_CUDA_RETURN_IF_ERROR(
+      cudaMalloc(reinterpret_cast<void**>(&b->dev_status), sizeof(int32_t) * max_frames));
+  ORBITKV_CUDA_RETURN_IF_ERROR(
+      cudaMalloc(reinterpret_cast<void**>(&b->dev_crc), sizeof(uint32_t) * max_frames));
+  ORBITKV_CUDA_RETURN_IF_ERROR(
+      cudaMalloc(reinterpret_cast<void**>(&b->dev_tables), sizeof(Crc32cTables)));
+  const Crc32cTables tables = MakeCrc32cTables();
+  ORBITKV_CUDA_RETURN_IF_ERROR(
+      cudaMemcpy(b->dev_tables, &tables, sizeof tables, cudaMemcpyHostToDevice));
+  return std::unique_ptr<CudaDecoder>(new CudaDecoder(std::move(b)));
+}
+
+Status CudaDecoder::DecodeAsync(CodecId codec, std::span<const DeviceFrame> frames,
+                                uint32_t head_dim, cudaStream_t stream) {
+  if (codec == CodecId::kNone || static_cast<int>(codec) >= kNumCodecs) {
+    return Status::InvalidArgument("CudaDecoder: no decoder for codec " +
+                                   std::string(CodecName(codec)));
+  }
+  if (frames.size() > b_->max_frames) {
+    return Status::InvalidArgument("CudaDecoder: " + std::to_string(frames.size()) +
+                                   " frames, created for " + std::to_string(b_->max_frames));
+  }
+  const bool tq = codec == CodecId::kTurboQuant4 || codec == CodecId::kTurboQuant3;
+  if (tq && (head_dim < 32 || head_dim > 1024 || (head_dim & (head_dim - 1)) != 0)) {
+    return Status::InvalidArgument(
+        "CudaDecoder: TurboQuant head_dim must be a power of two in [32, 1024]");
+  }
+  uint64_t max_frame = 0, max_out = 0;
+  for (size_t i = 0; i < frames.size(); ++i) {
+    const DeviceFrame& f = frames[i];
+    if (reinterpret_cast<uintptr_t>(f.frame) % 16 != 0 ||
+        reinterpret_cast<uintptr_t>(f.out) % 16 != 0) {
+      return Status::InvalidArgument("CudaDecoder: frame " + std::to_string(i) +
+                                     ": input and output must be 16-byte aligned");
+    }
+    b_->host_frames[i] = {f.frame, f.frame_size, f.out, f.out_size};
+    max_frame = std::max(max_frame, f.frame_size);
+    max_out = std::max(max_out, f.out_size);
+  }
+  b_->pending = static_cast<uint32_t>(frames.size());
+  if (frames.empty()) return Status::OK();
+  const size_t n = frames.size();
+  ORBITKV_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(b_->dev_frames, b_->host_frames,
+                                               sizeof(internal::KernelFrame) * n,
+                                               cudaMemcpyHostToDevice, stream));
+  ORBITKV_CUDA_RETURN_IF_ERROR(internal::LaunchCheckAndDecode(
+      static_cast<uint8_t>(codec), CodecFormatVersion(codec), b_->dev_frames,
+      static_cast<uint32_t>(n), max_frame, max_out, head_dim, b_->dev_tables, b_->dev_crc,
+      b_->dev_status, stream));
+  ORBITKV_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(b_->host_status, b_->dev_status, sizeof(int32_t) * n,
+                                               cudaMemcpyDeviceToHost, stream));
+  return Status::OK();
+}
+
+Result<std::vector<Status>> CudaDecoder::Finish(cudaStream_t stream) {
+  ORBITKV_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  std::vector<Status> out;
+  out.reserve(b_->pending);
+  for (uint32_t i = 0; i < b_->pending; ++i) {
+    const auto what = [&]() -> const char* {
+      switch (b_->host_status[i]) {
+        case internal::kKernelOk:
+          return nullptr;
+        case internal::kKernelBadStream:
+          return "a chunk stream does not decode";
+        case internal::kKernelBadHeader:
+          return "codec header out of range";
+        case internal::kKernelCrc:
+          return "CRC32C mismatch";
+        default:
+          return "prefix does not match the expected codec and sizes";
+      }
+    }();
+    out.push_back(what == nullptr ? Status::OK()
+                                  : Status::Corruption("GPU decode of frame " + std::to_string(i) +
+                                                       ": " + what));
+  }
+  b_->pending = 0;
+  return out;
+}
+
+namespace {
+constexpr size_t kHeaderSlot = 128;  // >= the TurboQuant header (48 + 64 bytes)
+}  // namespace
+
+struct CudaEncoder::Buffers {
+  uint32_t max_segments = 0;
+  uint8_t* host_headers = nullptr;                   // pinned, kHeaderSlot per segment
+  internal::KernelSegment* host_segments = nullptr;  // pinned
+  internal::KernelFrame* host_frames = nullptr;      // pinned
+  float* host_codebook = nullptr;                    // pinned, 16
+  internal::KernelSegment* dev_segments = nullptr;
+  internal::KernelFrame* dev_frames = nullptr;
+  float* dev_codebook = nullptr;
+  uint32_t* dev_crc = nullptr;
+  Crc32cTables* dev_tables = nullptr;
+
+  ~Buffers() {
+    // Teardown: nothing useful to do with a failure here.
+    cudaFreeHost(host_headers);
+    cudaFreeHost(host_segments);
+    cudaFreeHost(host_frames);
+    cudaFreeHost(host_codebook);
+    cudaFree(dev_segments);
+    cudaFree(dev_frames);
+    cudaFree(dev_codebook);
+    cudaFree(dev_crc);
+    cudaFree(dev_tables);
+  }
+};
+
+CudaEncoder::CudaEncoder(std::unique_ptr<Buffers> b) : b_(std::move(b)) {}
+CudaEncoder::~CudaEncoder() = default;
+
+Result<std::unique_ptr<CudaEncoder>> CudaEncoder::Create(uint32_t max_segments) {
+  if (max_segments == 0 || max_segments > 65535) {
+    return Status::InvalidArgument("CudaEncoder: max_segments must be in [1, 65535]");
+  }
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    cudaGetLastError();  // clear the no-device error
+    return Status::Unavailable("CudaEncoder: no usable CUDA device");
+  }
+  auto b = std::make_unique<Buffers>();
+  b->max_segments = max_segments;
+  const size_t n = max_segments;
+  ORBITKV_CUDA_RETURN_IF_ERROR(
+      cudaMallocHost(reinterpret_cast<void**>(&b->host_headers), kHeaderSlot * n));
+  ORBITKV_CUDA_RETURN_IF_ERROR(cudaMallocHost(reinterpret_cast<void**>(&b->host_segments),
+                                              sizeof(internal::KernelSegment) * n));
+  ORBITKV_CUDA_RETURN_IF_ERROR(
+      cudaMallocHost(reinterpret_cast<void**>(&b->host_frames), sizeof(internal::KernelFrame) * n));
+  ORBITKV_CUDA_RETURN_IF_ERROR(
+      cudaMallocHost(reinterpret_cast<void**>(&b->host_codebook), sizeof(float) * 16));
+  ORBITKV_CUDA_RETURN_IF_ERROR(
+      cudaMalloc(reinterpret_cast<void**>(&b->dev_segments), sizeof(internal::KernelSegment) * n));
+  ORBITKV_CUDA_RETURN_IF_ERROR(
+      cudaMalloc(reinterpret_cast<void**>(&b->dev_frames), sizeof(internal::KernelFrame) * n));
+  ORBITKV_CUDA_RETURN_IF_ERROR(
+      cudaMalloc(reinterpret_cast<void**>(&b->dev_codebook), sizeof(float) * 16));
+  ORBITKV_CUDA_RETURN_IF_ERROR(
+      cudaMalloc(reinterpret_cast<void**>(&b->dev_crc), sizeof(uint32_t) * n));
+  ORBITKV_CUDA_RETURN_IF_ERROR(
+      cudaMalloc(reinterpret_cast<void**>(&b->dev_tables), sizeof(Crc32cTables)));
+  const Crc32cTables tables = MakeCrc32cTables();
+  ORBITKV_CUDA_RETURN_IF_ERROR(
+      cudaMemcpy(b->dev_tables, &tables, sizeof tables, cudaMemcpyHostToDevice));
+  return std::unique_ptr<CudaEncoder>(new CudaEncoder(std::move(b)));
+}
+
+Status CudaEncoder::EncodeAsync(CodecId codec, const SegmentInfo& info,
+                                std::span<const DeviceSegment> segments, cudaStream_t stream,
+                                const EncodeOptions& options) {
+  const bool tq = codec == CodecId::kTurboQuant4 || codec == CodecId::kTurboQuant3;
+  if (codec != CodecId::kFp8 && !tq) {
+    return Status::Unavailable("CudaEncoder: no GPU encoder for codec " +
+                               std::string(CodecName(codec)) + " (encode it on the CPU)");
+  }
+  if (info.dtype != DType::kBf16 && info.dtype != DType::kFp16) {
+    return Status::InvalidArgument("CudaEncoder: segments must be bf16 or fp16");
+  }
+  if (info.head_dim == 0) return Status::InvalidArgument("CudaEncoder: head_dim is 0");
+  if (segments.size() > b_->max_segments) {
+    return Status::InvalidArgument("CudaEncoder: " + std::to_string(segments.size()) +
+                                   " segments, created for " + std::to_string(b_->max_segments));
+  }
+  const uint32_t bits = codec == CodecId::kTurboQuant4 ? 4 : 3;
+  uint64_t max_raw = 0, max_frame = 0;
+  for (size_t i = 0; i < segments.size(); ++i) {
+    const DeviceSegment& s = segments[i];
+    const std::string which = "CudaEncoder: segment " + std::to_string(i);
+    if (reinterpret_cast<uintptr_t>(s.raw) % 16 != 0 ||
+        reinterpret_cast<uintptr_t>(s.frame) % 16 != 0) {
+      return Status::InvalidArgument(which + ": raw and frame must be 16-byte aligned");
+    }
+    if (s.raw_size % 2 != 0 || s.raw_size > (uint64_t{1} << 31)) {
+      return Status::InvalidArgument(which + ": not a whole number of 16-bit elements up to 2 GiB");
+    }
+    if (tq) ORBITKV_RETURN_IF_ERROR(internal::TurboQuantCheckShape(info, s.raw_size));
+    const size_t size = MaxEncodedSize(codec, info, s.raw_size);
+    if (s.frame_capacity < size) {
+      return Status::InvalidArgument(which + ": frame buffer below MaxEncodedSize " +
+                                     std::to_string(size));
+    }
+    uint8_t* h = b_->host_headers + kHeaderSlot * i;
+    const size_t header =
+        tq ? internal::WriteTurboQuantHeader(bits, info, s.raw_size, options.turboquant_seed, h)
+           : kFramePrefixBytes;
+    if (!tq) internal::WritePrefix(h, codec, info.dtype, 0, s.raw_size, size, info.head_dim);
+    ORBITKV_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(s.frame, h, header, cudaMemcpyHostToDevice, stream));
+    b_->host_segments[i] = {s.raw, s.raw_size, s.frame, size};
+    b_->host_frames[i] = {s.frame, size, nullptr, 0};
+    max_raw = std::max<uint64_t>(max_raw, s.raw_size);
+    max_frame = std::max<uint64_t>(max_frame, size);
+  }
+  if (segments.empty()) return Status::OK();
+  const size_t n = segments.size();
+  if (tq) {
+    const std::vector<float>& c = internal::TurboQuantCodebook(info.head_dim, bits);
+    std::copy(c.begin(), c.end(), b_->host_codebook);
+    ORBITKV_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(b_->dev_codebook, b_->host_codebook,
+                                                 sizeof(float) * c.size(), cudaMemcpyHostToDevice,
+                                                 stream));
+  }
+  ORBITKV_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(b_->dev_segments, b_->host_segments,
+                                               sizeof(internal::KernelSegment) * n,
+                                               cudaMemcpyHostToDevice, stream));
+  ORBITKV_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(b_->dev_frames, b_->host_frames,
+                                               sizeof(internal::KernelFrame) * n,
+                                               cudaMemcpyHostToDevice, stream));
+  ORBITKV_CUDA_RETURN_IF_ERROR(internal::LaunchEncode(
+      static_cast<uint8_t>(codec), info.dtype == DType::kBf16, info.head_dim,
+      options.turboquant_seed, b_->dev_codebook, b_->dev_segments, b_->dev_frames,
+      static_cast<uint32_t>(n), max_raw, max_frame, b_->dev_tables, b_->dev_crc, stream));
+  return Status::OK();
+}
+
+Status CudaEncoder::Finish(cudaStream_t stream) {
+  ORBITKV_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  return Status::OK();
+}
+
+}  // namespace orbitkv::codec

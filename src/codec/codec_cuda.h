@@ -1,0 +1,93 @@
+// CudaDecoder: decodes codec frames (codec/codec.h) that are already in GPU
+// memory straight into GPU pages, giving the CPU decoder's bytes. For each
+// frame it first checks the prefix against what the caller expects (codec,
+// frame size, decoded size) and the CRC32C on the GPU; a frame that fails
+// there is not written at all. A frame whose codec header or streams are
+// malformed past that point fails with Corruption and its output bytes are
+// unspecified: callers fail the block (the engine recomputes it).
+// One decoder per stream at a time: DecodeAsync then Finish; not thread-safe.
+// CudaEncoder writes fp8 and TurboQuant frames on the GPU that are byte for
+// byte the CPU encoder's (ans encodes on the CPU only).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "codec/codec.h"
+#include "orbitkv/status.h"
+
+namespace orbitkv::codec {
+
+// One frame in device memory and its destination. Both 16-byte aligned.
+struct DeviceFrame {
+  const uint8_t* frame = nullptr;  // input, device
+  uint64_t frame_size = 0;         // input: the encoded segment size (object format)
+  uint8_t* out = nullptr;          // output, device
+  uint64_t out_size = 0;           // input: the decoded segment size
+};
+
+class CudaDecoder {
+ public:
+  // Device scratch for up to max_frames frames per call, on the current
+  // device. Unavailable without a usable GPU.
+  static Result<std::unique_ptr<CudaDecoder>> Create(uint32_t max_frames);
+  ~CudaDecoder();
+  CudaDecoder(const CudaDecoder&) = delete;
+  CudaDecoder& operator=(const CudaDecoder&) = delete;
+
+  // Enqueues the check and decode of `frames`, all of codec `codec` (and, for
+  // TurboQuant, of head vectors of `head_dim`) on `stream`. The frames and
+  // outputs must stay valid until Finish returns. InvalidArgument for
+  // misaligned pointers, more than max_frames frames or kNone.
+  Status DecodeAsync(CodecId codec, std::span<const DeviceFrame> frames, uint32_t head_dim,
+                     cudaStream_t stream);
+
+  // Waits for the stream and returns one Status per frame of the last
+  // DecodeAsync (Corruption naming the cause); a CUDA failure as the Status.
+  Result<std::vector<Status>> Finish(cudaStream_t stream);
+
+ private:
+  struct Buffers;
+  explicit CudaDecoder(std::unique_ptr<Buffers> b);
+  std::unique_ptr<Buffers> b_;
+};
+
+// One raw segment in device memory and its frame buffer. Both 16-byte aligned.
+struct DeviceSegment {
+  const uint8_t* raw = nullptr;  // input, device: bf16/fp16 elements
+  uint64_t raw_size = 0;         // input
+  uint8_t* frame = nullptr;      // output, device: MaxEncodedSize(codec, info, raw_size) bytes,
+                                 // exactly the frame's size for fp8 and TurboQuant
+  uint64_t frame_capacity = 0;   // input
+};
+
+class CudaEncoder {
+ public:
+  // Scratch for up to max_segments segments per call; Unavailable without a GPU.
+  static Result<std::unique_ptr<CudaEncoder>> Create(uint32_t max_segments);
+  ~CudaEncoder();
+  CudaEncoder(const CudaEncoder&) = delete;
+  CudaEncoder& operator=(const CudaEncoder&) = delete;
+
+  // Enqueues the encoding of `segments` (all of `info`) on `stream`: the
+  // frames the CPU's Encode(codec, info, raw, ..., options) gives.
+  // InvalidArgument for shapes Encode refuses, small or misaligned buffers,
+  // more than max_segments; Unavailable for ans and none (encode those on
+  // the CPU). Buffers stay valid until Finish returns.
+  Status EncodeAsync(CodecId codec, const SegmentInfo& info,
+                     std::span<const DeviceSegment> segments, cudaStream_t stream,
+                     const EncodeOptions& options = {});
+  // Waits for the stream; the frames are complete when it returns OK.
+  Status Finish(cudaStream_t stream);
+
+ private:
+  struct Buffers;
+  explicit CudaEncoder(std::unique_ptr<Buffers> b);
+  std::unique_ptr<Buffers> b_;
+};
+
+}  // namespace orbitkv::codec
