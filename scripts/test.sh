@@ -26,7 +26,7 @@ step "unit and integration tests"
 ctest --test-dir build --output-on-failure -j "$jobs"
 
 if [[ ${ORBITKV_SKIP_SANITIZERS:-0} != 1 ]]; then
-  sanitizer_tests=(common_test io_test catalog_test ssd_store_test dram_cache_test object_format_test manager_test gpu_platform_fake_test gpu_tier_gate_test gpu_tier_two_device_test)
+  sanitizer_tests=(common_test io_test catalog_test ssd_store_test dram_cache_test object_format_test manager_test gpu_platform_fake_test gpu_tier_gate_test gpu_tier_two_device_test fault_matrix_test)
   for san in address thread; do
     step "store and io tests under ${san} sanitizer (build-${san}/)"
     cmake -S . -B "build-$san" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DORBITKV_SANITIZE=$san \
