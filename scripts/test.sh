@@ -25,6 +25,9 @@ cmake --build build -j "$jobs"
 step "unit and integration tests"
 ctest --test-dir build --output-on-failure -j "$jobs"
 
+step "benches.gds (native GDS qualification script) source-level tests"
+$PYTHON -m pytest -q -p no:cacheprovider benches/tests
+
 if [[ ${ORBITKV_SKIP_SANITIZERS:-0} != 1 ]]; then
   sanitizer_tests=(common_test io_test catalog_test ssd_store_test dram_cache_test object_format_test manager_test gpu_platform_fake_test gpu_tier_gate_test gpu_tier_two_device_test fault_matrix_test)
   for san in address thread; do
