@@ -2,7 +2,8 @@
 // (torture_test.cc). It connects to a Manager with the C++ Client, registers
 // host pages in the shared namespace "torture" and, until --seconds pass,
 // runs random operations seeded by --seed: publish chains of keys (whole
-// groups, or slot fragments, some never completed), query chains (repeated
+// groups, slot fragments, and fragments of private keys never completed),
+// query chains (repeated
 // keys too), restore random subsets of the prefix, cancel restores from
 // another thread, prepare, release, or leave queries to expire.
 //
@@ -44,7 +45,7 @@ struct Options {
 };
 
 struct Counts {
-  uint64_t ops = 0, published = 0, fragments = 0, queries = 0, budget_limited = 0;
+  uint64_t ops = 0, published = 0, fragments = 0, orphans = 0, queries = 0, budget_limited = 0;
   uint64_t restored = 0, restore_errors = 0, cancels = 0, prepared = 0;
 };
 
@@ -83,11 +84,11 @@ class TortureEngine {
     }
     if (Status st = client_->UnregisterInstance(inst_); !st.ok()) return Fail("unregister", st);
     std::printf(
-        "@ torture engine=%d ops=%llu published=%llu fragments=%llu queries=%llu "
+        "@ torture engine=%d ops=%llu published=%llu fragments=%llu orphans=%llu queries=%llu "
         "budget_limited=%llu restored=%llu restore_errors=%llu cancels=%llu prepared=%llu "
         "wrong=0\n",
-        o_.id, U(n_.ops), U(n_.published), U(n_.fragments), U(n_.queries), U(n_.budget_limited),
-        U(n_.restored), U(n_.restore_errors), U(n_.cancels), U(n_.prepared));
+        o_.id, U(n_.ops), U(n_.published), U(n_.fragments), U(n_.orphans), U(n_.queries),
+        U(n_.budget_limited), U(n_.restored), U(n_.restore_errors), U(n_.cancels), U(n_.prepared));
     return kOk;
   }
 
@@ -131,12 +132,20 @@ class TortureEngine {
       pages_.Fill(0, i, SeedOf(1, keys[i]));
       p.pages.push_back(i);
     }
-    if (Uniform(0, 3) == 0) {  // fragments: slot 0, then (mostly) the rest
+    if (Uniform(0, 49) == 0) {
+      // Fragments of keys only this engine uses, never completed: they stay
+      // assembling until this engine unregisters or is killed.
+      for (BlockKey& k : p.keys) k = KeyOf(++orphan_key_);
+      p.slot_ids = {0};
+      Result<PublishResult> r = client_->Publish(p);
+      if (r.ok()) n_.orphans += r->stored;
+      return Check("publish orphan fragment", r.status());
+    }
+    if (Uniform(0, 3) == 0) {  // fragments: slot 0, then the rest
       ++n_.fragments;
       p.slot_ids = {0};
       Result<PublishResult> r = client_->Publish(p);
       if (int rc = Check("publish fragment", r.status()); rc != kOk) return rc;
-      if (Uniform(0, 9) == 0) return kOk;  // never completed: the Manager must clean up
       p.slot_ids = {1, 2};
     }
     Result<PublishResult> r = client_->Publish(p);
@@ -246,6 +255,7 @@ class TortureEngine {
   testing::HostPages pages_;
   InstanceId inst_ = 0;
   Counts n_;
+  uint64_t orphan_key_ = (o_.seed % 1000000 + 1) << 24;  // beyond every engine's key space
 };
 
 int Main(int argc, char** argv) {
