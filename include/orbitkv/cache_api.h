@@ -61,14 +61,24 @@ struct QueryRequest {
   InstanceId instance = 0;
   uint32_t group_id = 0;
   std::vector<BlockKey> keys;  // a chain: key i names the prefix of blocks 0..i
-  uint32_t ttl_ms = 30000;     // the query's leases expire after this
+  // The query's leases expire after this; at most the Manager's
+  // --max-query-ttl-ms (default 60 s), a larger value is InvalidArgument.
+  uint32_t ttl_ms = 30000;
 };
 
+// Query budget: the bytes of each distinct key of a live query are charged
+// once (a repeated key is free) until it is restored, released or expires. A
+// session may hold at most budget / (sessions with instances) of the
+// Manager-wide budget (default: the pool size).
 struct QueryResult {
   QueryId query = 0;           // 0 when nothing is restorable
   uint32_t prefix = 0;         // longest restorable prefix (blocks 0..prefix-1)
   std::vector<Tier> sources;   // per block of the prefix
   uint64_t logical_bytes = 0;  // charged to the query budget until restore or expiry
+  // The prefix ended because the Manager-wide budget or this session's share
+  // of it was spent, not at a miss: block `prefix` may well be cached (retry
+  // after restoring or releasing queries).
+  bool budget_limited = false;
 };
 
 // Restore timeouts. A restore owns its destination pages from the call until

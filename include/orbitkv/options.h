@@ -31,6 +31,9 @@ struct ManagerOptions {
   uint32_t ssd_shards = 4;                                    // --ssd-shards
   uint32_t ssd_queue_depth = 64;  // --ssd-queue-depth (per io_uring worker)
   uint32_t ssd_io_workers = 2;    // --ssd-io-workers
+  // Queries: the longest lease a query may ask for (ttl_ms); larger ones are
+  // refused, so a forgotten query holds its budget share for at most this.
+  uint32_t max_query_ttl_ms = 60000;  // --max-query-ttl-ms
   // Service.
   std::string socket_path;         // --socket (default: $XDG_RUNTIME_DIR or /tmp, per user)
   uint16_t metrics_port = 9464;    // --metrics-port; 0 disables /metrics

@@ -444,6 +444,7 @@ struct PyQueryResult {
   uint32_t prefix = 0;
   std::vector<std::string> sources;
   uint64_t logical_bytes = 0;
+  bool budget_limited = false;
 };
 
 struct PyBlockResult {
@@ -555,6 +556,7 @@ class PyClient {
     out.query = r.query;
     out.prefix = r.prefix;
     out.logical_bytes = r.logical_bytes;
+    out.budget_limited = r.budget_limited;
     for (Tier t : r.sources) out.sources.push_back(TierName(t));
     return out;
   }
@@ -871,15 +873,18 @@ Manager's rules locally.)doc")
                             "query: the id to restore from (0 when nothing is restorable); "
                             "prefix: longest restorable prefix; sources: 'dram' or 'ssd' per "
                             "block of the prefix; logical_bytes: charged to the query budget "
-                            "until restore or expiry.")
+                            "until restore or expiry; budget_limited: the prefix was cut by the "
+                            "query budget (the Manager's or this session's share), not a miss.")
       .def_readonly("query", &PyQueryResult::query)
       .def_readonly("prefix", &PyQueryResult::prefix)
       .def_readonly("sources", &PyQueryResult::sources)
       .def_readonly("logical_bytes", &PyQueryResult::logical_bytes)
+      .def_readonly("budget_limited", &PyQueryResult::budget_limited)
       .def("__repr__", [](const PyQueryResult& r) {
         return "QueryResult(query=" + std::to_string(r.query) +
                ", prefix=" + std::to_string(r.prefix) + ", sources=" + Repr(py::cast(r.sources)) +
-               ", logical_bytes=" + std::to_string(r.logical_bytes) + ")";
+               ", logical_bytes=" + std::to_string(r.logical_bytes) +
+               ", budget_limited=" + (r.budget_limited ? "True" : "False") + ")";
       });
 
   py::class_<PyBlockResult>(m, "BlockResult",

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "manager/host_region.h"
 #include "manager/ssd_backend.h"
@@ -56,6 +57,11 @@ struct Instance {
   std::condition_variable cv;
   int inflight = 0;      // guarded by mu
   bool closing = false;  // guarded by mu
+  // DRAM assemblies this instance wrote fragments of and did not seal; aborted
+  // when it unregisters (its session closes), so a dead writer's bytes return
+  // to the pool at once. Entries sealed by other writers are pruned lazily.
+  std::unordered_set<EntryId> partial;  // guarded by mu
+  size_t partial_prune_at = 64;         // guarded by mu
 
   // CUDA instances: the device, the mapped regions and the copy streams.
   gpu::Device* device = nullptr;
@@ -133,11 +139,16 @@ class InstanceGuard {
 struct QueryBlock {
   ObjectId id;
   Tier tier = Tier::kNone;
-  uint64_t size = 0;   // logical object bytes
-  DramView dram;       // kDram: the pinned entry this block holds
-  ExtentRef ref;       // kSsd
-  LeaseId lease = 0;   // kSsd: one interest
-  bool taken = false;  // moved into a restore or released
+  uint64_t size = 0;  // logical object bytes
+  // Query budget: a key is charged once per query, on its first occurrence
+  // (`charge`), and credited when the last of its `holders` is taken.
+  uint32_t charge_owner = 0;  // index of the key's first occurrence in the query
+  uint64_t charge = 0;        // owner only: bytes charged to the budget
+  uint32_t holders = 0;       // owner only: occurrences not yet taken
+  DramView dram;              // kDram: the pinned entry this block holds
+  ExtentRef ref;              // kSsd
+  LeaseId lease = 0;          // kSsd: one interest
+  bool taken = false;         // moved into a restore or released
 };
 
 struct QueryRec {
@@ -237,6 +248,15 @@ struct Manager::Impl {
   std::unordered_map<RestoreId, std::weak_ptr<RestoreRec>> restores;    // guarded by mu
   uint64_t budget_used = 0;                                             // guarded by mu
   uint64_t budget = 0;
+  // Per-session shares of the query budget: a session with instances may hold
+  // at most budget / (sessions with instances) of it, so one client cannot
+  // take the whole budget from the others.
+  struct SessionQuota {
+    uint64_t charged = 0;    // query bytes this session's live queries hold
+    uint32_t instances = 0;  // registered instances
+  };
+  std::unordered_map<SessionId, SessionQuota> quotas;  // guarded by mu
+  uint32_t sessions_with_instances = 0;                // guarded by mu
 
   // GPU storage tier.
   SsdBackendSelection backend;  // cuFile file registrations when selected
@@ -258,6 +278,7 @@ struct Manager::Impl {
   Counter *publish_objects, *publish_skipped, *publish_pool_full, *writeback_queue_full,
       *read_queue_full;
   Counter *restore_blocks_ok, *restore_blocks_failed, *restore_cancelled, *queries_expired;
+  Counter *budget_cuts_manager, *budget_cuts_session, *assemblies_aborted;
   Histogram *publish_seconds, *restore_seconds, *query_seconds;
   uint64_t collector = 0;
 
@@ -545,12 +566,64 @@ struct Manager::Impl {
     b.taken = true;
   }
 
+  // REQUIRES: mu held. Block i of q leaves the query (restored or released):
+  // its key's charge is credited with the last occurrence.
+  void UnchargeLocked(QueryRec& q, size_t i) {
+    QueryBlock& owner = q.blocks[q.blocks[i].charge_owner];
+    if (--owner.holders != 0 || owner.charge == 0) return;
+    budget_used -= owner.charge;
+    quotas[q.session].charged -= owner.charge;
+    owner.charge = 0;
+  }
+
   // REQUIRES: mu held. Releases every untaken block and forgets the query.
   void DropQueryLocked(QueryRec& q) {
-    for (QueryBlock& b : q.blocks) {
-      if (b.taken) continue;
-      budget_used -= b.size;
-      ReleaseSource(b);
+    for (size_t i = 0; i < q.blocks.size(); ++i) {
+      if (q.blocks[i].taken) continue;
+      UnchargeLocked(q, i);
+      ReleaseSource(q.blocks[i]);
+    }
+  }
+
+  // Records that `inst` left assembly `entry` unsealed; prunes entries that
+  // sealed or expired meanwhile once the set doubled.
+  void NotePartial(Instance& inst, EntryId entry) {
+    std::lock_guard<std::mutex> l(inst.mu);
+    inst.partial.insert(entry);
+    if (inst.partial.size() < inst.partial_prune_at) return;
+    std::erase_if(inst.partial, [&](EntryId e) { return !dram->Assembling(e); });
+    inst.partial_prune_at = std::max<size_t>(64, 2 * inst.partial.size());
+  }
+
+  // REQUIRES: mu held. True when namespace `ns` has no live instance and
+  // `layout` gives one of its known groups other slot sizes; the old shapes
+  // are forgotten then (the caller gives the namespace a new id).
+  bool ReshapeNamespaceLocked(uint64_t ns, const InstanceLayout& layout) {
+    for (const auto& [id, other] : instances) {
+      if (other->ns == ns) return false;  // live shapes are fixed: checked by the caller
+    }
+    bool differs = false;
+    for (const GroupLayout& g : layout.groups) {
+      auto it = shapes.find({ns, g.group_id});
+      if (it != shapes.end() && it->second->slot_bytes != g.slot_bytes) differs = true;
+    }
+    if (!differs) return false;
+    std::erase_if(shapes, [&](const auto& kv) { return kv.first.first == ns; });
+    return true;
+  }
+
+  // Aborts the assemblies `inst` left unsealed (it is unregistering).
+  void AbortPartials(Instance& inst) {
+    std::unordered_set<EntryId> partial;
+    {
+      std::lock_guard<std::mutex> l(inst.mu);
+      partial.swap(inst.partial);
+    }
+    size_t aborted = 0;
+    for (EntryId e : partial) aborted += dram->AbortAssemblyEntry(e) ? 1 : 0;
+    if (aborted > 0) {
+      assemblies_aborted->Inc(aborted);
+      OKV_LOG_INFO("instance {}: aborted {} unsealed fragment assemblies", inst.id, aborted);
     }
   }
 
@@ -971,6 +1044,17 @@ void Manager::Impl::RegisterMetrics() {
   restore_cancelled = m.GetCounter("orbitkv_restore_cancelled_blocks_total",
                                    "Blocks released by cancellation before submission.");
   queries_expired = m.GetCounter("orbitkv_queries_expired_total", "Queries whose TTL passed.");
+  const char* cuts =
+      "Queries whose prefix was cut by the query byte budget (not a miss), by the limit hit: "
+      "the Manager-wide budget or the session's share of it.";
+  budget_cuts_manager =
+      m.GetCounter("orbitkv_query_budget_cuts_total", cuts, {{"limit", "manager"}});
+  budget_cuts_session =
+      m.GetCounter("orbitkv_query_budget_cuts_total", cuts, {{"limit", "session"}});
+  assemblies_aborted =
+      m.GetCounter("orbitkv_assemblies_aborted_total",
+                   "Unsealed fragment assemblies aborted because a writer unregistered or its "
+                   "session closed.");
   publish_seconds = m.GetHistogram("orbitkv_publish_seconds", "Latency of one Publish call.");
   restore_seconds =
       m.GetHistogram("orbitkv_restore_seconds", "Latency of one restore, start to last block.");
@@ -1097,6 +1181,7 @@ void Manager::CloseSession(SessionId session) {
       }
     }
     impl_->sessions.erase(session);
+    impl_->quotas.erase(session);
   }
   if (impl_->ssd) impl_->ssd->catalog().ReleaseSession(session);
 }
@@ -1183,8 +1268,18 @@ Result<InstanceId> Manager::RegisterInstance(SessionId session, const RegisterRe
   if (!impl_->sessions.count(session)) return Status::NotFound("unknown session");
   auto [ns_it, fresh] = impl_->ns_ids.emplace(req.ns, impl_->next_id.load());
   if (fresh) impl_->next_id.fetch_add(1);
+  if (!fresh && impl_->ReshapeNamespaceLocked(ns_it->second, inst->layout)) {
+    // Its last instance left and the new one declares other slot sizes: the
+    // namespace starts afresh, so objects of the old shape are never served
+    // (misses, not Corruption) and never make a publish of the new shape skip.
+    OKV_LOG_INFO(
+        "namespace '{}': slot sizes changed after its last instance left; objects "
+        "cached under the old shape are no longer served",
+        req.ns);
+    ns_it->second = impl_->next_id.fetch_add(1);
+  }
   inst->ns = ns_it->second;
-  // Every instance of a namespace must agree on each group's shape.
+  // Every live instance of a namespace must agree on each group's shape.
   std::vector<std::pair<uint32_t, std::shared_ptr<const GroupShape>>> new_shapes;
   for (const GroupLayout& g : inst->layout.groups) {
     auto key = std::make_pair(inst->ns, g.group_id);
@@ -1210,6 +1305,7 @@ Result<InstanceId> Manager::RegisterInstance(SessionId session, const RegisterRe
   for (auto& [gid, shape] : new_shapes) impl_->shapes[{inst->ns, gid}] = shape;
   inst->id = impl_->next_id.fetch_add(1);
   impl_->instances[inst->id] = inst;
+  if (impl_->quotas[session].instances++ == 0) ++impl_->sessions_with_instances;
   OKV_LOG_INFO("registered instance {} (namespace '{}', rank {}, {}, {} pages, {} groups)",
                inst->id, req.ns, req.rank, req.device, req.layout.num_pages,
                req.layout.groups.size());
@@ -1242,7 +1338,13 @@ Status Manager::UnregisterInstance(SessionId session, InstanceId id) {
       }
     }
     impl_->instances.erase(id);
+    if (auto q = impl_->quotas.find(session);
+        q != impl_->quotas.end() && q->second.instances > 0 && --q->second.instances == 0) {
+      --impl_->sessions_with_instances;
+    }
   }
+  // A writer that leaves never completes its fragments: free them now.
+  impl_->AbortPartials(*inst);
   // Every operation of the instance has finished: drain and release its
   // cuFile worker and streams, then its mappings (host mappings go with the
   // last reference).
@@ -1273,20 +1375,26 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
                                      std::to_string(inst->layout.num_pages) + " pages)");
     }
   }
-  // The slots written by this call.
+  // The slots written by this call: only slots this instance holds, so every
+  // assembly it starts or joins gets at least one part from it.
   std::vector<const SlotLayout*> slots;
+  const std::string where = "publish: group " + std::to_string(req.group_id) + ": ";
   if (req.slot_ids.empty()) {
+    if (g.slots.empty()) {
+      return Status::InvalidArgument(where + "this instance holds none of its " +
+                                     std::to_string(g.num_slots) + " slots");
+    }
     for (const SlotLayout& s : g.slots) slots.push_back(&s);
   } else {
     for (uint32_t id : req.slot_ids) {
       auto it = std::find_if(g.slots.begin(), g.slots.end(),
                              [&](const SlotLayout& s) { return s.slot_id == id; });
       if (it == g.slots.end()) {
-        return Status::InvalidArgument("publish: slot " + std::to_string(id) +
+        return Status::InvalidArgument(where + "slot " + std::to_string(id) +
                                        " is not held by this instance");
       }
       if (std::count(req.slot_ids.begin(), req.slot_ids.end(), id) > 1) {
-        return Status::InvalidArgument("publish: slot " + std::to_string(id) + " given twice");
+        return Status::InvalidArgument(where + "slot " + std::to_string(id) + " given twice");
       }
       slots.push_back(&*it);
     }
@@ -1372,7 +1480,14 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
       break;
     }
     ++out.stored;
-    if (!*sealed) continue;
+    if (!*sealed) {
+      impl_->NotePartial(*inst, v->id);
+      continue;
+    }
+    if (slots.size() != g.num_slots) {
+      std::lock_guard<std::mutex> l(inst->mu);
+      inst->partial.erase(v->id);
+    }
     ++out.sealed;
     impl_->publish_objects->Inc();
     if (direct() && impl_->SubmitDirectWrite(*inst, g, shape, id, req.pages[i], dram_header, dw)) {
@@ -1417,8 +1532,11 @@ Result<QueryResult> Manager::Query(SessionId session, const QueryRequest& req) {
     return Status::InvalidArgument("group " + std::to_string(req.group_id) +
                                    " is not in this instance's layout");
   }
-  if (req.ttl_ms == 0 || req.ttl_ms > 600000) {
-    return Status::InvalidArgument("query ttl_ms must be in (0, 600000]");
+  const uint32_t max_ttl = impl_->config.options.max_query_ttl_ms;
+  if (req.ttl_ms == 0 || req.ttl_ms > max_ttl) {
+    return Status::InvalidArgument("query ttl_ms " + std::to_string(req.ttl_ms) +
+                                   " is outside (0, " + std::to_string(max_ttl) +
+                                   "] (the Manager's --max-query-ttl-ms)");
   }
   const Clock::TimePoint deadline = start + std::chrono::milliseconds(req.ttl_ms);
   QueryRec q;
@@ -1429,6 +1547,10 @@ Result<QueryResult> Manager::Query(SessionId session, const QueryRequest& req) {
   uint64_t charged = 0;
   {
     std::lock_guard<std::mutex> l(impl_->mu);
+    Impl::SessionQuota& quota = impl_->quotas[session];
+    const uint64_t share = impl_->budget / std::max<uint32_t>(1, impl_->sessions_with_instances);
+    Counter* cut = nullptr;  // the limit that ended the prefix, if one did
+    std::unordered_map<Key, uint32_t, KeyHash> first;  // key -> its first block
     for (const BlockKey& k : req.keys) {
       QueryBlock b;
       b.id = ObjectId{inst->ns, req.group_id, ToKey(k)};
@@ -1449,22 +1571,41 @@ Result<QueryResult> Manager::Query(SessionId session, const QueryRequest& req) {
       } else {
         break;
       }
-      if (impl_->budget_used + b.size > impl_->budget) {
-        impl_->ReleaseSource(b);  // over the query budget: the prefix ends here
-        break;
+      const uint32_t index = static_cast<uint32_t>(q.blocks.size());
+      auto [dup, fresh] = first.emplace(b.id.key, index);
+      if (fresh) {
+        // Over the Manager-wide budget or this session's share: the prefix
+        // ends here, and the reply says so (it is not a miss).
+        if (share < impl_->budget && quota.charged + b.size > share) {
+          cut = impl_->budget_cuts_session;
+        }
+        if (!cut && impl_->budget_used + b.size > impl_->budget) cut = impl_->budget_cuts_manager;
+        if (cut) {
+          impl_->ReleaseSource(b);
+          break;
+        }
+        b.charge = b.size;
+        impl_->budget_used += b.size;
+        quota.charged += b.size;
+        charged += b.size;
       }
-      impl_->budget_used += b.size;
-      charged += b.size;
+      b.charge_owner = dup->second;  // a repeated key rides on its first charge
+      ++(fresh ? b : q.blocks[dup->second]).holders;
       q.blocks.push_back(b);
     }
     QueryResult res;
     res.prefix = static_cast<uint32_t>(q.blocks.size());
     res.logical_bytes = charged;
+    res.budget_limited = cut != nullptr;
     for (const QueryBlock& b : q.blocks) {
       res.sources.push_back(b.tier);
       (b.tier == Tier::kDram ? impl_->hits_dram : impl_->hits_ssd)->Inc();
     }
-    impl_->misses->Inc(req.keys.size() - q.blocks.size());
+    if (cut) {
+      cut->Inc();
+    } else {
+      impl_->misses->Inc(req.keys.size() - q.blocks.size());
+    }
     if (!q.blocks.empty()) {
       q.id = impl_->next_id.fetch_add(1);
       res.query = q.id;
@@ -1543,7 +1684,7 @@ Result<RestoreId> Manager::StartRestore(SessionId session, const RestoreRequest&
       rb.src = src;
       rb.page = req.pages[i];
       src.taken = true;
-      impl_->budget_used -= src.size;
+      impl_->UnchargeLocked(q, req.blocks[i]);
       if (src.tier == Tier::kSsd) {
         // The restore owns the lease now: it lives until the read, not the TTL.
         impl_->ssd->catalog().KeepUntilDone(src.lease).IgnoreError(

@@ -323,6 +323,8 @@ TEST_F(ManagerTest, QueryBudgetAndExpiryReleaseSources) {
   for (uint64_t i = 0; i < 6; ++i) Publish(inst, {i}, {i});
   QueryResult q = Query(inst, {0, 1, 2, 3, 4, 5});
   EXPECT_EQ(q.prefix, 3u);  // 4.5 KB objects: three fit the budget
+  EXPECT_TRUE(q.budget_limited);
+  EXPECT_EQ(metrics.Read("orbitkv_query_budget_cuts_total", {{"limit", "manager"}}), 1);
   EXPECT_TRUE(mgr->ReleaseQuery(session, q.query).ok());
   EXPECT_EQ(mgr->gauges().query_budget_used, 0u);
   QueryRequest short_ttl{inst, 0, {K(0)}, 1};
@@ -332,6 +334,236 @@ TEST_F(ManagerTest, QueryBudgetAndExpiryReleaseSources) {
   EXPECT_EQ(mgr->gauges().queries, 0u);
   auto late = mgr->Restore(session, {inst, r->query, {0}, {1}});
   EXPECT_TRUE(late.status().IsNotFound()) << late.status().ToString();
+  ExpectAllReleased();
+}
+
+// A query of 65,536 copies of one key took the whole Manager-wide budget (each
+// copy was charged), and every other engine saw prefix 0 for the query's TTL.
+TEST_F(ManagerTest, RepeatedKeysAreChargedOnceSoOneQueryCannotStarveOthers) {
+  Start(8u << 20, false, 1, /*budget=*/3 * 5000);
+  InstanceLayout l = SplitLayout(8, {4000});
+  HostPages pa(l), pb(l);
+  InstanceId a = Register(pa, l, "model-a");
+  SessionId other = mgr->OpenSession(getpid());
+  InstanceId b = Register(pb, l, "model-b", other);
+  pa.Fill(0, 0, 10);
+  Publish(a, {1}, {0});
+  pb.Fill(0, 0, 20);
+  ASSERT_TRUE(mgr->Publish(other, {b, 0, {K(2)}, {0}, {}}).ok());
+  QueryRequest greedy{a, 0, std::vector<BlockKey>(65536, K(1)), 5000};
+  auto qa = mgr->Query(session, greedy);
+  ASSERT_TRUE(qa.ok()) << qa.status().ToString();
+  EXPECT_EQ(qa->prefix, 65536u);
+  EXPECT_FALSE(qa->budget_limited);
+  const uint64_t object = qa->logical_bytes;
+  EXPECT_LT(object, 5000u);  // one object's bytes, not 65,536 of them
+  EXPECT_EQ(mgr->gauges().query_budget_used, object);
+  auto qb = mgr->Query(other, {b, 0, {K(2)}, 5000});
+  ASSERT_TRUE(qb.ok());
+  EXPECT_EQ(qb->prefix, 1u);
+  EXPECT_FALSE(qb->budget_limited);
+  // Restoring one copy keeps the key charged; the charge goes with the last copy.
+  Restore(a, qa->query, {7}, {3});
+  EXPECT_TRUE(pa.Holds(0, 3, 10));
+  EXPECT_EQ(mgr->gauges().query_budget_used, 2 * object);
+  EXPECT_TRUE(mgr->ReleaseQuery(session, qa->query).ok());
+  EXPECT_EQ(mgr->gauges().query_budget_used, object);
+  EXPECT_TRUE(mgr->ReleaseQuery(other, qb->query).ok());
+  mgr->CloseSession(other);
+  ExpectAllReleased();
+}
+
+TEST_F(ManagerTest, EachSessionGetsAShareOfTheQueryBudgetAndACutIsNotAMiss) {
+  Start(8u << 20, false, 1, /*budget=*/4 * 5000);
+  InstanceLayout l = SplitLayout(8, {4000});
+  HostPages pa(l), pb(l);
+  InstanceId a = Register(pa, l);
+  for (uint64_t i = 0; i < 6; ++i) Publish(a, {i}, {i});
+  SessionId idle = mgr->OpenSession(getpid());  // no instance: takes no share
+  SessionId other = mgr->OpenSession(getpid());
+  InstanceId b = Register(pb, l, "model-a", other);
+  // Two sessions with instances: each may hold half the budget (two objects).
+  QueryResult qa = Query(a, {0, 1, 2, 3, 4, 5});
+  EXPECT_EQ(qa.prefix, 2u);
+  EXPECT_TRUE(qa.budget_limited);
+  auto qb = mgr->Query(other, {b, 0, {K(0), K(1), K(2), K(3)}, 5000});
+  ASSERT_TRUE(qb.ok());
+  EXPECT_EQ(qb->prefix, 2u) << "the greedy session left the other its share";
+  EXPECT_TRUE(qb->budget_limited);
+  EXPECT_EQ(metrics.Read("orbitkv_query_budget_cuts_total", {{"limit", "session"}}), 2);
+  EXPECT_EQ(metrics.Read("orbitkv_query_budget_cuts_total", {{"limit", "manager"}}), 0);
+  const double misses = metrics.Read("orbitkv_cache_misses_total");
+  EXPECT_TRUE(mgr->ReleaseQuery(session, qa.query).ok());
+  // A real miss is not a cut: the chain ends at key 77.
+  QueryResult miss = Query(a, {0, 77, 1});
+  EXPECT_EQ(miss.prefix, 1u);
+  EXPECT_FALSE(miss.budget_limited);
+  EXPECT_EQ(metrics.Read("orbitkv_cache_misses_total"), misses + 2);
+  EXPECT_TRUE(mgr->ReleaseQuery(session, miss.query).ok());
+  // The other session leaves: this one may use the whole budget again.
+  mgr->CloseSession(other);
+  QueryResult all = Query(a, {0, 1, 2, 3, 4, 5});
+  EXPECT_EQ(all.prefix, 4u);
+  EXPECT_TRUE(all.budget_limited);
+  EXPECT_TRUE(mgr->ReleaseQuery(session, all.query).ok());
+  mgr->CloseSession(idle);
+  ExpectAllReleased();
+}
+
+TEST_F(ManagerTest, QueryTtlAboveTheCapIsRefused) {
+  ManagerConfig c;
+  c.options.pool_size = 8u << 20;
+  c.options.max_query_ttl_ms = 1000;
+  c.lock_memory = false;
+  c.metrics = &metrics;
+  auto m = Manager::Create(c);
+  ASSERT_TRUE(m.ok());
+  mgr = std::move(m).value();
+  session = mgr->OpenSession(getpid());
+  InstanceLayout l = SplitLayout(8, {4000});
+  HostPages pages(l);
+  InstanceId inst = Register(pages, l);
+  Publish(inst, {1}, {0});
+  auto over = mgr->Query(session, {inst, 0, {K(1)}, 1001});
+  ASSERT_TRUE(over.status().code() == StatusCode::kInvalidArgument) << over.status().ToString();
+  EXPECT_NE(over.status().ToString().find("--max-query-ttl-ms"), std::string::npos);
+  EXPECT_TRUE(mgr->Query(session, {inst, 0, {K(1)}, 0}).status().code() ==
+              StatusCode::kInvalidArgument);
+  auto at = mgr->Query(session, {inst, 0, {K(1)}, 1000});
+  ASSERT_TRUE(at.ok());
+  EXPECT_EQ(at->prefix, 1u);
+  EXPECT_TRUE(mgr->ReleaseQuery(session, at->query).ok());
+  ExpectAllReleased();
+  // The default cap is 60 s.
+  EXPECT_EQ(ManagerOptions{}.max_query_ttl_ms, 60000u);
+}
+
+// A killed engine's partial fragment publishes held the pool until
+// assembly_timeout (60 s): its session's close now aborts them at once.
+TEST_F(ManagerTest, KilledFragmentPublisherReturnsPoolBytesAtOnce) {
+  Start(8u << 20);
+  InstanceLayout l = SplitLayout(8, {4096, 4096, 4096});
+  HostPages pages(l);
+  SessionId engine = mgr->OpenSession(getpid());
+  InstanceId inst = Register(pages, l, "model-a", engine);
+  pages.Fill(0, 0, 1);
+  pages.Fill(0, 1, 2);
+  pages.Fill(0, 2, 3);
+  auto pr = mgr->Publish(engine, {inst, 0, {K(1), K(2)}, {0, 1}, {0, 2}});
+  ASSERT_TRUE(pr.ok());
+  EXPECT_EQ(pr->stored, 2u);
+  EXPECT_EQ(pr->sealed, 0u);
+  ASSERT_TRUE(mgr->Publish(engine, {inst, 0, {K(3)}, {2}, {}}).ok());  // complete: stays
+  mgr->Drain();
+  EXPECT_EQ(mgr->gauges().dram.assembling_entries, 2u);
+  const uint64_t used_with_fragments = mgr->gauges().dram.used_bytes;
+  mgr->CloseSession(engine);  // what the server does when the engine is killed
+  Manager::Gauges g = mgr->gauges();
+  EXPECT_EQ(g.dram.assembling_entries, 0u);
+  EXPECT_LT(g.dram.used_bytes, used_with_fragments);
+  EXPECT_EQ(g.dram.sealed_entries, 1u);
+  EXPECT_EQ(metrics.Read("orbitkv_assemblies_aborted_total"), 2);
+  // A new writer of key 1 starts afresh: the dead writer's slots are not in it.
+  InstanceId again = Register(pages, l);
+  EXPECT_EQ(Publish(again, {1}, {0}, {1}).sealed, 0u);
+  EXPECT_EQ(Query(again, {1}).prefix, 0u);
+  EXPECT_EQ(Publish(again, {1}, {0}, {0, 2}).sealed, 1u);
+  QueryResult q = Query(again, {1, 3});
+  ASSERT_EQ(q.prefix, 2u);
+  Restore(again, q.query, {0, 1}, {5, 6});
+  EXPECT_TRUE(pages.Holds(0, 5, 1));
+  EXPECT_TRUE(pages.Holds(0, 6, 3));
+  ExpectAllReleased();
+}
+
+TEST_F(ManagerTest, AClosingWriterLeavesGroupsItHelpedSealAndOthersAssemblies) {
+  Start(8u << 20);
+  // One namespace, a group of 2 slots; rank 0 (this session) holds slot 0, rank 1 slot 1.
+  auto rank = [](uint32_t slot) {
+    InstanceLayout l = SplitLayout(4, {600, 900});
+    GroupLayout& g = l.groups[0];
+    SlotLayout s = g.slots[slot];
+    s.region = 0;
+    g.slots = {s};
+    l.region_bytes = {l.region_bytes[slot]};
+    return l;
+  };
+  InstanceLayout l0 = rank(0), l1 = rank(1);
+  HostPages p0(l0), p1(l1);
+  SessionId s1 = mgr->OpenSession(getpid());
+  InstanceId r0 = Register(p0, l0, "tp2"), r1 = Register(p1, l1, "tp2", s1);
+  p0.Fill(0, 0, 7);
+  p1.Fill(0, 0, 7);
+  EXPECT_EQ(Publish(r0, {5}, {0}).sealed, 0u);  // rank 0's half of key 5
+  ASSERT_EQ(mgr->Publish(s1, {r1, 0, {K(5)}, {0}, {}})->sealed, 1u);
+  ASSERT_EQ(mgr->Publish(s1, {r1, 0, {K(6)}, {0}, {}})->sealed, 0u);  // rank 1's half of 6
+  mgr->CloseSession(session);  // rank 0 dies: key 5 is sealed, key 6 is rank 1's
+  EXPECT_EQ(mgr->gauges().dram.assembling_entries, 1u);
+  QueryResult q = *mgr->Query(s1, {r1, 0, {K(5)}, 5000});
+  ASSERT_EQ(q.prefix, 1u);
+  ASSERT_TRUE(mgr->Restore(s1, {r1, q.query, {0}, {2}}).ok());
+  EXPECT_TRUE(p1.Holds(0, 2, 7));
+  mgr->CloseSession(s1);
+  session = mgr->OpenSession(getpid());
+  ExpectAllReleased();
+}
+
+// An instance holding no slot of a group got stored=1 and an assembly that
+// could never complete.
+TEST_F(ManagerTest, PublishOfSlotsTheInstanceDoesNotHoldIsRefused) {
+  Start(8u << 20);
+  InstanceLayout l = SplitLayout(4, {600});
+  GroupLayout other;  // group 1: two slots, both held by another rank
+  other.group_id = 1;
+  other.num_slots = 2;
+  other.slot_bytes = {600, 600};
+  l.groups.push_back(other);
+  HostPages pages(l);
+  InstanceId inst = Register(pages, l, "tp2");
+  auto none = mgr->Publish(session, {inst, 1, {K(1)}, {0}, {}});
+  ASSERT_TRUE(none.status().code() == StatusCode::kInvalidArgument) << none.status().ToString();
+  EXPECT_NE(none.status().ToString().find("group 1"), std::string::npos);
+  auto foreign = mgr->Publish(session, {inst, 1, {K(1)}, {0}, {1}});
+  ASSERT_TRUE(foreign.status().code() == StatusCode::kInvalidArgument);
+  EXPECT_NE(foreign.status().ToString().find("group 1: slot 1"), std::string::npos)
+      << foreign.status().ToString();
+  EXPECT_EQ(mgr->gauges().dram.assembling_entries, 0u);
+  EXPECT_EQ(mgr->gauges().dram.used_bytes, 0u);
+  ExpectAllReleased();
+}
+
+// A namespace's slot sizes stayed fixed until restart, even after its last
+// instance unregistered.
+TEST_F(ManagerTest, NamespaceSlotSizesAreReleasedWithItsLastInstance) {
+  Start(8u << 20);
+  InstanceLayout old_shape = SplitLayout(8, {4000}), new_shape = SplitLayout(8, {4001});
+  HostPages po(old_shape), pn(new_shape);
+  InstanceId first = Register(po, old_shape, "model-a");
+  po.Fill(0, 0, 1);
+  Publish(first, {1}, {0});
+  RegisterRequest r;
+  r.ns = "model-a";
+  r.layout = new_shape;
+  EXPECT_TRUE(mgr->RegisterInstance(session, r, pn.DupFds()).status().code() ==
+              StatusCode::kInvalidArgument)
+      << "an instance is live: its shape holds";
+  ASSERT_TRUE(mgr->UnregisterInstance(session, first).ok());
+  auto second = mgr->RegisterInstance(session, r, pn.DupFds());
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  // Objects of the old shape are never served to the new one, nor block its publishes.
+  EXPECT_EQ(Query(*second, {1}).prefix, 0u);
+  pn.Fill(0, 0, 2);
+  EXPECT_EQ(Publish(*second, {1}, {0}).sealed, 1u);
+  QueryResult q = Query(*second, {1});
+  ASSERT_EQ(q.prefix, 1u);
+  Restore(*second, q.query, {0}, {4});
+  EXPECT_TRUE(pn.Holds(0, 4, 2));
+  ASSERT_TRUE(mgr->UnregisterInstance(session, *second).ok());
+  // The same shape again keeps the namespace's cache.
+  InstanceId third = Register(pn, new_shape, "model-a");
+  QueryResult kept = Query(third, {1});
+  EXPECT_EQ(kept.prefix, 1u);
+  EXPECT_TRUE(mgr->ReleaseQuery(session, kept.query).ok());
   ExpectAllReleased();
 }
 

@@ -285,6 +285,7 @@ Status Decode(const w::QueryReply& t, QueryResult* m) {
   m->query = t.query();
   m->prefix = t.prefix();
   m->logical_bytes = t.logical_bytes();
+  m->budget_limited = t.budget_limited();
   if (m->prefix > kMaxKeysPerMessage) {
     return Invalid("QueryReply.prefix",
                    fmt::format("{}, more than the limit {}", m->prefix, kMaxKeysPerMessage));
@@ -516,8 +517,9 @@ std::vector<uint8_t> EncodeReply(uint64_t id, const QueryResult& m) {
   static_assert(sizeof(Tier) == 1);
   auto sources =
       fbb.CreateVector(reinterpret_cast<const uint8_t*>(m.sources.data()), m.sources.size());
-  return Finish<QueryResult>(fbb, id,
-                             w::CreateQueryReply(fbb, m.query, m.prefix, sources, m.logical_bytes));
+  return Finish<QueryResult>(
+      fbb, id,
+      w::CreateQueryReply(fbb, m.query, m.prefix, sources, m.logical_bytes, m.budget_limited));
 }
 
 std::vector<uint8_t> EncodeReply(uint64_t id, const RestoreResult& m) {

@@ -244,6 +244,9 @@ TEST(WireTest, QueryRoundTrip) {
   EXPECT_EQ(mr.prefix, 3u);
   EXPECT_EQ(mr.sources, r.sources);
   EXPECT_EQ(mr.logical_bytes, 1ull << 40);
+  EXPECT_FALSE(mr.budget_limited);
+  r.budget_limited = true;
+  EXPECT_TRUE(DecodeAs<QueryResult>(EncodeReply(9, r), 9).budget_limited);
 }
 
 TEST(WireTest, RestoreRoundTrip) {

@@ -38,6 +38,9 @@ Result<ParsedFlags> ParseFlags(int argc, const char* const* argv, std::string* o
   app.add_option("--ssd-io-workers", o.ssd_io_workers,
                  "io_uring workers (one ring each) for SSD reads and writeback")
       ->capture_default_str();
+  app.add_option("--max-query-ttl-ms", o.max_query_ttl_ms,
+                 "Longest query lease (ttl_ms) an engine may ask for; longer ones are refused")
+      ->capture_default_str();
   app.add_option("--socket", o.socket_path,
                  "Engine protocol Unix socket (default: $XDG_RUNTIME_DIR/orbitkv.sock, else "
                  "/tmp/orbitkv-$UID/orbitkv.sock in a private directory the Manager creates)")

@@ -17,6 +17,7 @@ TEST(Flags, DefaultsMatchTheSpec) {
   EXPECT_FALSE(p->options.ssd_read_path.has_value());
   EXPECT_EQ(p->options.ssd_cache_capacity, 512ull * 1000 * 1000 * 1000);
   EXPECT_TRUE(p->options.ssd_cache_path.empty());
+  EXPECT_EQ(p->options.max_query_ttl_ms, 60000u);
 }
 
 TEST(Flags, HelpListsEveryFlagWithItsDefault) {
@@ -27,15 +28,16 @@ TEST(Flags, HelpListsEveryFlagWithItsDefault) {
   for (const char* want :
        {"--pool-size", "--ssd-cache-path", "--ssd-cache-capacity", "512gb", "--ssd-backend", "auto",
         "--ssd-read-path", "unset", "--metrics-port", "9464", "--ssd-shards", "--ssd-queue-depth",
-        "--ssd-io-workers", "--socket", "--admission"}) {
+        "--ssd-io-workers", "--socket", "--admission", "--max-query-ttl-ms", "60000"}) {
     EXPECT_NE(help.find(want), std::string::npos) << want << "\n" << help;
   }
 }
 
 TEST(Flags, ParsesValues) {
-  auto p = Parse({"--pool-size", "8gb", "--ssd-cache-path", "/x/cache.bin", "--ssd-cache-capacity",
-                  "100gb", "--ssd-backend", "cufile", "--ssd-read-path", "uring", "--ssd-shards",
-                  "8", "--ssd-queue-depth", "128", "--metrics-port", "0"});
+  auto p =
+      Parse({"--pool-size", "8gb", "--ssd-cache-path", "/x/cache.bin", "--ssd-cache-capacity",
+             "100gb", "--ssd-backend", "cufile", "--ssd-read-path", "uring", "--ssd-shards", "8",
+             "--ssd-queue-depth", "128", "--metrics-port", "0", "--max-query-ttl-ms", "5000"});
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   EXPECT_EQ(p->options.pool_size, 8ull * 1000 * 1000 * 1000);
   EXPECT_EQ(p->options.ssd_cache_capacity, 100ull * 1000 * 1000 * 1000);
@@ -44,6 +46,7 @@ TEST(Flags, ParsesValues) {
   EXPECT_EQ(p->options.ssd_shards, 8u);
   EXPECT_EQ(p->options.ssd_queue_depth, 128u);
   EXPECT_EQ(p->options.metrics_port, 0);
+  EXPECT_EQ(p->options.max_query_ttl_ms, 5000u);
 }
 
 TEST(Flags, ProtocolLimits) {
@@ -85,6 +88,8 @@ TEST(Flags, BadValuesNameTheFlagOnOneLine) {
            {{"--ssd-queue-depth", "0"}, "--ssd-queue-depth"},
            {{"--ssd-queue-depth", "lots"}, "--ssd-queue-depth"},
            {{"--metrics-port", "70000"}, "--metrics-port"},
+           {{"--max-query-ttl-ms", "0"}, "--max-query-ttl-ms"},
+           {{"--max-query-ttl-ms", "3600001"}, "--max-query-ttl-ms"},
            {{"--ssd-cache-path", "/x", "--ssd-shards", "0"}, "--ssd-shards"},
            {{"--no-such-flag"}, "--no-such-flag"},
            {{"--max-connections", "0"}, "--max-connections"},

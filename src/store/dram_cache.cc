@@ -512,6 +512,25 @@ void DramCache::AbortAssembly(const DramView& view) {
   m.UnpinLocked(*e);
 }
 
+bool DramCache::AbortAssemblyEntry(EntryId id) {
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.mu_);
+  Entry* e = m.FindLocked(id);
+  if (e == nullptr || e->state != EntryState::kAssembling || e->detached || e->inserting) {
+    return false;
+  }
+  m.DetachLocked(*e);
+  if (e->pins == 0) m.FreeEntryLocked(*e);
+  return true;
+}
+
+bool DramCache::Assembling(EntryId id) const {
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.mu_);
+  const Entry* e = m.FindLocked(id);
+  return e != nullptr && e->state == EntryState::kAssembling && !e->detached && !e->inserting;
+}
+
 Status DramCache::InsertSealed(const ObjectId& id, std::span<const uint8_t> bytes) {
   if (bytes.empty()) return Status::InvalidArgument("InsertSealed of empty " + Describe(id));
   Impl& m = *impl_;

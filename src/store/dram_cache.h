@@ -113,6 +113,13 @@ class DramCache {
   // keep their pins; the memory is freed at the last unpin and nobody else
   // joins (a new BeginAssembly starts afresh).
   void AbortAssembly(const DramView& view);
+  // Drops entry `id` if it is still assembling (its writer's session ended):
+  // it leaves the directory at once and its memory is freed now, or at the
+  // last unpin of a writer still copying into it. False (no-op) if the entry
+  // is gone, sealed or already detached. No view is needed.
+  bool AbortAssemblyEntry(EntryId id);
+  // True while entry `id` is assembling (not sealed, aborted or expired).
+  bool Assembling(EntryId id) const;
 
   // Inserts a sealed entry by copying `bytes` (SSD warm-up / restore admission).
   // AlreadyExists if present; ResourceExhausted if no room.

@@ -5,7 +5,8 @@
 //
 //   publish         fill the pages of keys A..B with their pattern and publish
 //                   them (optionally as slot fragments, in batches, retrying
-//                   keys the pool had no room for)
+//                   keys the pool had no room for; --linger-ms keeps the session,
+//                   and with it the unsealed fragments, open that long)
 //   restore-verify  query keys A..B (plus one key nobody published), optionally
 //                   poll until every source is DRAM or SSD, restore the prefix
 //                   into other pages and check every byte
@@ -61,6 +62,7 @@ struct Options {
   uint32_t ttl_ms = 10000;
   int timeout_ms = 20000;
   bool no_miss_key = false;
+  int linger_ms = 0;  // publish: keep the session (and its unsealed fragments) this long
 };
 
 [[noreturn]] void Usage(const std::string& why) {
@@ -71,7 +73,7 @@ struct Options {
                "  [--hold-slots 0,1] [--pages P] --keys A..B [--hold-keys C..D] [--seed X]\n"
                "  [--page-base P] [--dst-page P] [--fragments 0,1;2] [--batch N] [--retry-ms T]\n"
                "  [--expect-prefix N] [--expect-source dram|ssd|any] [--wait-source dram|ssd]\n"
-               "  [--wait-ms T] [--ttl-ms T] [--timeout-ms T] [--no-miss-key]\n");
+               "  [--wait-ms T] [--ttl-ms T] [--timeout-ms T] [--no-miss-key] [--linger-ms T]\n");
   std::exit(kUsage);
 }
 
@@ -155,6 +157,8 @@ Options Parse(int argc, char** argv) {
         o.timeout_ms = std::stoi(value());
       } else if (flag == "--no-miss-key") {
         o.no_miss_key = true;
+      } else if (flag == "--linger-ms") {
+        o.linger_ms = std::stoi(value());
       } else {
         Usage("unknown flag " + flag);
       }
@@ -311,6 +315,8 @@ class Engine {
     std::printf("@ publish stored=%u sealed=%u skipped=%u dropped=%u retried=%u\n", total.stored,
                 total.sealed, total.skipped, total.dropped, retried);
     std::fflush(stdout);
+    // A writer's unsealed fragments go with its session: stay for the other writers.
+    std::this_thread::sleep_for(std::chrono::milliseconds(o_.linger_ms));
     return kOk;
   }
 

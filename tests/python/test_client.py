@@ -144,6 +144,7 @@ def test_restore_is_byte_exact(client, kind, sizes):
     assert q.prefix == 4 and q.query != 0
     assert q.sources == ["dram"] * 4
     assert q.logical_bytes >= 4 * sum(sizes)
+    assert q.budget_limited is False
 
     for p in range(8, 13):
         eng.clear(p)
@@ -242,6 +243,24 @@ def test_restore_from_ssd_after_dram_eviction(start_manager):
 
 
 # ---- errors -------------------------------------------------------------------
+
+
+def test_repeated_keys_are_charged_once_and_ttl_is_capped(client):
+    eng = Engine(orbitkv.split_layout(8, [4000]))
+    inst = eng.register(client, "budget")
+    k = keys("budget", [1])
+    eng.fill(0)
+    client.publish(inst, 0, k, [0])
+    one = client.query(inst, 0, k)
+    many = client.query(inst, 0, k * 1000)
+    assert many.prefix == 1000 and not many.budget_limited
+    assert many.logical_bytes == one.logical_bytes  # one key, charged once
+    assert "budget_limited=False" in repr(many)
+    with pytest.raises(orbitkv.InvalidArgumentError, match="--max-query-ttl-ms"):
+        client.query(inst, 0, k, ttl_ms=60001)
+    client.release_query(inst, one.query)
+    client.release_query(inst, many.query)
+    client.unregister_instance(inst)
 
 
 def test_typed_errors_on_bad_input(client):
