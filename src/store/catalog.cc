@@ -321,6 +321,18 @@ Status SsdCatalog::Submit(LeaseId lease, uint32_t n) {
   return Status::OK();
 }
 
+Status SsdCatalog::KeepUntilDone(LeaseId lease) {
+  Impl& s = *impl_;
+  std::lock_guard lock(s.mu);
+  auto it = s.leases.find(lease);
+  if (it == s.leases.end()) {
+    return Status::FailedPrecondition("ssd catalog: lease " + std::to_string(lease) +
+                                      " is gone (expired, cancelled or released)");
+  }
+  it->second.deadline = Clock::TimePoint{};
+  return Status::OK();
+}
+
 void SsdCatalog::Complete(LeaseId lease, uint32_t n) {
   Impl& s = *impl_;
   std::lock_guard lock(s.mu);
