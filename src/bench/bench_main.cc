@@ -26,6 +26,7 @@
 
 #include "bench/ceilings.h"
 #include "bench/cuda_pages.h"
+#include "bench/disk_probe.h"
 #include "bench/figures.h"
 #include "bench/model.h"
 #include "bench/report.h"
@@ -62,6 +63,7 @@ struct Flags {
   std::string sweep_block_tokens = "16,32,64,128,256";
   std::string routes;  // empty: the workload's default
   std::string device = "host";
+  std::string layout = "split";  // split | page-first
   WorkloadParams w;
   std::string working_set, pool_size, ssd_capacity;
   std::string dir;
@@ -71,7 +73,8 @@ struct Flags {
   uint32_t latency_probes = 64;
   double ceiling_seconds = 2;
   std::string fio = "fio";
-  std::string fio_file_size;  // empty: the working set, within 1 GiB..8 GiB
+  std::string disk_ceiling = "auto";  // auto | fio | probe
+  std::string fio_file_size;          // empty: the working set, within 1 GiB..8 GiB
   bool no_verify = false, no_progress = false, list_models = false, list_workloads = false;
   uint32_t inject_corruption = 0;  // tests only (hidden flag)
   std::string json, png;
@@ -314,8 +317,8 @@ int Run(const Flags& f, const std::vector<Route>& routes, const ModelPreset& mod
         FormatByteSize(p.extent_bytes).c_str());
   }
   std::printf("  requests   %s\n", points.front().shape.c_str());
-  std::printf("  engines    %u engine thread(s), each its own Manager session and %s pages\n",
-              w.engines, f.device.c_str());
+  std::printf("  engines    %u engine thread(s), each its own Manager session and %s pages (%s)\n",
+              w.engines, f.device.c_str(), f.layout.c_str());
   std::printf("  data       working set %s blocks = %s; %s measured requests per route\n",
               demo::Count(points.front().working_set_blocks).c_str(),
               demo::Bytes(double(ws_bytes)).c_str(),
@@ -388,10 +391,21 @@ int Run(const Flags& f, const std::vector<Route>& routes, const ModelPreset& mod
                    : std::min(std::clamp<uint64_t>(ws_bytes, kGiB, 8 * kGiB), *free_bytes / 4);
       fp.seconds = f.ceiling_seconds;
       // The Manager's read staging: min(64 MiB, pool / 4) (ManagerConfig::read_staging_bytes).
-      c.fio_read = MeasureFioRead(fp, std::min<uint64_t>(64 * kMiB, sz.pool / 4));
-      fp.mode = FioMode::kWrite;
-      fp.huge_buffers = HugeBuffersFit(fp);
-      c.fio_write = MeasureFio(fp);
+      const uint64_t read_staging = std::min<uint64_t>(64 * kMiB, sz.pool / 4);
+      // Without fio (the H200 host has none) the bench's own io_uring probe.
+      const bool use_fio =
+          f.disk_ceiling == "fio" || (f.disk_ceiling == "auto" && FioAvailable(f.fio));
+      if (use_fio) {
+        c.fio_read = MeasureFioRead(fp, read_staging);
+        fp.mode = FioMode::kWrite;
+        fp.huge_buffers = HugeBuffersFit(fp);
+        c.fio_write = MeasureFio(fp);
+      } else {
+        c.fio_read = MeasureUringProbeRead(fp, read_staging);
+        fp.mode = FioMode::kWrite;
+        c.fio_write = MeasureUringProbe(fp);
+      }
+      c.disk_tool = use_fio ? "fio" : "probe";
     } else {
       c.fio_read.reason = c.fio_write.reason = "not needed: no SSD route in this run";
     }
@@ -412,8 +426,8 @@ int Run(const Flags& f, const std::vector<Route>& routes, const ModelPreset& mod
     for (auto [name, ceil] :
          {std::pair{"memcpy x" + std::to_string(w.engines), &c.memcpy_multi},
           std::pair{std::string(w.engines == 1 ? "" : "memcpy x1"), &c.memcpy_single},
-          std::pair{std::string("fio read"), &c.fio_read},
-          std::pair{std::string("fio write"), &c.fio_write}}) {
+          std::pair{c.disk_tool + " read", &c.fio_read},
+          std::pair{c.disk_tool + " write", &c.fio_write}}) {
       if (name.empty()) continue;
       std::printf("  %-12s %s\n", name.c_str(),
                   ceil->ok
@@ -431,6 +445,7 @@ int Run(const Flags& f, const std::vector<Route>& routes, const ModelPreset& mod
       rc.label = f.workload + (points.size() > 1 ? fmt::format(" b{}", p.block_tokens) : "");
       rc.device = f.device;
       rc.slot_bytes = model.SlotBytes(p.block_tokens);
+      rc.page_first = f.layout == "page-first";
       rc.block_tokens = p.block_tokens;
       rc.ns = fmt::format("orbitkv-bench/{}/b{}/seed{}", model.name, p.block_tokens, f.w.seed);
       rc.pool_bytes = sz.pool;
@@ -471,7 +486,7 @@ int Run(const Flags& f, const std::vector<Route>& routes, const ModelPreset& mod
           ceil && ceil->ok && fig.restore.bytes
               ? fmt::format("{:.0f}%", 100 * fig.restore.bytes_per_s / ceil->bytes_per_s).c_str()
               : "n/a",
-          RestoreCeiling(r, f.device) == CeilingKind::kFioRead ? "fio read"
+          RestoreCeiling(r, f.device) == CeilingKind::kFioRead ? (c.disk_tool + " read").c_str()
           : f.device == "host" ? fmt::format("memcpy x{}", w.engines).c_str()
                                : "cuda H2D",
           fig.publish.bytes ? fmt::format("{:.2f}", fig.publish.bytes_per_s / 1e9).c_str() : "n/a",
@@ -526,6 +541,11 @@ int Main(int argc, char** argv) {
                  "Comma-separated routes: dram, ssd-uring, ssd-auto (GPU tier), naive (default: "
                  "the workload's)");
   app.add_option("--device", f.device, "Engine pages: host or cuda:N")->capture_default_str();
+  app.add_option("--layout", f.layout,
+                 "Engine page layout: split (a region per slot) or page-first (a page holds all "
+                 "its slots)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"split", "page-first"}));
   app.add_option("--engines", w.engines,
                  "Engine threads, one Manager session each (default: half the CPUs, 1..4: the "
                  "other half copies in the Manager)");
@@ -626,6 +646,12 @@ int Main(int argc, char** argv) {
       ->check(CLI::PositiveNumber)
       ->group(g);
   app.add_option("--fio", f.fio, "fio binary")->capture_default_str()->group(g);
+  app.add_option("--disk-ceiling", f.disk_ceiling,
+                 "Disk ceiling: fio, probe (orbitkv-bench's own io_uring O_DIRECT probe at the "
+                 "same I/O size, depth and threads) or auto (fio when found, else probe)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "fio", "probe"}))
+      ->group(g);
   app.add_option("--fio-file-size", f.fio_file_size,
                  "Size of fio's file (default: the working set, within 1gib..8gib)")
       ->group(g);
