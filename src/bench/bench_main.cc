@@ -32,6 +32,7 @@
 #include "bench/report.h"
 #include "bench/route.h"
 #include "bench/route_run.h"
+#include "bench/scale.h"
 #include "bench/workloads.h"
 #include "demo/format.h"
 #include "demo/live_line.h"
@@ -79,6 +80,10 @@ struct Flags {
   uint32_t inject_corruption = 0;  // tests only (hidden flag)
   std::string json, png;
   std::vector<std::string> argv;  // as given, for the report
+  // --workload scale.
+  uint32_t scale_chain_tokens = 131072;
+  uint32_t scale_engines = 0;  // 0: --engines
+  uint64_t scale_objects = 100000;
 };
 
 int FlagError(const std::string& msg) {
@@ -89,6 +94,50 @@ int FlagError(const std::string& msg) {
 int Fail(const std::string& msg) {
   std::fprintf(stderr, "orbitkv-bench: FAILED: %s\n", msg.c_str());
   return kExitFailure;
+}
+
+// --workload scale: its own driver (scale.h), one DRAM-only Manager.
+int RunScaleWorkload(const Flags& f, const ModelPreset& model, uint32_t tokens) {
+  ScaleParams sp;
+  sp.dir = f.dir.empty() ? "/var/tmp/orbitkv-bench-" + std::to_string(::getuid()) : f.dir;
+  sp.dir += "/scale";
+  if (Status st = demo::MakeDirs(sp.dir); !st.ok()) return Fail(st.ToString());
+  sp.manager_binary = f.manager;
+  sp.device = f.device;
+  sp.page_first = f.layout == "page-first";
+  sp.slot_bytes = model.SlotBytes(tokens);
+  sp.block_tokens = tokens;
+  sp.max_chain_tokens = f.scale_chain_tokens;
+  sp.max_engines = f.scale_engines ? f.scale_engines : f.w.engines;
+  sp.objects = f.scale_objects;
+  sp.probes = std::max<uint32_t>(f.latency_probes, 16);
+  sp.seconds_per_point = f.ceiling_seconds / 2;
+  sp.verify = !f.no_verify;
+  sp.seed = f.w.seed;
+  sp.interrupted = &g_interrupted;
+  std::printf(
+      "orbitkv-bench: workload scale, model %s (%s per %u-token block), %s pages, chain up to %u "
+      "tokens, 1..%u engines, %llu objects\n",
+      model.name.c_str(), FormatByteSize(model.BlockBytes(tokens)).c_str(), tokens,
+      f.device.c_str(), sp.max_chain_tokens, sp.max_engines,
+      static_cast<unsigned long long>(sp.objects));
+  std::fflush(stdout);
+  Result<ScaleReport> r = RunScale(sp);
+  if (!r.ok()) {
+    if (g_interrupted.load()) return kExitInterrupted;
+    return Fail(r.status().ToString());
+  }
+  PrintScale(stdout, *r);
+  if (!f.json.empty()) {
+    nlohmann::json j = ScaleJson(*r);
+    j["model"] = model.name;
+    j["flags"] = f.argv;
+    std::ofstream out(f.json);
+    out << j.dump(2) << "\n";
+    if (!out) return Fail("cannot write " + f.json);
+    std::printf("  json         written to %s\n", f.json.c_str());
+  }
+  return r->mismatched ? kExitMismatch : 0;
 }
 
 std::string FsType(const std::string& dir) {
@@ -662,6 +711,19 @@ int Main(int argc, char** argv) {
                  "Plot throughput against block size per route, with ceilings "
                  "(scripts/bench_plot.py, /usr/bin/python3 + python3-matplotlib)")
       ->group(g);
+  g = "scale";
+  app.add_option("--scale-chain-tokens", f.scale_chain_tokens,
+                 "Longest chain queried (tokens; query latency at 1k, 2k, ... up to it)")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1u << 24))
+      ->group(g);
+  app.add_option("--scale-engines", f.scale_engines,
+                 "Engines up to which restore/publish GB/s is measured (default: --engines)")
+      ->group(g);
+  app.add_option("--scale-objects", f.scale_objects,
+                 "Objects published for directory bytes per object and Manager RSS")
+      ->capture_default_str()
+      ->group(g);
   app.add_option("--inject-corruption", f.inject_corruption)->group("");  // tests: every Nth block
   try {
     app.parse(argc, argv);
@@ -702,6 +764,15 @@ int Main(int argc, char** argv) {
       ParseRoutes(f.routes.empty() ? std::string(info->default_routes) : f.routes);
   if (!routes.ok()) return FlagError(std::string(routes.status().message()));
   std::vector<uint32_t> tokens = {f.block_tokens ? f.block_tokens : model->default_block_tokens};
+  if (f.workload == "scale") {
+    signal(SIGPIPE, SIG_IGN);
+    struct sigaction sa {};
+    sa.sa_handler = OnInterrupt;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, nullptr);
+    sigaction(SIGTERM, &sa, nullptr);
+    return RunScaleWorkload(f, *model, tokens.front());
+  }
   if (f.workload == "block-size-sweep") {
     Result<std::vector<uint32_t>> list = ParseTokenList(f.sweep_block_tokens);
     if (!list.ok()) return FlagError(std::string(list.status().message()));
