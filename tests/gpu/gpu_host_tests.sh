@@ -5,7 +5,7 @@
 #   On the build machine:
 #     tests/gpu/gpu_host_tests.sh bundle BUILD_DIR OUT_DIR
 #   copies the gpu test executables, the fake libcufile variants and the shared
-#   libraries they need that a bare CUDA host may lack (spdlog, fmt) into OUT_DIR.
+#   libraries they need that a bare CUDA host may lack (spdlog, fmt, ISA-L) into OUT_DIR.
 #
 #   On the GPU host, from the repository root:
 #     tests/gpu/gpu_host_tests.sh run OUT_DIR
@@ -22,7 +22,7 @@
 set -uo pipefail
 
 tests=(gpu_device_test cufile_loader_test cufile_native_policy_test cufile_smoke_test
-  cuda_platform_test gpu_tier_gate_cuda_test)
+  cuda_platform_test host_copy_modes_test gpu_tier_gate_cuda_test)
 
 case "${1:-}" in
   bundle)
@@ -44,7 +44,7 @@ case "${1:-}" in
     done
     # Shared libraries outside glibc/libstdc++ that the executables load.
     ldd "$src/gpu_device_test" | awk '/=> \// {print $3}' |
-      grep -E 'lib(spdlog|fmt)\.so' | while read -r lib; do cp -L "$lib" "$out/"; done
+      grep -E 'lib(spdlog|fmt|isal)\.so' | while read -r lib; do cp -L "$lib" "$out/"; done
     ls -l "$out"
     ;;
   run)
