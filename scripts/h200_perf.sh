@@ -14,6 +14,7 @@
 #   default staged mover; dram-engines: one DMA per slot; dram-kernel: the
 #   zero-copy kernel) for llama-3.1-8b (with the naive GPU baseline),
 #   qwen3-8b, llama-3.1-70b-tp8 and llama-3.1-8b in a page-first layout,
+#   and publish-only (HBM -> DRAM) for llama-3.1-8b and llama-3.1-70b-tp8,
 #   each next to pinned cudaMemcpy H2D/D2H measured in the same run; then
 #   restore-only on the SSD routes (the disk ceiling from the bench's io_uring
 #   probe where fio is absent) and the scale workload (tiny model, 1M objects,
@@ -62,6 +63,10 @@ case "${1:-}" in
     one llama70b-tp8 "${gpu[@]}" --model llama-3.1-70b-tp8 --routes dram,dram-engines
     one llama8b-page-first "${gpu[@]}" --model llama-3.1-8b --layout page-first \
       --routes dram,dram-engines
+    # HBM -> DRAM: publish-only measures every Publish call.
+    pub=(--workload publish-only --device cuda:0 --working-set 2gib --routes dram,dram-engines)
+    one publish-llama8b "${pub[@]}" --model llama-3.1-8b
+    one publish-llama70b-tp8 "${pub[@]}" --model llama-3.1-70b-tp8
     # The SSD routes against the disk ceiling (the io_uring probe without fio).
     one restore-only --workload restore-only --model llama-3.1-8b --device cuda:0 \
       --pool-size 1gib --routes ssd-uring,naive

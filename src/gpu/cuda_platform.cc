@@ -12,8 +12,10 @@
 #include <exception>
 #include <functional>
 #include <iterator>
+#include <map>
 #include <mutex>
 #include <optional>
+#include <shared_mutex>
 #include <span>
 #include <string>
 #include <utility>
@@ -168,7 +170,13 @@ class CudaDevice final : public Device {
         copy_(copy),
         shape_(StagingShapeOf(copy)),
         to_device_(CopyDirection::kToDevice, shape_),
-        to_host_(CopyDirection::kToHost, shape_) {}
+        to_host_(CopyDirection::kToHost, shape_) {
+    int v = 0;
+    host_pointers_ok_ = cudaDeviceGetAttribute(&v, cudaDevAttrCanUseHostPointerForRegisteredMem,
+                                               ordinal) == cudaSuccess &&
+                        v != 0;
+    (void)cudaGetLastError();
+  }
   ~CudaDevice() override {
     if (cudaSetDevice(ordinal_) != cudaSuccess) (void)cudaGetLastError();
   }
@@ -236,6 +244,11 @@ class CudaDevice final : public Device {
   }
   // Logs the staged mover's device memory once it is first allocated.
   void NoteStaging();
+  // Device memory this device handed out (Allocate) or mapped (OpenIpc) and
+  // has not yet freed or closed: classified without asking the driver.
+  void Remember(uint64_t base, uint64_t bytes);
+  void Forget(uint64_t base);
+  bool Known(uint64_t address, uint64_t bytes) const;
 
   CudaPlatform* const platform_;
   const int ordinal_;
@@ -244,6 +257,9 @@ class CudaDevice final : public Device {
   StagedMover to_device_;  // staged H2D (ORBITKV_GPU_COPY=staged)
   StagedMover to_host_;    // staged D2H
   std::atomic<bool> staging_noted_{false};
+  bool host_pointers_ok_ = false;  // constant after construction
+  mutable std::shared_mutex known_mu_;
+  std::map<uint64_t, uint64_t> known_;  // guarded by known_mu_: base -> bytes
 };
 
 class CudaPlatform final : public Platform {
@@ -404,11 +420,15 @@ Result<IpcMapping> CudaDevice::OpenIpc(const IpcHandle& handle) {
   IpcMapping mapping;
   mapping.base = mapped;
   mapping.bytes = static_cast<uint64_t>(base + size - mapped);
+  // Remembered only as what the driver says it is: this device's memory
+  // (another device's allocation keeps being classified per call).
+  if (Classify(mapping.base) == Memory::kThisDevice) Remember(mapping.base, mapping.bytes);
   return mapping;
 }
 
 Status CudaDevice::CloseIpc(DevPtr base) {
   if (base == 0) return Status::InvalidArgument("CloseIpc(0)");
+  Forget(base);
   ORBITKV_RETURN_IF_ERROR(MakeCurrent());
   return ORBITKV_CUDA_STATUS(cudaIpcCloseMemHandle(reinterpret_cast<void*>(base)));
 }
@@ -426,11 +446,13 @@ Result<DevPtr> CudaDevice::Allocate(uint64_t bytes) {
     return st.WithContext("allocating " + std::to_string(bytes) + " bytes on CUDA device " +
                           std::to_string(ordinal_));
   }
+  Remember(reinterpret_cast<uint64_t>(ptr), bytes);
   return reinterpret_cast<DevPtr>(ptr);
 }
 
 Status CudaDevice::Free(DevPtr ptr) {
   if (ptr == 0) return Status::OK();
+  Forget(ptr);
   ORBITKV_RETURN_IF_ERROR(MakeCurrent());
   ScopedRelaxedCaptureMode relaxed;
   return ORBITKV_CUDA_STATUS(cudaFree(reinterpret_cast<void*>(ptr)));
@@ -499,8 +521,30 @@ CudaDevice::Memory CudaDevice::Classify(uint64_t address) const {
   }
 }
 
+void CudaDevice::Remember(uint64_t base, uint64_t bytes) {
+  std::unique_lock<std::shared_mutex> lock(known_mu_);
+  known_[base] = bytes;
+}
+
+void CudaDevice::Forget(uint64_t base) {
+  std::unique_lock<std::shared_mutex> lock(known_mu_);
+  known_.erase(base);
+}
+
+bool CudaDevice::Known(uint64_t address, uint64_t bytes) const {
+  std::shared_lock<std::shared_mutex> lock(known_mu_);
+  auto it = known_.upper_bound(address);
+  if (it == known_.begin()) return false;
+  --it;
+  return address - it->first < it->second && bytes <= it->second - (address - it->first);
+}
+
 CudaDevice::Memory CudaDevice::Classify(uint64_t address, uint64_t bytes,
                                         ClassifiedRanges* ranges) const {
+  // Memory this process registered or this device mapped: no driver call
+  // (a restore classifies two addresses per slot of every block).
+  if (Known(address, bytes)) return Memory::kThisDevice;
+  if (host_pointers_ok_ && InRegisteredHostRange(address, bytes)) return Memory::kMappedHost;
   for (size_t i = 0; i < ranges->size; ++i) {
     const ClassifiedRanges::Entry& e = ranges->entries[i];
     if (address >= e.begin && address - e.begin < e.end - e.begin && bytes <= e.end - address) {
