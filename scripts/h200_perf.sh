@@ -59,12 +59,12 @@ case "${1:-}" in
     # DRAM -> HBM and HBM -> DRAM: 16-token blocks, the working set in the pool.
     gpu=(--workload block-size-sweep --sweep-block-tokens 16 --device cuda:0 --working-set 2gib)
     one llama8b "${gpu[@]}" --model llama-3.1-8b --routes dram,dram-engines,dram-kernel,naive
-    one qwen3-8b "${gpu[@]}" --model qwen3-8b --routes dram,dram-engines
-    one llama70b-tp8 "${gpu[@]}" --model llama-3.1-70b-tp8 --routes dram,dram-engines
-    one llama8b-page-first "${gpu[@]}" --model llama-3.1-8b --layout page-first \
-      --routes dram,dram-engines
+    movers=dram,dram-engines,dram-kernel
+    one qwen3-8b "${gpu[@]}" --model qwen3-8b --routes $movers
+    one llama70b-tp8 "${gpu[@]}" --model llama-3.1-70b-tp8 --routes $movers
+    one llama8b-page-first "${gpu[@]}" --model llama-3.1-8b --layout page-first --routes $movers
     # HBM -> DRAM: publish-only measures every Publish call.
-    pub=(--workload publish-only --device cuda:0 --working-set 2gib --routes dram,dram-engines)
+    pub=(--workload publish-only --device cuda:0 --working-set 2gib --routes $movers)
     one publish-llama8b "${pub[@]}" --model llama-3.1-8b
     one publish-llama70b-tp8 "${pub[@]}" --model llama-3.1-70b-tp8
     # The SSD routes against the disk ceiling (the io_uring probe without fio).
