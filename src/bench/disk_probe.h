@@ -4,8 +4,9 @@
 // size = the stored object's 4 KiB extent, `jobs` threads each with its own
 // ring at `iodepth` (the Manager's --ssd-io-workers and --ssd-queue-depth),
 // random or sequential offsets, buffers on transparent huge pages (as the
-// Manager's read staging). Reads run over a file laid out first with real
-// data (never sparse). Call from one thread; it spawns its workers.
+// Manager's read staging). Reads and writes run over a file laid out first
+// with real data (never sparse), as fio does. Call from one thread; it spawns
+// its workers.
 #pragma once
 
 #include <cstdint>

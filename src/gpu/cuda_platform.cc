@@ -619,6 +619,18 @@ Status CudaDevice::CopyAsync(std::span<const CopyOp> ops, Stream& stream) {
       engine_ops.push_back(desc);
     }
   }
+  // Staged only from a caller stream with nothing pending: the movers'
+  // streams are shared by the device's callers, and waiting there for a busy
+  // stream (a cuFile worker's I/O, a held host function) would hold every
+  // other stream's staged copies behind it. A busy stream's copies take the
+  // copy engines on the stream itself.
+  if ((!staged_h2d.empty() || !staged_d2h.empty()) && cudaStreamQuery(s->get()) != cudaSuccess) {
+    for (const std::vector<CopyOp>* v : {&staged_h2d, &staged_d2h}) {
+      for (const CopyOp& op : *v) engine_ops.push_back({op.dst, op.src, op.bytes});
+    }
+    staged_h2d.clear();
+    staged_d2h.clear();
+  }
   // Staged ops: planned per direction; their large ops join the engine ops.
   StagedCopyPlan plans[2];
   StagedMover* movers[2] = {&to_device_, &to_host_};

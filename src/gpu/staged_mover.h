@@ -15,6 +15,12 @@
 // device memory, outside the Manager's --pool-size) and kept until
 // destruction. Calls of several threads serialise on a mutex for the enqueue
 // only (the work itself runs in FIFO order on the internal streams).
+// Coupling: the internal streams are shared by every caller stream of the
+// device, in enqueue order, so a caller stream still busy before its staged
+// copies (cuFile I/O, a held host function) would delay the staged copies
+// other streams enqueue after it. The CUDA platform therefore stages only
+// from caller streams with nothing pending (cudaStreamQuery) and sends a busy
+// stream's copies to the copy engines on that stream.
 // REQUIRES: the calling thread's current device is the mover's device.
 // CUDA builds only (C++20, CUDA runtime API types).
 #pragma once
