@@ -37,6 +37,10 @@ struct FaultInjectingPlatform::State {
   uint64_t corrupt_offset = 0;
   uint8_t corrupt_value = 0;
   int corrupt_crcs = 0;
+  int refused_copies = 0;
+  DevPtr refuse_copy_begin = 0;
+  uint64_t refuse_copy_bytes = 0;
+  Status refuse_copy_status;
   bool hold_reads = false;
   bool hold_writes = false;
   uint64_t epoch = 1;           // stamps are epochs; 0 is "not held"
@@ -181,6 +185,20 @@ class WrappedDevice : public Device {
   Status CopyAsync(std::span<const CopyOp> ops, Stream& stream) override {
     WrappedStream* s = nullptr;
     ORBITKV_ASSIGN_OR_RETURN(s, Unwrap(stream, "CopyAsync"));
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      if (state_->refused_copies > 0) {
+        const DevPtr lo = state_->refuse_copy_begin;
+        const DevPtr hi = lo + state_->refuse_copy_bytes;
+        const bool hit = std::any_of(ops.begin(), ops.end(), [&](const CopyOp& op) {
+          return op.bytes > 0 && op.src < hi && op.src + op.bytes > lo;
+        });
+        if (hit) {
+          --state_->refused_copies;
+          return state_->refuse_copy_status;
+        }
+      }
+    }
     return inner_->CopyAsync(ops, s->inner());
   }
 
@@ -307,7 +325,8 @@ class WrappedDevice : public Device {
       const DevPtr at = buffer + static_cast<uint64_t>(io->buf_offset) + corrupt->first;
       Status st = inner_->MemsetAsync(at, corrupt->second, 1, s->inner());
       if (!st.ok()) {
-        return st.WithContext(fmt::format("{} submitted, but its injected corruption was not", what));
+        return st.WithContext(
+            fmt::format("{} submitted, but its injected corruption was not", what));
       }
     }
     return Status::OK();
@@ -365,6 +384,15 @@ void FaultInjectingPlatform::CorruptReads(int count, uint64_t offset, uint8_t va
   state_->corrupt_reads = count;
   state_->corrupt_offset = offset;
   state_->corrupt_value = value;
+}
+
+void FaultInjectingPlatform::RefuseCopiesFrom(DevPtr begin, uint64_t bytes, int count,
+                                              Status status) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->refused_copies = status.ok() ? 0 : count;
+  state_->refuse_copy_begin = begin;
+  state_->refuse_copy_bytes = bytes;
+  state_->refuse_copy_status = std::move(status);
 }
 
 void FaultInjectingPlatform::CorruptCrcs(int count) {

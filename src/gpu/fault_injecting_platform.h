@@ -28,6 +28,9 @@
 //  * CorruptCrcs(count): the next `count` Crc32cAsync calls run, then a host
 //    function flips a bit of their first result (REQUIRES: `out` is host
 //    memory, as the SSD worker's pinned results are).
+//  * RefuseCopiesFrom(begin, bytes, count, status): the next `count`
+//    CopyAsync calls with an op whose source overlaps [begin, +bytes) return
+//    the status without enqueueing anything (a failed D2H of those pages).
 //  * HoldWrites / HoldReads(true): a write (read) submitted while the hold is
 //    on runs normally, but its completion is held at the event level: an event
 //    recorded after it on the same stream reports false from Poll, and Wait and
@@ -93,6 +96,7 @@ class FaultInjectingPlatform : public Platform {
   void RefuseReadSubmits(int count, Status status);
   void CorruptReads(int count, uint64_t offset, uint8_t value);
   void CorruptCrcs(int count);
+  void RefuseCopiesFrom(DevPtr begin, uint64_t bytes, int count, Status status);
 
   void HoldWrites(bool hold);
   void HoldReads(bool hold);

@@ -178,7 +178,7 @@ struct RestoreRec {
 struct ReadJob {
   std::shared_ptr<RestoreRec> restore;  // restore read, or
   std::vector<RestoreBlock> blocks;
-  std::vector<QueryBlock> prepare;  // prepare (warm-up) reads
+  std::vector<QueryBlock> prepare;           // prepare (warm-up) reads
   std::vector<uint64_t> prepare_slot_bytes;  // prepare: the group's shape
 };
 
@@ -1303,81 +1303,83 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
   auto dw = std::make_shared<DirectWrites>();
 
   PublishResult out;
-  Status failed = [&]() -> Status {
-    for (size_t i = 0; i < req.keys.size(); ++i) {
-      ObjectId id{inst->ns, req.group_id, ToKey(req.keys[i])};
-      if (impl_->dram->Contains(id) ||
-          (impl_->ssd && impl_->ssd->catalog().Lookup(StoreKey(id)).has_value())) {
+  // The first error ends the call; what it started still finishes below.
+  Status failed;
+  for (size_t i = 0; i < req.keys.size(); ++i) {
+    ObjectId id{inst->ns, req.group_id, ToKey(req.keys[i])};
+    if (impl_->dram->Contains(id) ||
+        (impl_->ssd && impl_->ssd->catalog().Lookup(StoreKey(id)).has_value())) {
+      ++out.skipped;
+      impl_->publish_skipped->Inc();
+      continue;
+    }
+    WriteObjectHeader(id, shape.slot_bytes, /*codec=*/0, {}, header);  // CRCs at seal
+    Result<DramView> v = impl_->dram->BeginAssembly(id, shape.object_size, g.num_slots, header);
+    if (!v.ok() && v.status().code() == StatusCode::kResourceExhausted && impl_->ssd) {
+      // The pool is full of objects waiting for SSD writeback: wait for it
+      // (bounded) instead of dropping the block.
+      const auto deadline = std::chrono::steady_clock::now() + impl_->config.publish_wait;
+      std::unique_lock<std::mutex> l(impl_->pool_mu);
+      while (!v.ok() && v.status().code() == StatusCode::kResourceExhausted &&
+             impl_->dram->stats().writeback_pending > 0) {
+        if (impl_->pool_cv.wait_until(l, deadline) == std::cv_status::timeout) break;
+        v = impl_->dram->BeginAssembly(id, shape.object_size, g.num_slots, header);
+      }
+    }
+    if (!v.ok()) {
+      if (v.status().code() == StatusCode::kAlreadyExists) {
         ++out.skipped;
         impl_->publish_skipped->Inc();
-        continue;
-      }
-      WriteObjectHeader(id, shape.slot_bytes, /*codec=*/0, {}, header);  // CRCs at seal
-      Result<DramView> v = impl_->dram->BeginAssembly(id, shape.object_size, g.num_slots, header);
-      if (!v.ok() && v.status().code() == StatusCode::kResourceExhausted && impl_->ssd) {
-        // The pool is full of objects waiting for SSD writeback: wait for it
-        // (bounded) instead of dropping the block.
-        const auto deadline = std::chrono::steady_clock::now() + impl_->config.publish_wait;
-        std::unique_lock<std::mutex> l(impl_->pool_mu);
-        while (!v.ok() && v.status().code() == StatusCode::kResourceExhausted &&
-               impl_->dram->stats().writeback_pending > 0) {
-          if (impl_->pool_cv.wait_until(l, deadline) == std::cv_status::timeout) break;
-          v = impl_->dram->BeginAssembly(id, shape.object_size, g.num_slots, header);
-        }
-      }
-      if (!v.ok()) {
-        if (v.status().code() == StatusCode::kAlreadyExists) {
-          ++out.skipped;
-          impl_->publish_skipped->Inc();
-        } else if (!direct() ||
-                   !impl_->SubmitDirectWrite(*inst, g, shape, id, req.pages[i], nullptr, dw)) {
-          ++out.dropped;
-          impl_->publish_pool_full->Inc();
-        }  // else no room in DRAM: straight to SSD, counted when its write finished
-        continue;
-      }
-      uint64_t copied = 0;
-      std::vector<gpu::CopyOp> ops;  // CUDA pages: D2H on the instance's stream
-      for (const SlotLayout* s : slots) {
-        const SegmentPos& seg = shape.segments[s->slot_id];
-        if (inst->cuda()) {
-          ops.push_back({reinterpret_cast<gpu::DevPtr>(v->data + seg.offset),
-                         inst->DevicePage(*s, req.pages[i]), s->bytes_per_page});
-        } else {
-          const uint8_t* src =
-              inst->regions[s->region]->data() + SlotPageOffset(*s, req.pages[i]);
-          std::memcpy(v->data + seg.offset, src, s->bytes_per_page);
-        }
-        const uint64_t padded = AlignUp(s->bytes_per_page, 512);
-        std::memset(v->data + seg.offset + s->bytes_per_page, 0, padded - s->bytes_per_page);
-        copied += s->bytes_per_page;
-      }
-      if (Status st = impl_->CopyAndWait(*inst, /*to_device=*/false, ops); !st.ok()) {
-        impl_->dram->AbortAssembly(*v);
-        return st;
-      }
-      // This call's slots' payload CRCs, from the pool copy (what SSD gets).
-      for (const SlotLayout* s : slots) {
-        const SegmentPos& seg = shape.segments[s->slot_id];
-        SetSegmentCrc({v->data, shape.header_bytes}, s->slot_id,
-                      Crc32c({v->data + seg.offset, seg.size}));
-      }
-      impl_->bytes_publish->Inc(copied);
-      const uint8_t* dram_header = v->data;  // stays: a sealed entry waits for its writeback
-      Result<bool> sealed = impl_->dram->CompleteParts(*v, parts);
-      if (!sealed.ok()) return sealed.status();
-      ++out.stored;
-      if (!*sealed) continue;
-      ++out.sealed;
-      impl_->publish_objects->Inc();
-      if (direct() &&
-          impl_->SubmitDirectWrite(*inst, g, shape, id, req.pages[i], dram_header, dw)) {
-        continue;
-      }
-      if (impl_->ssd) impl_->QueueWriteback(id);
+      } else if (!direct() ||
+                 !impl_->SubmitDirectWrite(*inst, g, shape, id, req.pages[i], nullptr, dw)) {
+        ++out.dropped;
+        impl_->publish_pool_full->Inc();
+      }  // else no room in DRAM: straight to SSD, counted when its write finished
+      continue;
     }
-    return Status::OK();
-  }();
+    uint64_t copied = 0;
+    std::vector<gpu::CopyOp> ops;  // CUDA pages: D2H on the instance's stream
+    for (const SlotLayout* s : slots) {
+      const SegmentPos& seg = shape.segments[s->slot_id];
+      if (inst->cuda()) {
+        ops.push_back({reinterpret_cast<gpu::DevPtr>(v->data + seg.offset),
+                       inst->DevicePage(*s, req.pages[i]), s->bytes_per_page});
+      } else {
+        const uint8_t* src = inst->regions[s->region]->data() + SlotPageOffset(*s, req.pages[i]);
+        std::memcpy(v->data + seg.offset, src, s->bytes_per_page);
+      }
+      const uint64_t padded = AlignUp(s->bytes_per_page, 512);
+      std::memset(v->data + seg.offset + s->bytes_per_page, 0, padded - s->bytes_per_page);
+      copied += s->bytes_per_page;
+    }
+    if (Status st = impl_->CopyAndWait(*inst, /*to_device=*/false, ops); !st.ok()) {
+      impl_->dram->AbortAssembly(*v);
+      failed = st;
+      break;
+    }
+    // This call's slots' payload CRCs, from the pool copy (what SSD gets).
+    for (const SlotLayout* s : slots) {
+      const SegmentPos& seg = shape.segments[s->slot_id];
+      SetSegmentCrc({v->data, shape.header_bytes}, s->slot_id,
+                    Crc32c({v->data + seg.offset, seg.size}));
+    }
+    impl_->bytes_publish->Inc(copied);
+    const bool ssd_on = impl_->ssd != nullptr;
+    const uint8_t* dram_header = v->data;  // stays: a sealed entry waits for its writeback
+    Result<bool> sealed = impl_->dram->CompleteParts(*v, parts);
+    if (!sealed.ok()) {
+      failed = sealed.status();
+      break;
+    }
+    ++out.stored;
+    if (!*sealed) continue;
+    ++out.sealed;
+    impl_->publish_objects->Inc();
+    if (direct() && impl_->SubmitDirectWrite(*inst, g, shape, id, req.pages[i], dram_header, dw)) {
+      continue;
+    }
+    if (ssd_on) impl_->QueueWriteback(id);
+  }
   // On every return: the pages stay the engine's only after this call's SSD
   // writes finished (the GPU gathers from them), and each write's DRAM entry
   // leaves writeback-pending.
@@ -1544,9 +1546,8 @@ Result<RestoreId> Manager::StartRestore(SessionId session, const RestoreRequest&
       impl_->budget_used -= src.size;
       if (src.tier == Tier::kSsd) {
         // The restore owns the lease now: it lives until the read, not the TTL.
-        impl_->ssd->catalog()
-            .KeepUntilDone(src.lease)
-            .IgnoreError("an expired lease fails its block at submission");
+        impl_->ssd->catalog().KeepUntilDone(src.lease).IgnoreError(
+            "an expired lease fails its block at submission");
       }
       (src.tier == Tier::kDram ? dram_blocks : ssd_blocks).push_back(rb);
     }

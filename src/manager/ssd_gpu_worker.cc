@@ -45,7 +45,7 @@ struct FragCrc {
 struct ItemCheck {
   std::vector<SegmentPos> segments;  // where a raw object of the item's shape has them
   uint64_t header_bytes = 0;
-  bool header_known = false;  // its first piece was checked (or failed)
+  bool header_known = false;           // its first piece was checked (or failed)
   std::optional<ParsedHeader> header;  // set when the header matched
   Status header_status;                // why not, otherwise
   uint32_t pieces_checked = 0;         // pieces whose fragment CRCs are in `frags`
@@ -127,7 +127,7 @@ struct Slot {
   bool stream_registered = false;
   std::unique_ptr<gpu::Event> io_event, scatter_event;
   std::unique_ptr<gpu::AsyncIo[]> ios;  // address-stable, one per read of a batch
-  uint8_t* host = nullptr;  // pinned: header copies, then CRC results (kVerify*)
+  uint8_t* host = nullptr;              // pinned: header copies, then CRC results (kVerify*)
   // kVerify: headers and CRCs of the batch on their way to `host` (the
   // scatter event marks their arrival); kScatter: the scatter is running.
   enum class Phase { kFree, kIo, kVerify, kScatter } phase = Phase::kFree;
@@ -627,8 +627,7 @@ Result<std::unique_ptr<SsdGpuWorker>> SsdGpuWorker::Create(GpuWorkerOptions opti
       ORBITKV_ASSIGN_OR_RETURN(s.io_event, d.CreateEvent());
       ORBITKV_ASSIGN_OR_RETURN(s.scatter_event, d.CreateEvent());
       s.ios = std::make_unique<gpu::AsyncIo[]>(impl->max_reads);
-      ORBITKV_ASSIGN_OR_RETURN(s.host,
-                               d.AllocateHost(kVerifyHeaderBytes + 4 * kVerifyMaxFrags));
+      ORBITKV_ASSIGN_OR_RETURN(s.host, d.AllocateHost(kVerifyHeaderBytes + 4 * kVerifyMaxFrags));
       return Status::OK();
     }();
     if (!st.ok()) {
@@ -670,8 +669,7 @@ Result<SsdGpuWorker::JobId> SsdGpuWorker::SubmitRead(GpuReadRequest req) {
                                      std::to_string(it.ref.object_size) + "-byte object");
     }
     if (ObjectHeaderSize(static_cast<uint32_t>(it.slot_bytes.size())) > m.o.slot_bytes) {
-      return Status::InvalidArgument("an object header of " +
-                                     std::to_string(it.slot_bytes.size()) +
+      return Status::InvalidArgument("an object header of " + std::to_string(it.slot_bytes.size()) +
                                      " slots does not fit a staging slot");
     }
     for (const ScatterSpan& s : it.scatter) {

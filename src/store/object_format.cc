@@ -249,7 +249,8 @@ Status VerifyObjectPayload(const ParsedHeader& header, std::span<const uint8_t> 
   for (uint32_t i = 0; i < header.segments.size(); ++i) {
     const SegmentPos& seg = header.segments[i];
     assert(seg.offset + seg.size <= object.size());
-    ORBITKV_RETURN_IF_ERROR(CheckSegmentCrc(header, i, Crc32c(object.subspan(seg.offset, seg.size))));
+    ORBITKV_RETURN_IF_ERROR(
+        CheckSegmentCrc(header, i, Crc32c(object.subspan(seg.offset, seg.size))));
   }
   return Status::OK();
 }

@@ -247,10 +247,9 @@ Result<int> LockCachePath(FileSystem* fs, const std::string& base_path) {
     }
     fs->Close(fd).IgnoreError("lock refused");
     if (!lk.IsBusy()) return lk.WithContext("locking " + path);
-    return Status::FailedPrecondition("SSD cache path " + base_path +
-                                      " is in use by another OrbitKV Manager (" + holder +
-                                      ", lock file " + path +
-                                      "); give each Manager its own --ssd-cache-path");
+    return Status::FailedPrecondition(
+        "SSD cache path " + base_path + " is in use by another OrbitKV Manager (" + holder +
+        ", lock file " + path + "); give each Manager its own --ssd-cache-path");
   }
   const std::string pid = std::to_string(::getpid()) + "\n";
   Status st = fs->Truncate(fd, 0);

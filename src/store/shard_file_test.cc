@@ -148,7 +148,7 @@ TEST(ShardSet, FailedStartKeepsShardsOfAnEarlierRunTruncated) {
   ShardSetOptions o = Opts(dir.File("cache.bin"), 2);
   ASSERT_TRUE(ShardSet::Create(FileSystem::Default(), o).ok());  // an earlier run's shards
   FaultInjectingFileSystem fs(FileSystem::Default());
-  fs.FailNth(FaultInjectingFileSystem::Op::kFallocate, 2, ENOSPC);
+  fs.FailNth(FaultInjectingFileSystem::Op::kFallocate, 3, ENOSPC);  // shard 2, created now
   o.count = 3;
   o.reserve_capacity = true;
   ASSERT_EQ(ShardSet::Create(&fs, o).status().err_no(), ENOSPC);

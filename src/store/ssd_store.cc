@@ -138,9 +138,10 @@ void SsdStore::Dropped(DropReason reason, const Status& why) {
   static constexpr const char* kNames[kDropReasons] = {"pinned", "nospace", "io_error"};
   static constexpr const char* kHints[kDropReasons] = {
       "every shard's ring head was leased or being written",
-      "the file system is full: choose an --ssd-cache-capacity that fits it",
-      "I/O errors"};
-  (reason == kDropPinned ? drops_pinned_ : reason == kDropNoSpace ? drops_nospace_ : drops_io_)
+      "the file system is full: choose an --ssd-cache-capacity that fits it", "I/O errors"};
+  (reason == kDropPinned    ? drops_pinned_
+   : reason == kDropNoSpace ? drops_nospace_
+                            : drops_io_)
       ->Inc();
   const Clock::TimePoint now = options_.clock->Now();
   uint64_t n = 0;

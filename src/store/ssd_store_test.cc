@@ -6,6 +6,7 @@
 #include <thread>
 
 #include <spdlog/sinks/ringbuffer_sink.h>
+#include <spdlog/spdlog.h>
 
 #include <gtest/gtest.h>
 
@@ -137,7 +138,8 @@ TEST_F(SsdStoreTest, NoSpaceDropsAreLoggedAtMostOncePerIntervalWithTheirCount) {
     return std::make_pair(n, last);
   };
   f.faults.AddRule({IoOp::kWrite, 1, ScriptedIoFaults::Fault::kError, ENOSPC, /*every=*/true});
-  for (int i = 0; i < 5; ++i) EXPECT_TRUE(f.Write(Key::FromU64(i), Pattern(i, 9000)).status().IsNoSpace());
+  for (int i = 0; i < 5; ++i)
+    EXPECT_TRUE(f.Write(Key::FromU64(i), Pattern(i, 9000)).status().IsNoSpace());
   auto [first, first_line] = lines();
   EXPECT_EQ(first, 1) << "the first drop is reported, the next four wait for the interval";
   EXPECT_NE(first_line.find("1 since the last report"), std::string::npos) << first_line;
