@@ -29,7 +29,7 @@ step "benches.gds (native GDS qualification script) source-level tests"
 $PYTHON -m pytest -q -p no:cacheprovider benches/tests
 
 if [[ ${ORBITKV_SKIP_SANITIZERS:-0} != 1 ]]; then
-  sanitizer_tests=(common_test io_test catalog_test ssd_store_test dram_cache_test object_format_test manager_test gpu_platform_fake_test gpu_tier_gate_test gpu_tier_two_device_test)
+  sanitizer_tests=(common_test io_test catalog_test ssd_store_test dram_cache_test object_format_test manager_test protocol_test gpu_platform_fake_test gpu_tier_gate_test gpu_tier_two_device_test)
   for san in address thread; do
     step "store and io tests under ${san} sanitizer (build-${san}/)"
     cmake -S . -B "build-$san" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DORBITKV_SANITIZE=$san \
