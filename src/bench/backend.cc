@@ -61,7 +61,7 @@ class NaiveBackend final : public Backend {
  public:
   NaiveBackend(NaiveStore& store, PageTarget& pages, uint8_t* buffer)
       : store_(store), pages_(pages), buffer_(buffer) {}
-  ~NaiveBackend() override { std::free(buffer_); }
+  ~NaiveBackend() override { pages_.FreeBuffer(buffer_); }
 
   Result<Lookup> Query(std::span<const BlockKey> keys) override {
     Lookup l;
@@ -116,7 +116,7 @@ class NaiveBackend final : public Backend {
  private:
   NaiveStore& store_;
   PageTarget& pages_;
-  uint8_t* buffer_;  // one block, 4 KiB aligned, owned
+  uint8_t* buffer_;  // one block, 4 KiB aligned (pinned for CUDA pages), owned
 };
 
 }  // namespace
@@ -137,10 +137,9 @@ Result<std::unique_ptr<Backend>> ConnectManagerBackend(const std::string& socket
 }
 
 Result<std::unique_ptr<Backend>> NewNaiveBackend(NaiveStore& store, PageTarget& pages) {
-  void* buf = nullptr;
-  if (::posix_memalign(&buf, 4096, store.slot_bytes()) != 0)
-    return Status::ResourceExhausted("no memory for the naive route's host buffer");
-  return std::unique_ptr<Backend>(new NaiveBackend(store, pages, static_cast<uint8_t*>(buf)));
+  Result<uint8_t*> buf = pages.AllocateBuffer(store.slot_bytes());
+  if (!buf.ok()) return buf.status().WithContext("the naive route's host buffer");
+  return std::unique_ptr<Backend>(new NaiveBackend(store, pages, *buf));
 }
 
 }  // namespace orbitkv::bench

@@ -26,11 +26,13 @@
 
 #include "bench/ceilings.h"
 #include "bench/cuda_pages.h"
+#include "bench/disk_probe.h"
 #include "bench/figures.h"
 #include "bench/model.h"
 #include "bench/report.h"
 #include "bench/route.h"
 #include "bench/route_run.h"
+#include "bench/scale.h"
 #include "bench/workloads.h"
 #include "demo/format.h"
 #include "demo/live_line.h"
@@ -62,6 +64,7 @@ struct Flags {
   std::string sweep_block_tokens = "16,32,64,128,256";
   std::string routes;  // empty: the workload's default
   std::string device = "host";
+  std::string layout = "split";  // split | page-first
   WorkloadParams w;
   std::string working_set, pool_size, ssd_capacity;
   std::string dir;
@@ -71,11 +74,16 @@ struct Flags {
   uint32_t latency_probes = 64;
   double ceiling_seconds = 2;
   std::string fio = "fio";
-  std::string fio_file_size;  // empty: the working set, within 1 GiB..8 GiB
+  std::string disk_ceiling = "auto";  // auto | fio | probe
+  std::string fio_file_size;          // empty: the working set, within 1 GiB..8 GiB
   bool no_verify = false, no_progress = false, list_models = false, list_workloads = false;
   uint32_t inject_corruption = 0;  // tests only (hidden flag)
   std::string json, png;
   std::vector<std::string> argv;  // as given, for the report
+  // --workload scale.
+  uint32_t scale_chain_tokens = 131072;
+  uint32_t scale_engines = 0;  // 0: --engines
+  uint64_t scale_objects = 100000;
 };
 
 int FlagError(const std::string& msg) {
@@ -86,6 +94,50 @@ int FlagError(const std::string& msg) {
 int Fail(const std::string& msg) {
   std::fprintf(stderr, "orbitkv-bench: FAILED: %s\n", msg.c_str());
   return kExitFailure;
+}
+
+// --workload scale: its own driver (scale.h), one DRAM-only Manager.
+int RunScaleWorkload(const Flags& f, const ModelPreset& model, uint32_t tokens) {
+  ScaleParams sp;
+  sp.dir = f.dir.empty() ? "/var/tmp/orbitkv-bench-" + std::to_string(::getuid()) : f.dir;
+  sp.dir += "/scale";
+  if (Status st = demo::MakeDirs(sp.dir); !st.ok()) return Fail(st.ToString());
+  sp.manager_binary = f.manager;
+  sp.device = f.device;
+  sp.page_first = f.layout == "page-first";
+  sp.slot_bytes = model.SlotBytes(tokens);
+  sp.block_tokens = tokens;
+  sp.max_chain_tokens = f.scale_chain_tokens;
+  sp.max_engines = f.scale_engines ? f.scale_engines : f.w.engines;
+  sp.objects = f.scale_objects;
+  sp.probes = std::max<uint32_t>(f.latency_probes, 16);
+  sp.seconds_per_point = f.ceiling_seconds / 2;
+  sp.verify = !f.no_verify;
+  sp.seed = f.w.seed;
+  sp.interrupted = &g_interrupted;
+  std::printf(
+      "orbitkv-bench: workload scale, model %s (%s per %u-token block), %s pages, chain up to %u "
+      "tokens, 1..%u engines, %llu objects\n",
+      model.name.c_str(), FormatByteSize(model.BlockBytes(tokens)).c_str(), tokens,
+      f.device.c_str(), sp.max_chain_tokens, sp.max_engines,
+      static_cast<unsigned long long>(sp.objects));
+  std::fflush(stdout);
+  Result<ScaleReport> r = RunScale(sp);
+  if (!r.ok()) {
+    if (g_interrupted.load()) return kExitInterrupted;
+    return Fail(r.status().ToString());
+  }
+  PrintScale(stdout, *r);
+  if (!f.json.empty()) {
+    nlohmann::json j = ScaleJson(*r);
+    j["model"] = model.name;
+    j["flags"] = f.argv;
+    std::ofstream out(f.json);
+    out << j.dump(2) << "\n";
+    if (!out) return Fail("cannot write " + f.json);
+    std::printf("  json         written to %s\n", f.json.c_str());
+  }
+  return r->mismatched ? kExitMismatch : 0;
 }
 
 std::string FsType(const std::string& dir) {
@@ -314,8 +366,8 @@ int Run(const Flags& f, const std::vector<Route>& routes, const ModelPreset& mod
         FormatByteSize(p.extent_bytes).c_str());
   }
   std::printf("  requests   %s\n", points.front().shape.c_str());
-  std::printf("  engines    %u engine thread(s), each its own Manager session and %s pages\n",
-              w.engines, f.device.c_str());
+  std::printf("  engines    %u engine thread(s), each its own Manager session and %s pages (%s)\n",
+              w.engines, f.device.c_str(), f.layout.c_str());
   std::printf("  data       working set %s blocks = %s; %s measured requests per route\n",
               demo::Count(points.front().working_set_blocks).c_str(),
               demo::Bytes(double(ws_bytes)).c_str(),
@@ -388,10 +440,21 @@ int Run(const Flags& f, const std::vector<Route>& routes, const ModelPreset& mod
                    : std::min(std::clamp<uint64_t>(ws_bytes, kGiB, 8 * kGiB), *free_bytes / 4);
       fp.seconds = f.ceiling_seconds;
       // The Manager's read staging: min(64 MiB, pool / 4) (ManagerConfig::read_staging_bytes).
-      c.fio_read = MeasureFioRead(fp, std::min<uint64_t>(64 * kMiB, sz.pool / 4));
-      fp.mode = FioMode::kWrite;
-      fp.huge_buffers = HugeBuffersFit(fp);
-      c.fio_write = MeasureFio(fp);
+      const uint64_t read_staging = std::min<uint64_t>(64 * kMiB, sz.pool / 4);
+      // Without fio (the H200 host has none) the bench's own io_uring probe.
+      const bool use_fio =
+          f.disk_ceiling == "fio" || (f.disk_ceiling == "auto" && FioAvailable(f.fio));
+      if (use_fio) {
+        c.fio_read = MeasureFioRead(fp, read_staging);
+        fp.mode = FioMode::kWrite;
+        fp.huge_buffers = HugeBuffersFit(fp);
+        c.fio_write = MeasureFio(fp);
+      } else {
+        c.fio_read = MeasureUringProbeRead(fp, read_staging);
+        fp.mode = FioMode::kWrite;
+        c.fio_write = MeasureUringProbe(fp);
+      }
+      c.disk_tool = use_fio ? "fio" : "probe";
     } else {
       c.fio_read.reason = c.fio_write.reason = "not needed: no SSD route in this run";
     }
@@ -412,8 +475,8 @@ int Run(const Flags& f, const std::vector<Route>& routes, const ModelPreset& mod
     for (auto [name, ceil] :
          {std::pair{"memcpy x" + std::to_string(w.engines), &c.memcpy_multi},
           std::pair{std::string(w.engines == 1 ? "" : "memcpy x1"), &c.memcpy_single},
-          std::pair{std::string("fio read"), &c.fio_read},
-          std::pair{std::string("fio write"), &c.fio_write}}) {
+          std::pair{c.disk_tool + " read", &c.fio_read},
+          std::pair{c.disk_tool + " write", &c.fio_write}}) {
       if (name.empty()) continue;
       std::printf("  %-12s %s\n", name.c_str(),
                   ceil->ok
@@ -431,6 +494,7 @@ int Run(const Flags& f, const std::vector<Route>& routes, const ModelPreset& mod
       rc.label = f.workload + (points.size() > 1 ? fmt::format(" b{}", p.block_tokens) : "");
       rc.device = f.device;
       rc.slot_bytes = model.SlotBytes(p.block_tokens);
+      rc.page_first = f.layout == "page-first";
       rc.block_tokens = p.block_tokens;
       rc.ns = fmt::format("orbitkv-bench/{}/b{}/seed{}", model.name, p.block_tokens, f.w.seed);
       rc.pool_bytes = sz.pool;
@@ -471,7 +535,7 @@ int Run(const Flags& f, const std::vector<Route>& routes, const ModelPreset& mod
           ceil && ceil->ok && fig.restore.bytes
               ? fmt::format("{:.0f}%", 100 * fig.restore.bytes_per_s / ceil->bytes_per_s).c_str()
               : "n/a",
-          RestoreCeiling(r, f.device) == CeilingKind::kFioRead ? "fio read"
+          RestoreCeiling(r, f.device) == CeilingKind::kFioRead ? (c.disk_tool + " read").c_str()
           : f.device == "host" ? fmt::format("memcpy x{}", w.engines).c_str()
                                : "cuda H2D",
           fig.publish.bytes ? fmt::format("{:.2f}", fig.publish.bytes_per_s / 1e9).c_str() : "n/a",
@@ -526,6 +590,11 @@ int Main(int argc, char** argv) {
                  "Comma-separated routes: dram, ssd-uring, ssd-auto (GPU tier), naive (default: "
                  "the workload's)");
   app.add_option("--device", f.device, "Engine pages: host or cuda:N")->capture_default_str();
+  app.add_option("--layout", f.layout,
+                 "Engine page layout: split (a region per slot) or page-first (a page holds all "
+                 "its slots)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"split", "page-first"}));
   app.add_option("--engines", w.engines,
                  "Engine threads, one Manager session each (default: half the CPUs, 1..4: the "
                  "other half copies in the Manager)");
@@ -626,6 +695,12 @@ int Main(int argc, char** argv) {
       ->check(CLI::PositiveNumber)
       ->group(g);
   app.add_option("--fio", f.fio, "fio binary")->capture_default_str()->group(g);
+  app.add_option("--disk-ceiling", f.disk_ceiling,
+                 "Disk ceiling: fio, probe (orbitkv-bench's own io_uring O_DIRECT probe at the "
+                 "same I/O size, depth and threads) or auto (fio when found, else probe)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "fio", "probe"}))
+      ->group(g);
   app.add_option("--fio-file-size", f.fio_file_size,
                  "Size of fio's file (default: the working set, within 1gib..8gib)")
       ->group(g);
@@ -635,6 +710,19 @@ int Main(int argc, char** argv) {
   app.add_option("--png", f.png,
                  "Plot throughput against block size per route, with ceilings "
                  "(scripts/bench_plot.py, /usr/bin/python3 + python3-matplotlib)")
+      ->group(g);
+  g = "scale";
+  app.add_option("--scale-chain-tokens", f.scale_chain_tokens,
+                 "Longest chain queried (tokens; query latency at 1k, 2k, ... up to it)")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1u << 24))
+      ->group(g);
+  app.add_option("--scale-engines", f.scale_engines,
+                 "Engines up to which restore/publish GB/s is measured (default: --engines)")
+      ->group(g);
+  app.add_option("--scale-objects", f.scale_objects,
+                 "Objects published for directory bytes per object and Manager RSS")
+      ->capture_default_str()
       ->group(g);
   app.add_option("--inject-corruption", f.inject_corruption)->group("");  // tests: every Nth block
   try {
@@ -676,6 +764,15 @@ int Main(int argc, char** argv) {
       ParseRoutes(f.routes.empty() ? std::string(info->default_routes) : f.routes);
   if (!routes.ok()) return FlagError(std::string(routes.status().message()));
   std::vector<uint32_t> tokens = {f.block_tokens ? f.block_tokens : model->default_block_tokens};
+  if (f.workload == "scale") {
+    signal(SIGPIPE, SIG_IGN);
+    struct sigaction sa {};
+    sa.sa_handler = OnInterrupt;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, nullptr);
+    sigaction(SIGTERM, &sa, nullptr);
+    return RunScaleWorkload(f, *model, tokens.front());
+  }
   if (f.workload == "block-size-sweep") {
     Result<std::vector<uint32_t>> list = ParseTokenList(f.sweep_block_tokens);
     if (!list.ok()) return FlagError(std::string(list.status().message()));

@@ -4,12 +4,14 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "bench/ceilings.h"
+#include "bench/disk_probe.h"
 #include "bench/figures.h"
 #include "bench/model.h"
 #include "bench/naive_store.h"
@@ -54,6 +56,52 @@ TEST(RouteTest, ParsesListsAndNamesUnknownRoutes) {
   EXPECT_EQ(RestoreCeiling(Route::kNaive, "host"), CeilingKind::kFioRead);
 }
 
+TEST(RouteTest, MoverRoutesNeedCudaPagesAndSetTheMover) {
+  Result<std::vector<Route>> r = ParseRoutes("dram-engines,dram-kernel");
+  ASSERT_TRUE(r.ok());
+  EXPECT_THAT(*r, ::testing::ElementsAre(Route::kDramEngines, Route::kDramKernel));
+  EXPECT_FALSE(RouteSupported(Route::kDramEngines, "host").ok());
+  EXPECT_TRUE(RouteSupported(Route::kDramKernel, "cuda:0").ok());
+  EXPECT_THAT(Info(Route::kDramEngines).manager_env,
+              ::testing::ElementsAre("ORBITKV_GPU_COPY=engines"));
+  EXPECT_THAT(Info(Route::kDramKernel).manager_env,
+              ::testing::ElementsAre("ORBITKV_GPU_COPY=kernel"));
+  EXPECT_TRUE(Info(Route::kDram).manager_env.empty());  // the default mover
+  EXPECT_EQ(RestoreCeiling(Route::kDramEngines, "cuda:0"), CeilingKind::kCudaH2D);
+}
+
+// Regression: without fio (the H200 host) the disk ceiling was n/a; the
+// bench's own io_uring probe measures it instead.
+TEST(DiskProbeTest, MeasuresReadsAndWritesWithoutFio) {
+  testing::TempDir dir;
+  FioParams p;
+  p.dir = dir.path();
+  p.block_bytes = 61000;  // rounded up to 4 KiB (60 KiB), like an object's extent
+  p.iodepth = 4;
+  p.jobs = 2;
+  p.file_bytes = 8 * kMiB;
+  p.seconds = 0.2;
+  for (FioMode mode : {FioMode::kRandRead, FioMode::kRead, FioMode::kWrite}) {
+    p.mode = mode;
+    Ceiling c = MeasureUringProbe(p);
+    if (!c.ok && c.reason.find("O_DIRECT") != std::string::npos) {
+      GTEST_SKIP() << "no O_DIRECT here: " << c.reason;
+    }
+    ASSERT_TRUE(c.ok) << c.reason;
+    EXPECT_GT(c.bytes_per_s, 0);
+    EXPECT_THAT(c.what, ::testing::HasSubstr("io_uring probe"));
+    EXPECT_THAT(c.what, ::testing::HasSubstr("bs=60 KiB iodepth=4 x 2 threads"));
+  }
+  Ceiling best = MeasureUringProbeRead(p, 128 * 1024);  // staging allows depth 1
+  ASSERT_TRUE(best.ok) << best.reason;
+  EXPECT_THAT(best.what, ::testing::HasSubstr("qd 1"));
+  EXPECT_FALSE(std::filesystem::exists(dir.File("uring-probe.bin")));
+  p.dir = dir.path() + "/missing";
+  Ceiling none = MeasureUringProbe(p);
+  EXPECT_FALSE(none.ok);
+  EXPECT_THAT(none.reason, ::testing::HasSubstr("cannot open"));
+}
+
 WorkloadParams Small() {
   WorkloadParams p;
   p.engines = 2;
@@ -81,6 +129,7 @@ WorkloadParams Small() {
 
 TEST(WorkloadsTest, EqualSeedsGiveEqualPlans) {
   for (const WorkloadInfo& w : Workloads()) {
+    if (w.name == "scale") continue;  // its own driver (scale.h), no plan
     Result<Plan> a = MakePlan(w.name, Small());
     Result<Plan> b = MakePlan(w.name, Small());
     ASSERT_TRUE(a.ok()) << w.name << ": " << a.status().ToString();

@@ -50,6 +50,8 @@ std::string ReadAll(int fd) {
 
 }  // namespace
 
+bool FioAvailable(const std::string& fio) { return !Which(fio).empty(); }
+
 Ceiling ParseFioJson(const std::string& text, bool write) {
   Ceiling c;
   // fio may print notes before the JSON object.

@@ -38,6 +38,8 @@ struct FioParams {
   bool huge_buffers = false;  // --iomem=shmhuge: I/O buffers on hugetlb pages
 };
 
+// Whether `fio` (a name on $PATH or a path) is an executable here.
+bool FioAvailable(const std::string& fio);
 // Runs fio with --output-format=json and reads jobs[0].{read,write}.bw_bytes.
 Ceiling MeasureFio(const FioParams& params);
 // The read ceiling: the best of random and sequential reads (restores read both

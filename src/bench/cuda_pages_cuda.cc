@@ -13,6 +13,7 @@
 #include "bench/cuda_pages.h"
 #include "demo/workload.h"
 #include "orbitkv/device.h"
+#include "orbitkv/units.h"
 
 namespace orbitkv::bench {
 namespace {
@@ -37,18 +38,21 @@ class CudaPageTarget : public PageTarget {
  public:
   ~CudaPageTarget() override {
     cudaSetDevice(ordinal_);
+    if (stream_) cudaStreamDestroy(stream_);
     for (void* p : regions_) cudaFree(p);
     if (staging_) cudaFreeHost(staging_);
   }
   static Result<std::unique_ptr<PageTarget>> Create(const std::string& device, uint64_t pages,
-                                                    const std::vector<uint64_t>& slot_bytes) {
+                                                    const std::vector<uint64_t>& slot_bytes,
+                                                    bool page_first) {
     auto t = std::unique_ptr<CudaPageTarget>(new CudaPageTarget());
     ORBITKV_ASSIGN_OR_RETURN(t->ordinal_, Ordinal(device));
     t->device_ = device;
-    t->layout_ = SplitLayout(pages, slot_bytes);
+    t->layout_ = page_first ? PageFirstLayout(pages, slot_bytes) : SplitLayout(pages, slot_bytes);
     ORBITKV_RETURN_IF_ERROR(Cuda(cudaSetDevice(t->ordinal_), "cudaSetDevice"));
     uint64_t max_slot = 0;
-    for (uint64_t i = 0; i < slot_bytes.size(); ++i) {
+    for (uint64_t i = 0; i < slot_bytes.size(); ++i) max_slot = std::max(max_slot, slot_bytes[i]);
+    for (uint64_t i = 0; i < t->layout_.region_bytes.size(); ++i) {
       void* p = nullptr;
       ORBITKV_RETURN_IF_ERROR(Cuda(cudaMalloc(&p, t->layout_.region_bytes[i]), "cudaMalloc"));
       t->regions_.push_back(p);
@@ -57,10 +61,11 @@ class CudaPageTarget : public PageTarget {
       std::array<uint8_t, 64> raw{};
       std::memcpy(raw.data(), &h, sizeof h);
       t->handles_.push_back(raw);
-      max_slot = std::max(max_slot, slot_bytes[i]);
     }
     ORBITKV_RETURN_IF_ERROR(
         Cuda(cudaMallocHost(reinterpret_cast<void**>(&t->staging_), max_slot), "cudaMallocHost"));
+    ORBITKV_RETURN_IF_ERROR(
+        Cuda(cudaStreamCreateWithFlags(&t->stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
     return std::unique_ptr<PageTarget>(std::move(t));
   }
 
@@ -97,20 +102,34 @@ class CudaPageTarget : public PageTarget {
     }
     return true;
   }
-  // The naive route on GPU pages: one copy per slot between a host buffer and the page.
+  // The naive route on GPU pages, as simple offloaders do it (vLLM's swap
+  // path): one cudaMemcpyAsync per slot between a pinned buffer and the page,
+  // then one synchronisation of the stream per block.
   void Gather(uint64_t page, uint8_t* dst) override {
     cudaSetDevice(ordinal_);
     for (const SlotLayout& s : layout_.groups[0].slots) {
-      cudaMemcpy(dst, Slot(s, page), s.bytes_per_page, cudaMemcpyDeviceToHost);
+      cudaMemcpyAsync(dst, Slot(s, page), s.bytes_per_page, cudaMemcpyDeviceToHost, stream_);
       dst += s.bytes_per_page;
     }
+    cudaStreamSynchronize(stream_);
   }
   void Scatter(const uint8_t* src, uint64_t page) override {
     cudaSetDevice(ordinal_);
     for (const SlotLayout& s : layout_.groups[0].slots) {
-      cudaMemcpy(Slot(s, page), src, s.bytes_per_page, cudaMemcpyHostToDevice);
+      cudaMemcpyAsync(Slot(s, page), src, s.bytes_per_page, cudaMemcpyHostToDevice, stream_);
       src += s.bytes_per_page;
     }
+    cudaStreamSynchronize(stream_);
+  }
+  Result<uint8_t*> AllocateBuffer(uint64_t bytes) override {
+    cudaSetDevice(ordinal_);
+    void* p = nullptr;
+    ORBITKV_RETURN_IF_ERROR(Cuda(cudaMallocHost(&p, AlignUp(bytes, 4096)), "cudaMallocHost"));
+    return static_cast<uint8_t*>(p);  // page-aligned: fit for O_DIRECT
+  }
+  void FreeBuffer(uint8_t* buffer) override {
+    cudaSetDevice(ordinal_);
+    cudaFreeHost(buffer);
   }
 
  private:
@@ -123,7 +142,8 @@ class CudaPageTarget : public PageTarget {
   InstanceLayout layout_;
   std::vector<void*> regions_;
   std::vector<std::array<uint8_t, 64>> handles_;
-  uint8_t* staging_ = nullptr;  // pinned, one slot
+  uint8_t* staging_ = nullptr;     // pinned, one slot
+  cudaStream_t stream_ = nullptr;  // the naive route's copies
 };
 
 // Bytes/s of repeated cudaMemcpyAsync(dst, src, n) on one stream for ~seconds.
@@ -163,8 +183,9 @@ bool CudaPagesBuilt() { return true; }
 Status CheckCudaPagesDevice(const std::string& device) { return Ordinal(device).status(); }
 
 Result<std::unique_ptr<PageTarget>> CreateCudaPageTarget(const std::string& device, uint64_t pages,
-                                                         const std::vector<uint64_t>& slot_bytes) {
-  return CudaPageTarget::Create(device, pages, slot_bytes);
+                                                         const std::vector<uint64_t>& slot_bytes,
+                                                         bool page_first) {
+  return CudaPageTarget::Create(device, pages, slot_bytes, page_first);
 }
 
 Result<CudaCopyCeilings> MeasureCudaCopyCeilings(const std::string& device, uint64_t block_bytes,

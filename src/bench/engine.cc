@@ -171,7 +171,7 @@ class EngineRun {
 Status Run(const EngineOptions& o, EngineSamples* out) {
   const uint64_t pages = std::max<uint64_t>(1, o.plan->max_request_blocks);
   ORBITKV_ASSIGN_OR_RETURN(std::unique_ptr<PageTarget> target,
-                           CreatePageTarget(o.device, pages, o.slot_bytes));
+                           CreatePageTarget(o.device, pages, o.slot_bytes, o.page_first));
   ORBITKV_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, o.connect(*target));
   EngineRun run(o, *target, *backend, *out);
   const size_t phases = o.plan->phases.size();

@@ -35,6 +35,7 @@ struct EngineOptions {
   const Plan* plan = nullptr;
   std::string device = "host";
   std::vector<uint64_t> slot_bytes;
+  bool page_first = false;  // pages in a page-first layout (else split)
   uint32_t block_tokens = 16;
   bool verify = true;
   uint32_t probes = 0;  // single-block restores after the plan

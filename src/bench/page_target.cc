@@ -1,11 +1,13 @@
 #include "bench/page_target.h"
 
+#include <cstdlib>
 #include <cstring>
 
 #include "bench/cuda_pages.h"
 #include "demo/pages.h"
 #include "demo/workload.h"
 #include "orbitkv/device.h"
+#include "orbitkv/units.h"
 
 namespace orbitkv::bench {
 namespace {
@@ -52,6 +54,15 @@ class HostPageTarget final : public PageTarget {
 
 }  // namespace
 
+Result<uint8_t*> PageTarget::AllocateBuffer(uint64_t bytes) {
+  void* buf = nullptr;
+  if (::posix_memalign(&buf, 4096, AlignUp(bytes, 4096)) != 0)
+    return Status::ResourceExhausted("no memory for a " + std::to_string(bytes) + "-byte buffer");
+  return static_cast<uint8_t*>(buf);
+}
+
+void PageTarget::FreeBuffer(uint8_t* buffer) { std::free(buffer); }
+
 uint64_t PageTarget::block_bytes() const {
   uint64_t sum = 0;
   for (uint64_t b : layout().groups.at(0).slot_bytes) sum += b;
@@ -59,10 +70,12 @@ uint64_t PageTarget::block_bytes() const {
 }
 
 Result<std::unique_ptr<PageTarget>> CreatePageTarget(const std::string& device, uint64_t pages,
-                                                     const std::vector<uint64_t>& slot_bytes) {
+                                                     const std::vector<uint64_t>& slot_bytes,
+                                                     bool page_first) {
   ORBITKV_ASSIGN_OR_RETURN(DeviceSpec spec, ParseDevice(device, "--device"));
-  if (spec.cuda) return CreateCudaPageTarget(device, pages, slot_bytes);
-  InstanceLayout layout = SplitLayout(pages, slot_bytes);
+  if (spec.cuda) return CreateCudaPageTarget(device, pages, slot_bytes, page_first);
+  InstanceLayout layout =
+      page_first ? PageFirstLayout(pages, slot_bytes) : SplitLayout(pages, slot_bytes);
   ORBITKV_ASSIGN_OR_RETURN(demo::Pages p, demo::Pages::Create(layout));
   return std::unique_ptr<PageTarget>(new HostPageTarget(std::move(layout), std::move(p)));
 }

@@ -39,13 +39,22 @@ class PageTarget {
   // Copies the slots of `page`, back to back, to dst[0, block_bytes()).
   virtual void Gather(uint64_t page, uint8_t* dst) = 0;
   // Copies src[0, block_bytes()) into the slots of `page`: one copy per slot.
+  // CUDA pages: one cudaMemcpyAsync per slot, then one stream synchronisation
+  // (what simple offloaders such as vLLM's swap path do).
   virtual void Scatter(const uint8_t* src, uint64_t page) = 0;
+  // A 4 KiB aligned buffer for Gather/Scatter (O_DIRECT I/O goes straight in
+  // and out of it): malloc'ed for host pages, pinned (cudaMallocHost) for CUDA
+  // pages. Freed with FreeBuffer.
+  virtual Result<uint8_t*> AllocateBuffer(uint64_t bytes);
+  virtual void FreeBuffer(uint8_t* buffer);
 };
 
-// A target for `device` with `pages` pages of the given slot sizes. Host
-// pages are built here; "cuda:N" goes to CreateCudaPageTarget (cuda_pages.h),
-// which is Unavailable until the GPU tier provides it.
+// A target for `device` with `pages` pages of the given slot sizes, in a
+// split layout (one region per slot) or a page-first one (one region, a page's
+// slots back to back). Host pages are built here; "cuda:N" goes to
+// CreateCudaPageTarget (cuda_pages.h), Unavailable in builds without CUDA.
 Result<std::unique_ptr<PageTarget>> CreatePageTarget(const std::string& device, uint64_t pages,
-                                                     const std::vector<uint64_t>& slot_bytes);
+                                                     const std::vector<uint64_t>& slot_bytes,
+                                                     bool page_first = false);
 
 }  // namespace orbitkv::bench

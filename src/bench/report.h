@@ -23,7 +23,8 @@ namespace orbitkv::bench {
 struct PointCeilings {
   uint32_t memcpy_threads = 1;  // = the Manager's copy threads for DRAM restores
   Ceiling memcpy_multi, memcpy_single;
-  Ceiling fio_read, fio_write;
+  Ceiling fio_read, fio_write;    // the disk: fio, or the bench's io_uring probe (disk_tool)
+  std::string disk_tool = "fio";  // "fio" or "probe" (disk_probe.h)
   Ceiling cuda_h2d, cuda_d2h, cuda_d2d;
 };
 

@@ -38,6 +38,24 @@ const std::vector<RouteInfo>& Routes() {
        true,
        false,
        {}},
+      {Route::kDramEngines,
+       "dram-engines",
+       "dram with ORBITKV_GPU_COPY=engines: one copy-engine DMA per slot (the mover before issue "
+       "18), for comparison",
+       Tier::kDram,
+       false,
+       true,
+       {"--admission", "all", "--ssd-backend", "uring"},
+       {"ORBITKV_GPU_COPY=engines"}},
+      {Route::kDramKernel,
+       "dram-kernel",
+       "dram with ORBITKV_GPU_COPY=kernel: a zero-copy kernel over the mapped pinned pool, for "
+       "comparison",
+       Tier::kDram,
+       false,
+       true,
+       {"--admission", "all", "--ssd-backend", "uring"},
+       {"ORBITKV_GPU_COPY=kernel"}},
   };
   return routes;
 }

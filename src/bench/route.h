@@ -17,10 +17,12 @@
 namespace orbitkv::bench {
 
 enum class Route {
-  kDram,      // Manager, DRAM pool -> pages (memcpy for host pages, H2D for CUDA pages)
-  kSsdUring,  // Manager, SSD -> io_uring -> pinned staging -> pages
-  kSsdAuto,   // Manager, --ssd-backend auto: cuFile into GPU staging (CUDA pages; GPU tier)
-  kNaive,     // the bench itself: one pread per block into a host buffer, one copy per slot
+  kDram,         // Manager, DRAM pool -> pages (memcpy for host pages, H2D for CUDA pages)
+  kSsdUring,     // Manager, SSD -> io_uring -> pinned staging -> pages
+  kSsdAuto,      // Manager, --ssd-backend auto: cuFile into GPU staging (CUDA pages; GPU tier)
+  kNaive,        // the bench itself: one pread per block into a host buffer, one copy per slot
+  kDramEngines,  // kDram with ORBITKV_GPU_COPY=engines: one DMA per slot (CUDA pages)
+  kDramKernel,   // kDram with ORBITKV_GPU_COPY=kernel: zero-copy kernel (CUDA pages)
 };
 
 // What a route's throughput is a fraction of.
@@ -38,6 +40,7 @@ struct RouteInfo {
   bool naive;                              // served by the bench's NaiveStore, not a Manager
   bool needs_cuda;                         // only with --device cuda:N
   std::vector<std::string> manager_flags;  // the Manager run for this route
+  std::vector<std::string> manager_env;    // "NAME=value" for that Manager
 };
 
 const std::vector<RouteInfo>& Routes();

@@ -101,6 +101,7 @@ class Driver {
       o.plan = &plan;
       o.device = c_.device;
       o.slot_bytes = c_.slot_bytes;
+      o.page_first = c_.page_first;
       o.block_tokens = c_.block_tokens;
       o.verify = c_.verify;
       o.probes = c_.probes_per_engine;
@@ -152,6 +153,7 @@ class Driver {
                    "--ssd-io-workers",     std::to_string(c_.ssd_io_workers),
                    "--log-level",          "warn"};
     launch.args.insert(launch.args.end(), info_.manager_flags.begin(), info_.manager_flags.end());
+    launch.env = info_.manager_env;
     launch.socket = socket_;
     launch.log_path = c_.dir + "/manager.log";
     launch.interrupted = c_.interrupted;

@@ -28,6 +28,7 @@ struct RouteRunConfig {
   std::string label;  // for the live line, e.g. "multi-round-qa"
   std::string device = "host";
   std::vector<uint64_t> slot_bytes;
+  bool page_first = false;  // --layout page-first
   uint32_t block_tokens = 16;
   std::string ns;  // Manager namespace of the blocks
   uint64_t pool_bytes = 0;

@@ -266,6 +266,11 @@ const std::vector<WorkloadInfo>& Workloads() {
       {"block-size-sweep",
        "restore-only at several block sizes (--sweep-block-tokens), working set within the pool",
        "dram,ssd-uring,naive"},
+      {"scale",
+       "costs against work on one DRAM-only Manager: query latency vs chain length, restore and "
+       "publish GB/s vs engines, directory bytes per object and RSS, restore latency under a "
+       "publish storm (scale.h; --scale-*)",
+       "dram"},
   };
   return w;
 }
@@ -292,6 +297,8 @@ Result<Plan> MakePlan(std::string_view workload, const WorkloadParams& params) {
     plan = PublishOnly(params, b);
   } else if (workload == "restore-only" || workload == "block-size-sweep") {
     plan = RestoreOnly(params, b);
+  } else if (workload == "scale") {
+    return Status::InvalidArgument("--workload scale has no plan: RunScale (scale.h) drives it");
   } else {
     return Status::InvalidArgument("--workload: unknown workload '" + std::string(workload) + "'");
   }

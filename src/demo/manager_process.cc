@@ -61,6 +61,7 @@ Result<RunningManager> StartManager(const ManagerLaunch& launch) {
     so.stdout_fd = log_fd;
     so.stderr_fd = log_fd;
     so.own_process_group = true;
+    so.env = launch.env;
     Result<Child> c = Child::Spawn(argv, so);
     ::close(log_fd);
     if (!c.ok()) return c.status();

@@ -19,6 +19,7 @@ namespace orbitkv::demo {
 struct ManagerLaunch {
   std::string binary;             // absolute path of orbitkv-cache-manager
   std::vector<std::string> args;  // flags other than --socket and --metrics-port
+  std::vector<std::string> env;   // "NAME=value" set in its environment
   std::string socket;             // --socket; must not be served by another Manager
   std::string log_path;           // truncated, then receives stdout and stderr
   uint16_t metrics_port = 0;      // 0: a free ephemeral port, retried if taken meanwhile

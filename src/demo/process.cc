@@ -20,6 +20,21 @@ Result<Child> Child::Spawn(const std::vector<std::string>& argv, const SpawnOpti
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  // The child's environment, built before fork: ours with o.env set over it.
+  std::vector<std::string> env_store;
+  std::vector<char*> envp;
+  if (!o.env.empty()) {
+    for (char** e = environ; *e != nullptr; ++e) {
+      const std::string_view cur(*e);
+      const std::string_view name = cur.substr(0, cur.find('='));
+      bool replaced = false;
+      for (const std::string& set : o.env) replaced |= set.substr(0, set.find('=')) == name;
+      if (!replaced) env_store.emplace_back(cur);
+    }
+    env_store.insert(env_store.end(), o.env.begin(), o.env.end());
+    for (std::string& e : env_store) envp.push_back(e.data());
+    envp.push_back(nullptr);
+  }
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) return Status::IOError("fork", errno);
@@ -30,7 +45,11 @@ Result<Child> Child::Spawn(const std::vector<std::string>& argv, const SpawnOpti
     if (o.stdout_fd >= 0) ::dup2(o.stdout_fd, STDOUT_FILENO);
     if (o.stderr_fd >= 0) ::dup2(o.stderr_fd, STDERR_FILENO);
     for (int fd : o.inherit_fds) ::fcntl(fd, F_SETFD, 0);
-    ::execv(args[0], args.data());
+    if (envp.empty()) {
+      ::execv(args[0], args.data());
+    } else {
+      ::execve(args[0], args.data(), envp.data());
+    }
     const char* msg = ": exec failed: ";
     (void)!::write(STDERR_FILENO, program_invocation_short_name,
                    std::strlen(program_invocation_short_name));

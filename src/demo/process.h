@@ -18,6 +18,7 @@ struct SpawnOptions {
   int stderr_fd = -1;              // -1: inherit
   std::vector<int> inherit_fds;    // fds that stay open across exec
   bool own_process_group = false;  // keep terminal SIGINT away (the parent stops it)
+  std::vector<std::string> env;    // "NAME=value": set (or replaced) in the child's environment
 };
 
 class Child {

@@ -1,5 +1,7 @@
 #include "gpu/cuda_device.h"
 
+#include <map>
+#include <shared_mutex>
 #include <string>
 #include <utility>
 
@@ -111,6 +113,21 @@ Status PinnedAllocation::Free() {
   return ORBITKV_CUDA_STATUS(cudaFreeHost(ptr));
 }
 
+namespace {
+
+// Ranges registered by RegisterHostMemory: base -> bytes.
+struct HostRanges {
+  std::shared_mutex mu;
+  std::map<uint64_t, uint64_t> ranges;  // guarded by mu
+};
+
+HostRanges& Registered() {
+  static HostRanges* r = new HostRanges();  // never destroyed: used until exit
+  return *r;
+}
+
+}  // namespace
+
 Status RegisterHostMemory(void* base, size_t size) {
   if (base == nullptr || size == 0) {
     return Status::InvalidArgument("RegisterHostMemory needs a non-empty range");
@@ -118,13 +135,31 @@ Status RegisterHostMemory(void* base, size_t size) {
   ScopedRelaxedCaptureMode relaxed;
   Status st = ORBITKV_CUDA_STATUS(cudaHostRegister(base, size, cudaHostRegisterPortable));
   if (!st.ok()) return st.WithContext("registering " + std::to_string(size) + " host bytes");
+  HostRanges& r = Registered();
+  std::unique_lock<std::shared_mutex> lock(r.mu);
+  r.ranges[reinterpret_cast<uint64_t>(base)] = size;
   return st;
 }
 
 Status UnregisterHostMemory(void* base) {
   if (base == nullptr) return Status::InvalidArgument("UnregisterHostMemory(nullptr)");
+  {
+    // Forgotten first: a copy classified from here on asks the driver.
+    HostRanges& r = Registered();
+    std::unique_lock<std::shared_mutex> lock(r.mu);
+    r.ranges.erase(reinterpret_cast<uint64_t>(base));
+  }
   ScopedRelaxedCaptureMode relaxed;
   return ORBITKV_CUDA_STATUS(cudaHostUnregister(base));
+}
+
+bool InRegisteredHostRange(uint64_t address, uint64_t bytes) {
+  HostRanges& r = Registered();
+  std::shared_lock<std::shared_mutex> lock(r.mu);
+  auto it = r.ranges.upper_bound(address);
+  if (it == r.ranges.begin()) return false;
+  --it;
+  return address - it->first < it->second && bytes <= it->second - (address - it->first);
 }
 
 }  // namespace orbitkv::gpu

@@ -85,4 +85,9 @@ Status RegisterHostMemory(void* base, size_t size);
 // `base` was not registered.
 Status UnregisterHostMemory(void* base);
 
+// Whether [address, +bytes) lies wholly inside one range that
+// RegisterHostMemory registered and UnregisterHostMemory has not yet released
+// (process-wide; the copy path's fast classification of the pinned pool).
+bool InRegisteredHostRange(uint64_t address, uint64_t bytes);
+
 }  // namespace orbitkv::gpu

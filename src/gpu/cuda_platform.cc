@@ -3,6 +3,7 @@
 #include <cuda.h>  // CUresult, CUdeviceptr: the driver entry point's types only
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cinttypes>
 #include <cstdio>
@@ -11,19 +12,25 @@
 #include <exception>
 #include <functional>
 #include <iterator>
+#include <map>
 #include <mutex>
 #include <optional>
+#include <shared_mutex>
 #include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "gpu/copy_kernels.h"
+#include "gpu/copy_options.h"
 #include "gpu/crc32c_kernel.h"
 #include "gpu/cuda_check.h"
 #include "gpu/cuda_device.h"
 #include "gpu/cufile_loader.h"
+#include "gpu/staged_copy_plan.h"
+#include "gpu/staged_mover.h"
 #include "orbitkv/logging.h"
+#include "orbitkv/units.h"
 
 namespace orbitkv::gpu {
 namespace {
@@ -157,7 +164,22 @@ class CudaStorageFile final : public StorageFile {
 
 class CudaDevice final : public Device {
  public:
-  CudaDevice(CudaPlatform* platform, int ordinal) : platform_(platform), ordinal_(ordinal) {}
+  CudaDevice(CudaPlatform* platform, int ordinal, const GpuCopyOptions& copy)
+      : platform_(platform),
+        ordinal_(ordinal),
+        copy_(copy),
+        shape_(StagingShapeOf(copy)),
+        to_device_(CopyDirection::kToDevice, shape_),
+        to_host_(CopyDirection::kToHost, shape_) {
+    int v = 0;
+    host_pointers_ok_ = cudaDeviceGetAttribute(&v, cudaDevAttrCanUseHostPointerForRegisteredMem,
+                                               ordinal) == cudaSuccess &&
+                        v != 0;
+    (void)cudaGetLastError();
+  }
+  ~CudaDevice() override {
+    if (cudaSetDevice(ordinal_) != cudaSuccess) (void)cudaGetLastError();
+  }
 
   int ordinal() const override { return ordinal_; }
 
@@ -214,22 +236,47 @@ class CudaDevice final : public Device {
   Memory Classify(uint64_t address, uint64_t bytes, ClassifiedRanges* ranges) const;
   Status AsyncIoCall(bool write, StorageFile& file, DevPtr buffer, AsyncIo* io, Stream& stream);
 
+  static StagingShape StagingShapeOf(const GpuCopyOptions& copy) {
+    StagingShape shape;
+    shape.chunk_bytes = copy.staging_bytes;
+    shape.direct_min_bytes = std::min<uint64_t>(shape.direct_min_bytes, copy.staging_bytes / 2);
+    return shape;
+  }
+  // Logs the staged mover's device memory once it is first allocated.
+  void NoteStaging();
+  // Device memory this device handed out (Allocate) or mapped (OpenIpc) and
+  // has not yet freed or closed: classified without asking the driver.
+  void Remember(uint64_t base, uint64_t bytes);
+  void Forget(uint64_t base);
+  bool Known(uint64_t address, uint64_t bytes) const;
+
   CudaPlatform* const platform_;
   const int ordinal_;
+  const GpuCopyOptions copy_;
+  const StagingShape shape_;
+  StagedMover to_device_;  // staged H2D (ORBITKV_GPU_COPY=staged)
+  StagedMover to_host_;    // staged D2H
+  std::atomic<bool> staging_noted_{false};
+  bool host_pointers_ok_ = false;  // constant after construction
+  mutable std::shared_mutex known_mu_;
+  std::map<uint64_t, uint64_t> known_;  // guarded by known_mu_: base -> bytes
 };
 
 class CudaPlatform final : public Platform {
  public:
-  CudaPlatform(int device_count, int runtime_version, int driver_version)
+  CudaPlatform(int device_count, int runtime_version, int driver_version,
+               const GpuCopyOptions& copy)
       : device_count_(device_count),
         runtime_version_(runtime_version),
         driver_version_(driver_version),
+        copy_(copy),
         devices_(device_count) {}
   ~CudaPlatform() override = default;
 
   std::string Describe() const override {
     return "CUDA " + VersionText(runtime_version_) + " (driver " + VersionText(driver_version_) +
-           "), " + std::to_string(device_count_) + (device_count_ == 1 ? " device" : " devices");
+           "), " + std::to_string(device_count_) + (device_count_ == 1 ? " device" : " devices") +
+           "; host copies " + copy_.Describe();
   }
   int device_count() const override { return device_count_; }
 
@@ -243,7 +290,7 @@ class CudaPlatform final : public Platform {
     std::unique_ptr<CudaDevice>& slot = devices_[ordinal];
     if (slot == nullptr) {
       ORBITKV_RETURN_IF_ERROR(CheckDevice(ordinal));
-      slot = std::make_unique<CudaDevice>(this, ordinal);
+      slot = std::make_unique<CudaDevice>(this, ordinal, copy_);
     }
     return static_cast<Device*>(slot.get());
   }
@@ -286,6 +333,7 @@ class CudaPlatform final : public Platform {
   const int device_count_;
   const int runtime_version_;
   const int driver_version_;
+  const GpuCopyOptions copy_;
 
   std::mutex devices_mu_;
   std::vector<std::unique_ptr<CudaDevice>> devices_;  // guarded by devices_mu_
@@ -372,11 +420,15 @@ Result<IpcMapping> CudaDevice::OpenIpc(const IpcHandle& handle) {
   IpcMapping mapping;
   mapping.base = mapped;
   mapping.bytes = static_cast<uint64_t>(base + size - mapped);
+  // Remembered only as what the driver says it is: this device's memory
+  // (another device's allocation keeps being classified per call).
+  if (Classify(mapping.base) == Memory::kThisDevice) Remember(mapping.base, mapping.bytes);
   return mapping;
 }
 
 Status CudaDevice::CloseIpc(DevPtr base) {
   if (base == 0) return Status::InvalidArgument("CloseIpc(0)");
+  Forget(base);
   ORBITKV_RETURN_IF_ERROR(MakeCurrent());
   return ORBITKV_CUDA_STATUS(cudaIpcCloseMemHandle(reinterpret_cast<void*>(base)));
 }
@@ -394,11 +446,13 @@ Result<DevPtr> CudaDevice::Allocate(uint64_t bytes) {
     return st.WithContext("allocating " + std::to_string(bytes) + " bytes on CUDA device " +
                           std::to_string(ordinal_));
   }
+  Remember(reinterpret_cast<uint64_t>(ptr), bytes);
   return reinterpret_cast<DevPtr>(ptr);
 }
 
 Status CudaDevice::Free(DevPtr ptr) {
   if (ptr == 0) return Status::OK();
+  Forget(ptr);
   ORBITKV_RETURN_IF_ERROR(MakeCurrent());
   ScopedRelaxedCaptureMode relaxed;
   return ORBITKV_CUDA_STATUS(cudaFree(reinterpret_cast<void*>(ptr)));
@@ -467,8 +521,30 @@ CudaDevice::Memory CudaDevice::Classify(uint64_t address) const {
   }
 }
 
+void CudaDevice::Remember(uint64_t base, uint64_t bytes) {
+  std::unique_lock<std::shared_mutex> lock(known_mu_);
+  known_[base] = bytes;
+}
+
+void CudaDevice::Forget(uint64_t base) {
+  std::unique_lock<std::shared_mutex> lock(known_mu_);
+  known_.erase(base);
+}
+
+bool CudaDevice::Known(uint64_t address, uint64_t bytes) const {
+  std::shared_lock<std::shared_mutex> lock(known_mu_);
+  auto it = known_.upper_bound(address);
+  if (it == known_.begin()) return false;
+  --it;
+  return address - it->first < it->second && bytes <= it->second - (address - it->first);
+}
+
 CudaDevice::Memory CudaDevice::Classify(uint64_t address, uint64_t bytes,
                                         ClassifiedRanges* ranges) const {
+  // Memory this process registered or this device mapped: no driver call
+  // (a restore classifies two addresses per slot of every block).
+  if (Known(address, bytes)) return Memory::kThisDevice;
+  if (host_pointers_ok_ && InRegisteredHostRange(address, bytes)) return Memory::kMappedHost;
   for (size_t i = 0; i < ranges->size; ++i) {
     const ClassifiedRanges::Entry& e = ranges->entries[i];
     if (address >= e.begin && address - e.begin < e.end - e.begin && bytes <= e.end - address) {
@@ -493,27 +569,14 @@ CudaDevice::Memory CudaDevice::Classify(uint64_t address, uint64_t bytes,
   return kind;
 }
 
-namespace {
-
-// Host <-> device copies go to the copy engines unless
-// ORBITKV_GPU_HOST_COPY=kernel (every size) or =size (at most 1 MiB) sends
-// them through the gather kernel over mapped pinned memory. Experimental: on
-// the H200 the kernel moved DRAM restores at 24-26 GB/s against 16-19 GB/s
-// for the engines (pinned cudaMemcpy H2D: 51 GB/s). One early run saw a wrong
-// block, traced to the bench poisoning pages with an asynchronous cudaMemset
-// (fixed); the reruns verified clean, but the engines stay the default until
-// the kernel path has more verified volume.
-bool HostCopyByKernel(uint64_t bytes) {
-  static const int mode = [] {
-    const char* v = std::getenv("ORBITKV_GPU_HOST_COPY");
-    if (v && std::string(v) == "kernel") return 2;
-    if (v && std::string(v) == "size") return 1;
-    return 0;
-  }();
-  return mode == 2 || (mode == 1 && bytes <= (1u << 20));
+void CudaDevice::NoteStaging() {
+  if (staging_noted_.exchange(true)) return;
+  OKV_LOG_INFO(
+      "cuda:{}: staged host copies hold {} of device staging (2 x {} per direction, outside "
+      "--pool-size; {})",
+      ordinal_, FormatByteSize(copy_.StagingBudget()), FormatByteSize(copy_.staging_bytes),
+      kGpuCopyStagingEnv);
 }
-
-}  // namespace
 
 Status CudaDevice::CopyAsync(std::span<const CopyOp> ops, Stream& stream) {
   ORBITKV_ASSIGN_OR_RETURN(CudaStream * s, Own(stream));
@@ -521,6 +584,8 @@ Status CudaDevice::CopyAsync(std::span<const CopyOp> ops, Stream& stream) {
   ORBITKV_RETURN_IF_ERROR(MakeCurrent());
   std::vector<CopyDesc> kernel_ops;
   std::vector<CopyDesc> engine_ops;
+  std::vector<CopyOp> staged_h2d;
+  std::vector<CopyOp> staged_d2h;
   kernel_ops.reserve(ops.size());
   ClassifiedRanges ranges;
   for (size_t i = 0; i < ops.size(); ++i) {
@@ -541,11 +606,12 @@ Status CudaDevice::CopyAsync(std::span<const CopyOp> ops, Stream& stream) {
           "registered with CUDA first)");
     }
     const CopyDesc desc{op.dst, op.src, op.bytes};
-    // Host <-> device: the copy engines, or (experimental, see
-    // HostCopyByKernel) the gather kernel over mapped pinned memory.
-    const bool mapped_pair = (src == Memory::kThisDevice && dst == Memory::kMappedHost) ||
-                             (src == Memory::kMappedHost && dst == Memory::kThisDevice);
-    if (mapped_pair && HostCopyByKernel(op.bytes)) {
+    // Host <-> device: as ORBITKV_GPU_COPY says (gpu/copy_options.h).
+    const bool to_device = src == Memory::kMappedHost && dst == Memory::kThisDevice;
+    const bool to_host = src == Memory::kThisDevice && dst == Memory::kMappedHost;
+    if ((to_device || to_host) && copy_.mode == HostCopyMode::kStaged) {
+      (to_device ? staged_h2d : staged_d2h).push_back(op);
+    } else if ((to_device || to_host) && copy_.mode == HostCopyMode::kKernel) {
       kernel_ops.push_back(desc);
     } else if (src == Memory::kThisDevice && dst == Memory::kThisDevice) {
       kernel_ops.push_back(desc);
@@ -553,13 +619,51 @@ Status CudaDevice::CopyAsync(std::span<const CopyOp> ops, Stream& stream) {
       engine_ops.push_back(desc);
     }
   }
-  if (!kernel_ops.empty()) {
-    ORBITKV_CUDA_RETURN_IF_ERROR(
-        LaunchGatherScatter(kernel_ops.data(), kernel_ops.size(), s->get()));
+  // Staged only from a caller stream with nothing pending: the movers'
+  // streams are shared by the device's callers, and waiting there for a busy
+  // stream (a cuFile worker's I/O, a held host function) would hold every
+  // other stream's staged copies behind it. A busy stream's copies take the
+  // copy engines on the stream itself.
+  if ((!staged_h2d.empty() || !staged_d2h.empty()) && cudaStreamQuery(s->get()) != cudaSuccess) {
+    for (const std::vector<CopyOp>* v : {&staged_h2d, &staged_d2h}) {
+      for (const CopyOp& op : *v) engine_ops.push_back({op.dst, op.src, op.bytes});
+    }
+    staged_h2d.clear();
+    staged_d2h.clear();
   }
-  if (!engine_ops.empty()) {
-    ORBITKV_CUDA_RETURN_IF_ERROR(
-        EnqueueEngineCopies(engine_ops.data(), engine_ops.size(), s->get()));
+  // Staged ops: planned per direction; their large ops join the engine ops.
+  StagedCopyPlan plans[2];
+  StagedMover* movers[2] = {&to_device_, &to_host_};
+  for (int d = 0; d < 2; ++d) {
+    std::vector<CopyOp>& staged = d == 0 ? staged_h2d : staged_d2h;
+    if (staged.empty()) continue;
+    plans[d] =
+        PlanStagedCopy(staged, d == 0 ? CopyDirection::kToDevice : CopyDirection::kToHost, shape_);
+    for (const CopyOp& op : plans[d].direct) engine_ops.push_back({op.dst, op.src, op.bytes});
+  }
+  // The caller stream's own share, enqueued while the staged chunks run.
+  const auto direct = [&]() -> cudaError_t {
+    if (!kernel_ops.empty()) {
+      const cudaError_t err = LaunchGatherScatter(kernel_ops.data(), kernel_ops.size(), s->get());
+      if (err != cudaSuccess) return err;
+    }
+    if (!engine_ops.empty()) {
+      return EnqueueEngineCopies(engine_ops.data(), engine_ops.size(), s->get());
+    }
+    return cudaSuccess;
+  };
+  if (plans[0].chunks.empty() && plans[1].chunks.empty()) {
+    ORBITKV_CUDA_RETURN_IF_ERROR(direct());
+    return Status::OK();
+  }
+  NoteStaging();
+  bool direct_done = false;
+  for (int d = 0; d < 2; ++d) {
+    if (plans[d].chunks.empty()) continue;
+    ORBITKV_CUDA_RETURN_IF_ERROR(movers[d]->Enqueue(
+        plans[d], s->get(),
+        direct_done ? std::function<cudaError_t()>{} : std::function<cudaError_t()>{direct}));
+    direct_done = true;
   }
   return Status::OK();
 }
@@ -719,7 +823,8 @@ Result<std::unique_ptr<Platform>> CreateCudaPlatform() {
   int driver = 0;
   ORBITKV_CUDA_RETURN_IF_ERROR(cudaRuntimeGetVersion(&runtime));
   ORBITKV_CUDA_RETURN_IF_ERROR(cudaDriverGetVersion(&driver));
-  return std::unique_ptr<Platform>(new CudaPlatform(count, runtime, driver));
+  ORBITKV_ASSIGN_OR_RETURN(const GpuCopyOptions copy, GpuCopyOptionsFromEnvironment());
+  return std::unique_ptr<Platform>(new CudaPlatform(count, runtime, driver, copy));
 }
 
 }  // namespace orbitkv::gpu

@@ -21,11 +21,16 @@
 //    later ops of the same call only, so freed and reused addresses are safe:
 //    ops between memory the device's kernels can address (its own device
 //    memory, IPC mappings opened on it, managed memory) go through one
-//    gather/scatter kernel launch per kCopyOpsPerLaunch ops; ops touching
-//    pinned host memory or another device's memory go through the copy
-//    engines (gpu/copy_kernels.h). An address CUDA does not know as device
-//    or pinned host memory (pageable host memory, garbage) is InvalidArgument
-//    and nothing of the call is enqueued. Zero-byte ops are skipped.
+//    gather/scatter kernel launch per kCopyOpsPerLaunch ops; ops between
+//    mapped pinned host memory and this device go as ORBITKV_GPU_COPY says
+//    (gpu/copy_options.h): staged through double-buffered device staging
+//    (gpu/staged_mover.h, the default), one copy-engine DMA each, or the
+//    gather kernel; other ops (another device's memory) use the copy engines
+//    (gpu/copy_kernels.h). Staged chunks run on the device's internal streams
+//    after the caller stream's earlier work, and the caller stream waits for
+//    them, so an event recorded on it after the call covers them. An address CUDA does not know as
+//    device or pinned host memory (pageable host memory, garbage) is InvalidArgument and nothing of
+//    the call is enqueued. Zero-byte ops are skipped.
 //  * MemsetAsync: cudaMemsetAsync (device memory).
 //  * HostFuncAsync: cudaLaunchHostFunc; fn lives on the heap until it has
 //    run. If the context faults before the stream reaches it, CUDA never

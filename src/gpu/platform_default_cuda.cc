@@ -9,7 +9,10 @@ namespace orbitkv::gpu {
 std::unique_ptr<Platform> CreateDefaultPlatform(std::string* why) {
   Result<std::unique_ptr<Platform>> platform = CreateCudaPlatform();
   if (!platform.ok()) {
-    *why = "no CUDA device: " + std::string(platform.status().message());
+    // A bad ORBITKV_GPU_COPY* value is the user's to fix, not a missing device.
+    *why = platform.status().code() == StatusCode::kInvalidArgument
+               ? std::string(platform.status().message())
+               : "no CUDA device: " + std::string(platform.status().message());
     return nullptr;
   }
   return std::move(platform).value();

@@ -25,7 +25,8 @@
 set -uo pipefail
 
 tests=(gpu_device_test cufile_loader_test cufile_native_policy_test cufile_smoke_test
-  cuda_platform_test crc32c_kernel_test gpu_tier_gate_cuda_test codec_cuda_test)
+  cuda_platform_test host_copy_modes_test crc32c_kernel_test gpu_tier_gate_cuda_test
+  codec_cuda_test)
 
 case "${1:-}" in
   bundle)

@@ -2,8 +2,9 @@
 # A tiny orbitkv-bench run on every host-page route, checked through its JSON:
 # verification passed, every route ran and restored bytes, every ceiling is
 # measured or n/a with a reason, the targets are reported; then fio missing
-# (n/a, not a failure), a wrong byte (exit 1) and a CUDA device where there is
-# none (exit 2).
+# (the bench's io_uring probe measures the disk; with --disk-ceiling fio: n/a,
+# not a failure), a wrong byte (exit 1), a CUDA device where there is none
+# (exit 2), and the scale workload's figures.
 # Takes seconds; files under $TMPDIR (default /var/tmp).
 # usage: bench_smoke_test.sh PATH/TO/orbitkv-bench PATH/TO/orbitkv-cache-manager
 set -u
@@ -42,7 +43,7 @@ for name in ("dram", "ssd-uring", "naive"):
         # its writeback; restore-only below waits for writeback and checks it.
         errors.append(f"route {name} served no restore through its own tier")
 for name, c in p["ceilings"].items():
-    if name == "memcpy_threads":
+    if name in ("memcpy_threads", "disk_tool"):
         continue
     if c["status"] == "ok":
         if not c["gbps"] > 0:
@@ -51,6 +52,8 @@ for name, c in p["ceilings"].items():
         errors.append(f"ceiling {name} neither measured nor n/a with a reason")
 if p["ceilings"]["memcpy_multi"]["status"] != "ok":
     errors.append("memcpy ceiling not measured")
+if p["ceilings"]["disk_tool"] not in ("fio", "probe"):
+    errors.append("disk_tool neither fio nor probe")
 if len(r["targets"]) != 4:
     errors.append("targets missing")
 print("; ".join(errors) if errors else "OK")
@@ -67,14 +70,20 @@ else
     || bad "no word about the skipped PNG"
 fi
 
-# 2. restore-only: the SSD serves both SSD routes; without fio the SSD ceiling is n/a
-#    with a reason, and the run still passes.
+# 2. restore-only: the SSD serves both SSD routes; without fio the bench measures the
+#    disk ceiling itself (its io_uring probe) and says so.
 "$bench" --workload restore-only "${tiny[@]}" --routes ssd-uring,naive --working-set 4mib \
   --pool-size 16mib --fio /nonexistent/fio --ssd-dir "$work/nofio" --json "$work/nofio.json" \
   >"$work/nofio.txt" 2>&1 && rc=0 || rc=$?
-reason=$(/usr/bin/python3 -c 'import json,sys; c=json.load(open(sys.argv[1]))["points"][0]["ceilings"]["fio_read"]; print(c["status"], c["reason"])' "$work/nofio.json" 2>/dev/null)
-[[ $rc -eq 0 && $reason == "n/a fio not found"* ]] && ok "fio missing: n/a ($reason)" \
-  || { bad "fio missing (rc $rc, '$reason')"; tail -20 "$work/nofio.txt"; }
+probe=$(/usr/bin/python3 -c '
+import json, sys
+c = json.load(open(sys.argv[1]))["points"][0]["ceilings"]
+print(c["disk_tool"], c["fio_read"]["status"], c["fio_write"]["status"],
+      "io_uring probe" in c["fio_read"]["what"])' "$work/nofio.json" 2>/dev/null)
+[[ $rc -eq 0 && $probe == "probe ok ok True" ]] && ok "fio missing: the io_uring probe measured" \
+  || { bad "fio missing (rc $rc, '$probe')"; tail -20 "$work/nofio.txt"; }
+grep -q "probe read" "$work/nofio.txt" && ok "summary names the probe ceiling" \
+  || bad "summary does not name the probe ceiling"
 ssd=$(/usr/bin/python3 -c '
 import json, sys
 r = json.load(open(sys.argv[1]))
@@ -86,11 +95,15 @@ print(all(routes[n]["restore"]["bytes"] > 0 and routes[n]["hits"]["dram"] == 0 f
 
 # 3. A wrong byte fails the run: exit 1, the JSON says verification failed.
 "$bench" --workload restore-only "${tiny[@]}" --routes naive --working-set 4mib --pool-size 16mib \
-  --fio /nonexistent/fio --inject-corruption 7 --ssd-dir "$work/bad" --json "$work/bad.json" \
-  >"$work/bad.txt" 2>&1 && rc=0 || rc=$?
+  --disk-ceiling fio --fio /nonexistent/fio --inject-corruption 7 --ssd-dir "$work/bad" \
+  --json "$work/bad.json" >"$work/bad.txt" 2>&1 && rc=0 || rc=$?
 passed_flag=$(/usr/bin/python3 -c 'import json,sys; v=json.load(open(sys.argv[1]))["verification"]; print(v["passed"], v["mismatched_blocks"] > 0)' "$work/bad.json" 2>/dev/null)
 [[ $rc -eq 1 && $passed_flag == "False True" ]] && grep -q "verification       FAILED" "$work/bad.txt" \
   && ok "corrupted restores: exit 1, verification FAILED" || bad "corruption (rc $rc, $passed_flag)"
+# ... and --disk-ceiling fio without fio: n/a with the reason, not a failure of the run.
+reason=$(/usr/bin/python3 -c 'import json,sys; c=json.load(open(sys.argv[1]))["points"][0]["ceilings"]["fio_read"]; print(c["status"], c["reason"])' "$work/bad.json" 2>/dev/null)
+[[ $reason == "n/a fio not found"* ]] && ok "--disk-ceiling fio, fio missing: n/a ($reason)" \
+  || bad "--disk-ceiling fio without fio ('$reason')"
 
 # 4. CUDA pages where the build or host has none: one clear line, exit 2 (a build with
 #    CUDA pages on a GPU host may run it: exit 0).
@@ -98,6 +111,24 @@ err=$("$bench" --device cuda:0 --workload publish-only --routes dram --working-s
   "${tiny[@]}" --ssd-dir "$work/cuda" 2>&1) && rc=0 || rc=$?
 [[ $rc -eq 0 || ($rc -eq 2 && $err == *"--device cuda:0"*) ]] \
   && ok "--device cuda:0: exit $rc" || bad "--device cuda:0 (rc $rc: $err)"
+
+# 5. scale: every figure present, restores verified.
+"$bench" --workload scale --model tiny --scale-chain-tokens 4096 --scale-engines 2 \
+  --scale-objects 3000 --latency-probes 16 --ceiling-seconds 0.2 --manager "$manager" \
+  --ssd-dir "$work/scale" --json "$work/scale.json" >"$work/scale.txt" 2>&1 && rc=0 || rc=$?
+scale=$(/usr/bin/python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+ok = (len(r["query_vs_chain"]) == 3 and r["query_vs_chain"][-1]["blocks"] == 256
+      and all(q["query"]["n"] == 20 for q in r["query_vs_chain"])
+      and [e["engines"] for e in r["engines"]] == [1, 2]
+      and all(e["restore_gbps"] > 0 and e["publish_gbps"] > 0 for e in r["engines"])
+      and r["directory"]["objects"] == 3000 and r["directory"]["rss_after"] > 0
+      and r["storm"]["idle"]["n"] == 16 and r["storm"]["storm"]["n"] == 16
+      and r["verification"]["checked"] > 0 and r["verification"]["mismatched"] == 0)
+print(ok)' "$work/scale.json" 2>/dev/null)
+[[ $rc -eq 0 && $scale == True ]] && ok "scale: chain, engines, directory and storm figures" \
+  || { bad "scale (rc $rc, $scale)"; tail -20 "$work/scale.txt"; }
 
 echo "$passed passed, $failed failed"
 [[ $failed -eq 0 ]]

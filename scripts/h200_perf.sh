@@ -1,0 +1,82 @@
+#!/bin/bash
+# h200_perf.sh: issue 18's GPU-host benchmark in one command, from binaries
+# built elsewhere (the H200 host lacks the build dependencies).
+#
+#   On the build machine (a CUDA build: -DCMAKE_CUDA_ARCHITECTURES=90
+#   -DORBITKV_STATIC_URING=ON, targets orbitkv-bench orbitkv-cache-manager):
+#     scripts/h200_perf.sh bundle BUILD_DIR BUNDLE_DIR
+#   copies the two executables (stripped) and the shared libraries a bare CUDA
+#   host may lack (spdlog, fmt, ISA-L) into BUNDLE_DIR.
+#
+#   On the GPU host, from the repository root:
+#     scripts/h200_perf.sh run BUNDLE_DIR OUT_DIR [SSD_DIR]
+#   runs orbitkv-bench on cuda:0 with both DRAM<->HBM movers (dram: the
+#   default staged mover; dram-engines: one DMA per slot; dram-kernel: the
+#   zero-copy kernel) for llama-3.1-8b (with the naive GPU baseline),
+#   qwen3-8b, llama-3.1-70b-tp8 and llama-3.1-8b in a page-first layout,
+#   and publish-only (HBM -> DRAM) for llama-3.1-8b and llama-3.1-70b-tp8,
+#   each next to pinned cudaMemcpy H2D/D2H measured in the same run; then
+#   restore-only on the SSD routes (the disk ceiling from the bench's io_uring
+#   probe where fio is absent) and the scale workload (tiny model, 1M objects,
+#   1..16 engines). Every restored block is verified. Summaries go to stdout and
+#   OUT_DIR/*.txt, reports to OUT_DIR/*.json. Exit status: the first failing
+#   run's (1: wrong bytes), else 0.
+set -uo pipefail
+
+case "${1:-}" in
+  bundle)
+    build=${2:?usage: h200_perf.sh bundle BUILD_DIR BUNDLE_DIR}
+    out=${3:?usage: h200_perf.sh bundle BUILD_DIR BUNDLE_DIR}
+    mkdir -p "$out" || exit 1
+    for b in "$build/src/bench/orbitkv-bench" "$build/src/server/orbitkv-cache-manager"; do
+      cp "$b" "$out/" && strip "$out/$(basename "$b")" || exit 1
+    done
+    for b in "$out/orbitkv-bench" "$out/orbitkv-cache-manager"; do
+      ldd "$b" | awk '/=> \// {print $3}' | grep -E 'lib(spdlog|fmt|isal)\.so' || true
+    done | sort -u | while read -r lib; do cp -L "$lib" "$out/"; done
+    ls -l "$out"
+    ;;
+  run)
+    dir=$(cd "${2:?usage: h200_perf.sh run BUNDLE_DIR OUT_DIR [SSD_DIR]}" && pwd) || exit 1
+    out=${3:?usage: h200_perf.sh run BUNDLE_DIR OUT_DIR [SSD_DIR]}
+    ssd=${4:-/var/tmp/orbitkv-h200-perf}
+    mkdir -p "$out" "$ssd" || exit 1
+    export LD_LIBRARY_PATH="$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    bench=("$dir/orbitkv-bench" --manager "$dir/orbitkv-cache-manager" --ssd-dir "$ssd"
+      --no-progress --ceiling-seconds 1)
+    rc=0
+    one() {  # NAME ARGS...: one orbitkv-bench run, its summary and JSON kept
+      local name=$1
+      shift
+      echo "=== $name: orbitkv-bench $*"
+      local t0=$SECONDS
+      "${bench[@]}" "$@" --json "$out/$name.json" 2>&1 | tee "$out/$name.txt"
+      local st=${PIPESTATUS[0]}
+      echo "=== $name: exit $st in $((SECONDS - t0)) s"
+      ((rc == 0 && st != 0)) && rc=$st
+    }
+    command -v nvidia-smi >/dev/null && nvidia-smi -L
+    # DRAM -> HBM and HBM -> DRAM: 16-token blocks, the working set in the pool.
+    gpu=(--workload block-size-sweep --sweep-block-tokens 16 --device cuda:0 --working-set 2gib)
+    one llama8b "${gpu[@]}" --model llama-3.1-8b --routes dram,dram-engines,dram-kernel,naive
+    movers=dram,dram-engines,dram-kernel
+    one qwen3-8b "${gpu[@]}" --model qwen3-8b --routes $movers
+    one llama70b-tp8 "${gpu[@]}" --model llama-3.1-70b-tp8 --routes $movers
+    one llama8b-page-first "${gpu[@]}" --model llama-3.1-8b --layout page-first --routes $movers
+    # HBM -> DRAM: publish-only measures every Publish call.
+    pub=(--workload publish-only --device cuda:0 --working-set 2gib --routes $movers)
+    one publish-llama8b "${pub[@]}" --model llama-3.1-8b
+    one publish-llama70b-tp8 "${pub[@]}" --model llama-3.1-70b-tp8
+    # The SSD routes against the disk ceiling (the io_uring probe without fio).
+    one restore-only --workload restore-only --model llama-3.1-8b --device cuda:0 \
+      --pool-size 1gib --routes ssd-uring,naive
+    # Costs against work: host pages, the tiny model.
+    one scale --workload scale --model tiny --scale-objects 1000000 --scale-engines 16
+    echo "=== h200_perf.sh: exit $rc"
+    exit $rc
+    ;;
+  *)
+    echo "usage: h200_perf.sh bundle BUILD_DIR BUNDLE_DIR | run BUNDLE_DIR OUT_DIR [SSD_DIR]" >&2
+    exit 2
+    ;;
+esac

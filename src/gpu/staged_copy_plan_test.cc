@@ -1,0 +1,198 @@
+#include "gpu/staged_copy_plan.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "gpu/copy_options.h"
+
+namespace orbitkv::gpu {
+namespace {
+
+uint64_t Addr(const uint8_t* p) { return reinterpret_cast<uint64_t>(p); }
+
+// Runs `plan` on the CPU the way the CUDA mover does, with one staging buffer
+// per chunk: to the device, span copies host -> staging then piece copies
+// staging -> device; to the host, the reverse. Direct ops are copied as they are.
+void Execute(const StagedCopyPlan& plan, CopyDirection dir, const StagingShape& shape) {
+  const bool to_device = dir == CopyDirection::kToDevice;
+  for (const StagedCopyPlan::Chunk& c : plan.chunks) {
+    ASSERT_LE(c.staging_bytes, shape.chunk_bytes);
+    std::vector<uint8_t> staging(c.staging_bytes, 0xEE);
+    auto spans = [&] {
+      for (size_t i = c.span_begin; i < c.span_end; ++i) {
+        const auto& s = plan.spans[i];
+        ASSERT_LE(s.staging_offset + s.bytes, c.staging_bytes);
+        ASSERT_EQ(s.staging_offset % shape.align, s.host % shape.align);
+        auto* host = reinterpret_cast<uint8_t*>(s.host);
+        if (to_device) {
+          std::memcpy(staging.data() + s.staging_offset, host, s.bytes);
+        } else {
+          std::memcpy(host, staging.data() + s.staging_offset, s.bytes);
+        }
+      }
+    };
+    auto pieces = [&] {
+      for (size_t i = c.piece_begin; i < c.piece_end; ++i) {
+        const auto& p = plan.pieces[i];
+        ASSERT_LE(p.staging_offset + p.bytes, c.staging_bytes);
+        auto* dev = reinterpret_cast<uint8_t*>(p.device);
+        if (to_device) {
+          std::memcpy(dev, staging.data() + p.staging_offset, p.bytes);
+        } else {
+          std::memcpy(staging.data() + p.staging_offset, dev, p.bytes);
+        }
+      }
+    };
+    if (to_device) {
+      spans();
+      pieces();
+    } else {
+      pieces();
+      spans();
+    }
+  }
+  for (const CopyOp& op : plan.direct) {
+    std::memcpy(reinterpret_cast<void*>(op.dst), reinterpret_cast<const void*>(op.src), op.bytes);
+  }
+}
+
+// Objects as the pool holds them (a header, then 512-aligned segments), each
+// slot copied to its own page: what a restore (or, reversed, a publish) does.
+struct Scene {
+  std::vector<uint8_t> host, pages;
+  std::vector<CopyOp> ops;  // to the device; swap src/dst for to the host
+};
+
+Scene MakeScene(std::mt19937_64& rng, uint32_t objects, uint32_t slots, uint64_t slot_bytes,
+                uint64_t header_bytes, uint64_t object_gap) {
+  Scene s;
+  const uint64_t seg = (slot_bytes + 511) / 512 * 512;
+  const uint64_t object = header_bytes + slots * seg;
+  s.host.resize(objects * (object + object_gap) + 4096);
+  s.pages.resize(uint64_t{objects} * slots * slot_bytes + 4096);
+  for (auto& b : s.host) b = static_cast<uint8_t>(rng());
+  std::vector<uint64_t> page_order(uint64_t{objects} * slots);
+  for (uint64_t i = 0; i < page_order.size(); ++i) page_order[i] = i;
+  std::shuffle(page_order.begin(), page_order.end(), rng);
+  for (uint32_t o = 0; o < objects; ++o) {
+    const uint64_t base = o * (object + object_gap);
+    for (uint32_t k = 0; k < slots; ++k) {
+      const uint64_t page = page_order[uint64_t{o} * slots + k];
+      s.ops.push_back({Addr(s.pages.data()) + page * slot_bytes,
+                       Addr(s.host.data()) + base + header_bytes + k * seg, slot_bytes});
+    }
+  }
+  std::shuffle(s.ops.begin(), s.ops.end(), rng);
+  return s;
+}
+
+TEST(StagedCopyPlanTest, ContiguousObjectIsOneSpanPerChunk) {
+  std::mt19937_64 rng(1);
+  // An 8B model's block: 64 slots of 32 KiB after a 4 KiB header.
+  Scene s = MakeScene(rng, 8, 64, 32 << 10, 4096, 1 << 20);
+  StagingShape shape;
+  const StagedCopyPlan plan = PlanStagedCopy(s.ops, CopyDirection::kToDevice, shape);
+  EXPECT_EQ(plan.pieces.size(), s.ops.size());
+  EXPECT_TRUE(plan.direct.empty());
+  // 16 MiB of objects 1 MiB apart (never joined): chunks are packed full, so
+  // an object at a chunk's end continues as a second span in the next chunk.
+  EXPECT_EQ(plan.chunks.size(), 3u);
+  EXPECT_EQ(plan.spans.size(), 8u + plan.chunks.size() - 1);
+  EXPECT_EQ(plan.host_bytes, 8u * 64 * (32 << 10));
+  for (const auto& c : plan.chunks) EXPECT_LE(c.staging_bytes, shape.chunk_bytes);
+}
+
+TEST(StagedCopyPlanTest, ToDeviceReadsGapsAlongToHostNever) {
+  std::mt19937_64 rng(2);
+  // 1000-byte slots: 24 bytes of padding after each segment.
+  Scene s = MakeScene(rng, 4, 16, 1000, 4096, 0);
+  StagingShape shape;
+  const StagedCopyPlan in = PlanStagedCopy(s.ops, CopyDirection::kToDevice, shape);
+  // One span per object: the 24-byte padding is read along, the next
+  // object's 4 KiB header plus padding (4120 bytes) is over max_gap.
+  EXPECT_EQ(in.spans.size(), 4u);
+  shape.max_gap = 8192;
+  EXPECT_EQ(PlanStagedCopy(s.ops, CopyDirection::kToDevice, shape).spans.size(), 1u);
+  std::vector<CopyOp> out_ops;
+  for (const CopyOp& op : s.ops) out_ops.push_back({op.src, op.dst, op.bytes});
+  const StagedCopyPlan out = PlanStagedCopy(out_ops, CopyDirection::kToHost, shape);
+  EXPECT_EQ(out.spans.size(), s.ops.size());  // never writes a padding byte
+}
+
+TEST(StagedCopyPlanTest, LargeOpsGoDirect) {
+  std::vector<uint8_t> host(3 << 20), dev(3 << 20);
+  const std::vector<CopyOp> ops = {
+      {Addr(dev.data()), Addr(host.data()), 2 << 20},
+      {Addr(dev.data()) + (2 << 20), Addr(host.data()) + (2 << 20), 4096}};
+  StagingShape shape;
+  const StagedCopyPlan plan = PlanStagedCopy(ops, CopyDirection::kToDevice, shape);
+  ASSERT_EQ(plan.direct.size(), 1u);
+  EXPECT_EQ(plan.direct[0].bytes, 2u << 20);
+  EXPECT_EQ(plan.pieces.size(), 1u);
+}
+
+// Regression for the mover's contract: every staged byte lands exactly where
+// the op says, and a copy to the host writes nothing outside the ops.
+TEST(StagedCopyPlanTest, RandomScenesAreByteExactBothWays) {
+  std::mt19937_64 rng(3);
+  for (int round = 0; round < 40; ++round) {
+    const uint32_t objects = 1 + rng() % 8;
+    const uint32_t slots = 1 + rng() % 64;
+    const uint64_t slot_bytes = 1 + rng() % (rng() % 2 ? 4096 : (40 << 10));
+    const uint64_t gap = rng() % 3 == 0 ? 0 : rng() % 20000;
+    StagingShape shape;
+    shape.chunk_bytes = (1 + rng() % 4) << 20;
+    // Sometimes a low threshold, so that some ops of a call go direct.
+    shape.direct_min_bytes =
+        rng() % 3 == 0 ? 16 << 10 : std::min<uint64_t>(1 << 20, shape.chunk_bytes / 2);
+    shape.max_gap = rng() % 8192;
+    Scene s = MakeScene(rng, objects, slots, slot_bytes, 512 * (1 + rng() % 8), gap);
+    // To the device.
+    std::vector<uint8_t> want(s.pages.size(), 0x11);
+    s.pages.assign(s.pages.size(), 0x11);
+    for (const CopyOp& op : s.ops) {
+      std::memcpy(want.data() + (op.dst - Addr(s.pages.data())),
+                  reinterpret_cast<const void*>(op.src), op.bytes);
+    }
+    Execute(PlanStagedCopy(s.ops, CopyDirection::kToDevice, shape), CopyDirection::kToDevice,
+            shape);
+    ASSERT_EQ(s.pages, want) << "round " << round;
+    // To the host: pages -> objects, into a host buffer of other bytes.
+    for (auto& b : s.pages) b = static_cast<uint8_t>(rng());
+    std::vector<uint8_t> host_want = s.host;
+    std::vector<CopyOp> back;
+    for (const CopyOp& op : s.ops) {
+      back.push_back({op.src, op.dst, op.bytes});
+      std::memcpy(host_want.data() + (op.src - Addr(s.host.data())),
+                  reinterpret_cast<const void*>(op.dst), op.bytes);
+    }
+    Execute(PlanStagedCopy(back, CopyDirection::kToHost, shape), CopyDirection::kToHost, shape);
+    ASSERT_EQ(s.host, host_want) << "round " << round;
+  }
+}
+
+TEST(GpuCopyOptionsTest, DefaultsAndErrors) {
+  Result<GpuCopyOptions> d = ParseGpuCopyOptions(nullptr, nullptr);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->mode, HostCopyMode::kStaged);
+  EXPECT_EQ(d->staging_bytes, 8u << 20);
+  EXPECT_EQ(d->StagingBudget(), 32u << 20);
+  Result<GpuCopyOptions> e = ParseGpuCopyOptions("engines", "16mib");
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->mode, HostCopyMode::kEngines);
+  EXPECT_EQ(e->staging_bytes, 16u << 20);
+  EXPECT_EQ(e->StagingBudget(), 0u);
+  EXPECT_EQ(ParseGpuCopyOptions("kernel", "")->mode, HostCopyMode::kKernel);
+  Result<GpuCopyOptions> bad = ParseGpuCopyOptions("dma", nullptr);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("ORBITKV_GPU_COPY='dma'"), std::string::npos);
+  EXPECT_FALSE(ParseGpuCopyOptions(nullptr, "512kib").ok());
+  EXPECT_FALSE(ParseGpuCopyOptions(nullptr, "lots").ok());
+}
+
+}  // namespace
+}  // namespace orbitkv::gpu
