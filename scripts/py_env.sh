@@ -15,10 +15,11 @@
 #                                then pytest tests/python against the installed
 #                                package (not the source tree)
 #
-# Caches (same machine, reused across runs): pip's own cache, the deps venv
-# under $ORBITKV_PY_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/orbitkv-py), one
-# per hash of the requirements file and interpreter, and the CMake build tree
-# of the wheel in build/py/ (incremental; ccache where installed).
+# Caches (same machine, reused across runs), under $ORBITKV_PY_CACHE (default
+# ${XDG_CACHE_HOME:-~/.cache}/orbitkv-py): the deps venv, one per hash of the
+# requirements file and interpreter, and the downloaded wheels (wheels/); the
+# CMake build tree of the wheel in build/py/ (incremental; ccache where
+# installed). pip's own cache is left on.
 # ORBITKV_WHEEL_CMAKE_ARGS adds -C settings to the wheel build (CI builds the
 # wheel without CUDA: the CUDA sources are built and tested by the main build).
 set -euo pipefail
@@ -48,7 +49,12 @@ cmd_deps() {
   rm -rf "$dir"
   log "creating $dir from $("$PYTHON" --version 2>&1) ($(command -v "$PYTHON"))"
   "$PYTHON" -m venv "$dir"
-  "$dir/bin/python" -m pip install -q --disable-pip-version-check -r "$requirements" >&2
+  # Wheels are kept in $cache/wheels (pip download skips those already there):
+  # pip's HTTP cache is not reliable behind every proxy, and torch's are big.
+  "$dir/bin/python" -m pip download -q --disable-pip-version-check -d "$cache/wheels" \
+    -r "$requirements" >&2
+  "$dir/bin/python" -m pip install -q --disable-pip-version-check --no-index \
+    --find-links "$cache/wheels" -r "$requirements" >&2
   touch "$dir/.complete"
   echo "$dir"
 }

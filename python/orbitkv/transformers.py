@@ -6,7 +6,8 @@ cached prefix of the prompt (whole 16-token blocks), restores it into a new
 the remaining tokens (in chunks of ``chunk_tokens``) and publishes the new
 complete blocks. A failed block restore (a corrupted SSD object, a Manager
 that restarted) cuts the restored prefix there: those tokens are recomputed,
-so the output is right either way, and the result says what happened::
+so the output is right either way, and the result says what happened (a
+block that failed with Corruption is not read again by this cache)::
 
     import orbitkv, orbitkv.transformers as okt
     client = orbitkv.Client(socket_path)
@@ -165,6 +166,10 @@ class PrefixCache:
         self.reg = orbitkv_torch.register_tensors(client, self.ns, rank, self.pages, page_dim=0)
         self.num_pages = num_pages
         self.block_bytes = self.reg.page_bytes
+        # Keys whose restore failed with Corruption: later prefills stop their
+        # restorable prefix before them instead of reading them again (the
+        # Manager keeps a damaged object until the ring reuses its space).
+        self.bad_keys: "set[bytes]" = set()
 
     def close(self) -> None:
         self.reg.unregister()
@@ -195,7 +200,7 @@ class PrefixCache:
     def query(self, keys: List[bytes]):
         return self.reg.query(keys, self.ttl_ms)
 
-    def _restore(self, q, blocks: int, result: PrefillResult):
+    def _restore(self, q, keys: List[bytes], blocks: int, result: PrefillResult):
         """Restores blocks [0, blocks) of query q; returns per-layer K and V
         [1, H, n*16, D] of the restored prefix (n <= blocks: cut at the first
         failed block)."""
@@ -211,6 +216,8 @@ class PrefixCache:
             for r in res:
                 if not r.ok:
                     result.errors.append((r.block, r.code, r.error))
+                    if r.code == "Corruption" and len(self.bad_keys) < 65536:
+                        self.bad_keys.add(keys[r.block])
                     break
                 result.sources[r.source] = result.sources.get(r.source, 0) + 1
                 good += 1
@@ -289,6 +296,8 @@ class PrefixCache:
         cache = self.new_cache()
         result = PrefillResult(cache=cache, logits=torch.empty(0), restored_tokens=0, computed_tokens=0)
         restorable = (len(ids) - 1) // BLOCK_TOKENS
+        if self.bad_keys:
+            restorable = next((b for b in range(restorable) if keys[b] in self.bad_keys), restorable)
         restored_blocks = 0
         t = time.perf_counter()
         if restore and restorable > 0:
@@ -296,7 +305,7 @@ class PrefixCache:
             result.timings["query"] = time.perf_counter() - t
             t = time.perf_counter()
             if q.prefix > 0:
-                restored_blocks, ks, vs = self._restore(q, q.prefix, result)
+                restored_blocks, ks, vs = self._restore(q, keys, q.prefix, result)
                 if restored_blocks:
                     self._fill_cache(cache, ks, vs)
             _sync(self.device)

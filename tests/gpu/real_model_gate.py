@@ -51,7 +51,11 @@ import time
 from pathlib import Path
 
 SEED = 20261201
-STEPS = 64
+
+
+def steps(tiny: bool) -> int:
+    """Greedy tokens after each prefill: 64 (the gate), 16 in the tiny CPU mode."""
+    return 16 if tiny else 64
 HERE = Path(__file__).resolve()
 
 
@@ -114,6 +118,9 @@ def sync(device: str) -> None:
 
 
 def producer(args) -> int:
+    """Computes the prefix once and publishes it into every Manager of
+    --sockets (the filler family too where --filler marks it), then the
+    references."""
     import torch
     import orbitkv
     import orbitkv.transformers as okt
@@ -121,40 +128,47 @@ def producer(args) -> int:
     s = shape(args.tiny)
     model = build_model(args.device, args.tiny)
     prefix, suffixes, filler = prompts(s)
-    out = {"ns": None, "prefix_prefill_s": None}
-    with orbitkv.Client(args.socket) as client, okt.PrefixCache(
-        model, client, num_pages=args.pages, chunk_tokens=s["chunk"]
-    ) as pc:
-        out["ns"] = pc.ns
-        out["block_bytes"] = pc.block_bytes
-        # Warm-up (kernels, allocator), not published, not timed.
-        pc.prefill(filler[: s["chunk"] * 2], restore=False, publish=False)
-        sync(args.device)
-        r = pc.prefill(prefix, restore=False, publish=True)
-        out["prefix_prefill_s"] = r.timings["compute"]
-        out["prefix_publish_s"] = r.timings["publish"]
-        out["prefix_published"] = r.published
-        keys = okt.block_keys(pc.ns, prefix)
-        out["corrupt_key"] = keys[s["corrupt_block"]].hex()
-        if args.filler:
-            f = pc.prefill(filler, restore=False, publish=True)
-            out["filler_published"] = f.published
-        if args.refs:
-            refs = []
-            K = s["corrupt_block"] * 16
-            for u in suffixes:
-                c = okt.clone_cache(r.cache, model.config)
-                lg = pc.extend(c, u)
-                toks = okt.greedy(model, c, lg, STEPS)
-                full = pc.prefill(prefix + u, restore=False, publish=False)
-                full_toks = okt.greedy(model, full.cache, full.logits, STEPS)
-                cut = okt.clone_cache(r.cache, model.config)
-                cut.crop(K)
-                cut_lg = pc.extend(cut, prefix[K:] + u)
-                cut_toks = okt.greedy(model, cut, cut_lg, STEPS)
-                refs.append(dict(logits=lg.cpu(), tokens=toks, full_logits=full.logits.cpu(),
-                                 full_tokens=full_toks, cut_logits=cut_lg.cpu(), cut_tokens=cut_toks))
-            torch.save(refs, args.refs)
+    sockets = args.sockets.split(",")
+    fill = [x == "1" for x in args.filler.split(",")]
+    out = {}
+    clients = [orbitkv.Client(sk) for sk in sockets]
+    caches = [okt.PrefixCache(model, c, num_pages=args.pages, chunk_tokens=s["chunk"]) for c in clients]
+    pc = caches[0]
+    out["ns"], out["block_bytes"] = pc.ns, pc.block_bytes
+    # Warm-up (kernels, allocator): not published, not timed.
+    pc.prefill(filler[: s["chunk"] * 2], restore=False, publish=False)
+    sync(args.device)
+    r = pc.prefill(prefix, restore=False, publish=False)
+    out["prefix_prefill_s"] = r.timings["compute"]
+    published = []
+    for c in caches:
+        t = time.perf_counter()
+        published.append(c.publish(r.cache, prefix))
+        out.setdefault("prefix_publish_s", []).append(time.perf_counter() - t)
+    out["prefix_published"] = published
+    out["corrupt_key"] = okt.block_keys(pc.ns, prefix)[s["corrupt_block"]].hex()
+    if any(fill):
+        f = pc.prefill(filler, restore=False, publish=False)
+        out["filler_published"] = [c.publish(f.cache, filler) if x else 0 for c, x in zip(caches, fill)]
+        del f
+    refs = []
+    K = s["corrupt_block"] * 16
+    for u in suffixes:
+        c = okt.clone_cache(r.cache, model.config)
+        lg = pc.extend(c, u)
+        toks = okt.greedy(model, c, lg, steps(args.tiny))
+        full = pc.prefill(prefix + u, restore=False, publish=False)
+        full_toks = okt.greedy(model, full.cache, full.logits, steps(args.tiny))
+        cut = okt.clone_cache(r.cache, model.config)
+        cut.crop(K)
+        cut_lg = pc.extend(cut, prefix[K:] + u)
+        cut_toks = okt.greedy(model, cut, cut_lg, steps(args.tiny))
+        refs.append(dict(logits=lg.cpu(), tokens=toks, full_logits=full.logits.cpu(),
+                         full_tokens=full_toks, cut_logits=cut_lg.cpu(), cut_tokens=cut_toks))
+    torch.save(refs, args.refs)
+    for c, cl in zip(caches, clients):
+        c.close()
+        cl.close()
     Path(args.meta).write_text(json.dumps(out))
     return 0
 
@@ -186,7 +200,7 @@ def consumer(args) -> int:
         sync(args.device)
         for i, (u, ref) in enumerate(zip(suffixes, refs)):
             r = pc.prefill(prefix + u)
-            toks = okt.greedy(model, r.cache, r.logits, STEPS)
+            toks = okt.greedy(model, r.cache, r.logits, steps(args.tiny))
             lg = r.logits.cpu()
             rec = dict(prompt=i, tokens=len(prefix) + len(u), restored=r.restored_tokens,
                        computed=r.computed_tokens, sources=r.sources, errors=[e[:2] for e in r.errors],
@@ -194,12 +208,17 @@ def consumer(args) -> int:
                        rel_l2_vs_full=rel_l2(lg, ref["full_logits"]))
             report["prompts"].append(rec)
             where = f"{args.scenario} prompt {i}"
-            if args.scenario == "restart":
+            K = s["corrupt_block"]
+            if args.scenario == "restart" and i == 0:
+                # Nothing survived the restart: all of it recomputed (and published again,
+                # so later prompts restore what this one computed).
                 want_restored, want_lg, want_toks = 0, ref["full_logits"], ref["full_tokens"]
-            elif args.scenario == "corrupt" and i == 0:
-                want_restored, want_lg, want_toks = s["corrupt_block"] * 16, ref["cut_logits"], ref["cut_tokens"]
-                if not any(e[0] == s["corrupt_block"] and e[1] == "Corruption" for e in r.errors):
-                    fail(f"{where}: no Corruption error for block {s['corrupt_block']}: {r.errors}")
+            elif args.scenario == "corrupt" and (i == 0 or r.restored_tokens == K * 16):
+                # Block K's object is damaged: restored up to K, recomputed from there. Later
+                # prompts skip the block the cache saw fail (or meet the error again).
+                want_restored, want_lg, want_toks = K * 16, ref["cut_logits"], ref["cut_tokens"]
+                if i == 0 and not any(e[0] == K and e[1] == "Corruption" for e in r.errors):
+                    fail(f"{where}: no Corruption error for block {K}: {r.errors}")
             else:
                 want_restored, want_lg, want_toks = len(prefix), ref["logits"], ref["tokens"]
             if r.restored_tokens != want_restored:
@@ -391,13 +410,14 @@ def driver(args) -> int:
 
     print(f"real-model gate: {results['model']} on {args.device}, prefix {s['prefix']} tokens = "
           f"{s['prefix'] // 16} blocks of {bb / 2**20:.2f} MiB, suffixes {s['suffixes']}, "
-          f"{STEPS} greedy tokens; workdir {workdir}", flush=True)
+          f"{steps(args.tiny)} greedy tokens; workdir {workdir}", flush=True)
     if cuda:
         results["h2d_pinned_gbps"] = h2d_probe(args.device)
     results["disk_odirect_read_gbps"] = disk_probe(workdir, 256 << 20 if args.tiny else 2 << 30)
 
+    # One Manager per scenario, all fed by one producer process.
+    managers, reports = {}, {}
     for sc in scenarios:
-        t0 = time.perf_counter()
         small = sc in ("ssd-uring", "cufile", "corrupt")
         extra = ["--ssd-backend", "cufile" if sc == "cufile" else "uring"]
         menv = dict(env)
@@ -405,18 +425,37 @@ def driver(args) -> int:
             if args.cufile_compat_script:
                 subprocess.run(["bash", args.cufile_compat_script, str(workdir)], check=True)
             menv.update(CUFILE_ALLOW_COMPAT_MODE="true", CUFILE_FORCE_COMPAT_MODE="true")
-        m = Manager(binary, workdir, sc, str(pool_small if small else pool_big), str(capacity), extra, menv)
-        meta = workdir / f"{sc}.meta.json"
         try:
-            run("producer", "--socket", m.socket, "--meta", str(meta),
-                *(["--refs", str(refs)] if not refs.exists() else []),
-                *(["--filler"] if small else []))
-            info = json.loads(meta.read_text())
+            managers[sc] = Manager(binary, workdir, sc, str(pool_small if small else pool_big),
+                                   str(capacity), extra, menv)
+        except Exception as e:
+            reports[sc] = {"failures": [f"{sc}: {e}"], "prompts": []}
+    live = [sc for sc in scenarios if sc in managers]
+    meta = workdir / "producer.json"
+    info = {}
+    t0 = time.perf_counter()
+    try:
+        run("producer", "--sockets", ",".join(managers[sc].socket for sc in live), "--meta", str(meta),
+            "--refs", str(refs),
+            "--filler", ",".join("1" if sc in ("ssd-uring", "cufile", "corrupt") else "0" for sc in live))
+        info = json.loads(meta.read_text())
+    except Exception as e:
+        for sc in live:
+            reports[sc] = {"failures": [f"{sc}: producer: {e}"], "prompts": []}
+        live = []
+    results["producer"] = info
+    results["producer_seconds"] = time.perf_counter() - t0
+    print(f"  producer: prefix prefill {info.get('prefix_prefill_s', 0) * 1e3:.1f} ms, published "
+          f"{info.get('prefix_published')} prefix blocks (+ filler {info.get('filler_published')}) "
+          f"into {live} ({results['producer_seconds']:.1f} s)", flush=True)
+    for sc in live:
+        t0 = time.perf_counter()
+        m = managers[sc]
+        try:
             if sc == "corrupt":
                 n = flip_key_byte(m.shards(), bytes.fromhex(info["corrupt_key"]))
-                info["flipped"] = n
                 if n == 0:
-                    raise RuntimeError("corrupt: block's object not found in the shard files")
+                    raise RuntimeError("block's object not found in the shard files")
             if sc == "restart":
                 m.stop()
                 m.start()
@@ -426,19 +465,20 @@ def driver(args) -> int:
             rep = json.loads(out.read_text())
         except Exception as e:  # a failed scenario is reported, the others still run
             rep = {"failures": [f"{sc}: {e}"], "prompts": []}
-            info = {}
-        finally:
-            rc = m.stop()
-            if rc != 0:
-                rep.setdefault("failures", []).append(f"{sc}: Manager exited {rc}:\n{m.tail()}")
-        rep["producer"] = info
         rep["seconds"] = time.perf_counter() - t0
+        reports[sc] = rep
+    for sc, m in managers.items():
+        rc = m.stop()
+        if rc != 0:
+            reports[sc].setdefault("failures", []).append(f"{sc}: Manager exited {rc}:\n{m.tail()}")
+    for sc in scenarios:
+        rep = reports[sc]
         results["scenarios"][sc] = rep
         results["failures"] += rep["failures"]
         p0 = rep["prompts"][0] if rep["prompts"] else {}
         restore_s = p0.get("timings", {}).get("restore", 0.0)
         gbps = p0.get("restored_bytes", 0) / restore_s / 1e9 if restore_s else 0.0
-        print(f"  {sc:10s} {'ok' if not rep['failures'] else 'FAILED'} ({rep['seconds']:.1f} s): "
+        print(f"  {sc:10s} {'ok' if not rep['failures'] else 'FAILED'} ({rep.get('seconds', 0):.1f} s): "
               f"prompt 0 restored {p0.get('restored', '?')} computed {p0.get('computed', '?')} "
               f"sources {p0.get('sources')} errors {p0.get('errors')} restore {restore_s * 1e3:.1f} ms "
               f"({gbps:.2f} GB/s) compute {p0.get('timings', {}).get('compute', 0) * 1e3:.1f} ms "
@@ -449,8 +489,7 @@ def driver(args) -> int:
     # TTFT table: the prefix's prefill (process 1) against its restores (process 2).
     print(f"\nTTFT of the {s['prefix']}-token prefix ({prefix_bytes / 2**20:.0f} MiB of KV), this run:")
     rows = []
-    pre = next((r["producer"].get("prefix_prefill_s") for r in results["scenarios"].values()
-                if r.get("producer")), None)
+    pre = info.get("prefix_prefill_s")
     if pre:
         rows.append(("prefill (process 1, computed)", pre, None))
     names = {"dram": "restore from DRAM", "ssd-uring": "restore from SSD (io_uring)",
@@ -494,10 +533,11 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true", help="keep the workdir")
     # roles
     ap.add_argument("--socket")
+    ap.add_argument("--sockets")
     ap.add_argument("--pages", type=int, default=256)
     ap.add_argument("--meta")
     ap.add_argument("--refs")
-    ap.add_argument("--filler", action="store_true")
+    ap.add_argument("--filler", default="")
     ap.add_argument("--scenario")
     ap.add_argument("--out")
     args = ap.parse_args()

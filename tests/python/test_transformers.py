@@ -92,4 +92,4 @@ def test_real_model_gate_tiny_on_cpu(manager_binary, tmp_path):
         capture_output=True, text=True, timeout=600,
     )
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "REAL-MODEL GATE PASSED: dram,ssd-uring,restart,corrupt" in out.stdout
+    assert "REAL-MODEL GATE PASSED: dram, ssd-uring, restart, corrupt" in out.stdout
