@@ -33,15 +33,16 @@ bundle() {
   (cd "$root" && git ls-files -co --exclude-standard -z | xargs -0 cp --parents -t "$dir/src")
   local pkgs=(liburing-dev liburing2 libflatbuffers-dev libflatbuffers2 flatbuffers-compiler
     libcli11-dev nlohmann-json3-dev)
-  local p f
+  local p f files=()
   for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
       { echo "gpu_host_wheel: Debian package $p is missing (scripts/setup.sh)" >&2; exit 1; }
     while IFS= read -r f; do
       [[ $f == /usr/* && (-f $f || -L $f) && $f != /usr/share/doc/* && $f != /usr/share/man/* ]] &&
-        cp -a --parents "$f" "$dir/deps"
+        files+=("${f#/}")
     done < <(dpkg -L "$p")
   done
+  (cd / && printf '%s\0' "${files[@]}" | xargs -0 cp -a --parents -t "$dir/deps")
   sed -i "s|^prefix=.*|prefix=BUNDLE/usr|; s|^libdir=/usr|libdir=\${prefix}|; s|^includedir=/usr|includedir=\${prefix}|" \
     "$dir/deps/usr/lib/x86_64-linux-gnu/pkgconfig/liburing.pc"
   cp "$0" "$dir/gpu_host_wheel.sh"

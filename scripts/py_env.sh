@@ -75,19 +75,20 @@ cmd_wheel() {
 }
 
 cmd_test() {
-  local deps wheel venv site deps_site
+  local deps wheel site deps_site
   deps=$(cmd_deps)
   wheel=$(ls "$root"/build/py/wheelhouse/orbitkv-*.whl 2>/dev/null | head -1 || true)
   [[ -n $wheel ]] || wheel=$(cmd_wheel)
-  venv=$(mktemp -d "$TMPDIR/orbitkv-venv-XXXXXX")
-  trap 'rm -rf "$venv"' RETURN
+  venv=$(mktemp -d "$TMPDIR/orbitkv-venv-XXXXXX")  # global: the EXIT trap removes it
+  trap 'rm -rf "$venv"' EXIT
   "$PYTHON" -m venv "$venv"
   site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   deps_site=$("$deps/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   echo "import site; site.addsitedir('$deps_site')" >"$site/orbitkv-ci-deps.pth"
   "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-index --no-deps "$wheel"
   # The console script runs the Manager bundled in the wheel.
-  "$venv/bin/orbitkv-cache-manager" --help | head -1
+  "$venv/bin/orbitkv-cache-manager" --help >/dev/null
+  echo "console script orbitkv-cache-manager --help: ok"
   (
     cd "$TMPDIR"
     "$venv/bin/python" - <<'EOF'

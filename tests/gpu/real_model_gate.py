@@ -7,18 +7,20 @@ parameters) prefills prompts of a 4096-token shared prefix and two suffixes.
 
 - Process 1 (producer) prefills the prefix and publishes its 256 blocks, then
   computes the references: each suffix over its own prefix cache (the same
-  chunking a restoring process uses), 64 greedy tokens after it, a full
-  prefill of each prompt, and the suffix from block K over a cache cut at K
-  (what a corrupted block K leaves).
+  chunking a restoring process uses) and 64 greedy tokens after it, each whole
+  prompt chunked the same way and in one pass, and the suffix from block K
+  over a cache cut at K (what a corrupted block K leaves).
 - Process 2 (consumer), a fresh process with new tensors, prefills the same
   prompts through orbitkv.transformers.PrefixCache and checks, per scenario:
     dram       restored from the pool: logits and 64 greedy tokens bit-identical
-               to process 1's, logits within bf16 tolerance of the full prefill
+               to process 1's, logits within bf16 tolerance (relative L2 <= 5e-2) of a
+               one-pass prefill of the whole prompt
     ssd-uring  pool smaller than the working set (a filler family evicted the
                prefix from DRAM): restored from SSD through io_uring, same checks
     cufile     the same with --ssd-backend cufile (compatibility mode)
     restart    the Manager restarted after publishing: every block misses, the
-               prompt is recomputed, bit-identical to process 1's full prefill
+               prompt is recomputed, bit-identical to process 1's prefill of the whole
+               prompt with the same chunking
     corrupt    a byte of block K's object flipped in the shard file: block K's
                restore fails (Corruption), the cache recomputes from K, output
                bit-identical to process 1's cut-at-K reference
@@ -157,14 +159,22 @@ def producer(args) -> int:
         c = okt.clone_cache(r.cache, model.config)
         lg = pc.extend(c, u)
         toks = okt.greedy(model, c, lg, steps(args.tiny))
-        full = pc.prefill(prefix + u, restore=False, publish=False)
+        full = pc.prefill(prefix + u, restore=False, publish=False)  # chunked from token 0
+        full_lg = full.logits.cpu()
         full_toks = okt.greedy(model, full.cache, full.logits, steps(args.tiny))
+        del full
+        pc.chunk_tokens = len(prefix) + len(u)  # one pass over the whole prompt
+        one = pc.prefill(prefix + u, restore=False, publish=False)
+        pc.chunk_tokens = s["chunk"]
+        one_toks = okt.greedy(model, one.cache, one.logits, steps(args.tiny))
         cut = okt.clone_cache(r.cache, model.config)
         cut.crop(K)
         cut_lg = pc.extend(cut, prefix[K:] + u)
         cut_toks = okt.greedy(model, cut, cut_lg, steps(args.tiny))
-        refs.append(dict(logits=lg.cpu(), tokens=toks, full_logits=full.logits.cpu(),
-                         full_tokens=full_toks, cut_logits=cut_lg.cpu(), cut_tokens=cut_toks))
+        refs.append(dict(logits=lg.cpu(), tokens=toks, full_logits=full_lg, full_tokens=full_toks,
+                         one_logits=one.logits.cpu(), one_tokens=one_toks,
+                         cut_logits=cut_lg.cpu(), cut_tokens=cut_toks))
+        del one
     torch.save(refs, args.refs)
     for c, cl in zip(caches, clients):
         c.close()
@@ -189,7 +199,9 @@ def consumer(args) -> int:
     model = build_model(args.device, args.tiny)
     prefix, suffixes, _ = prompts(s)
     refs = torch.load(args.refs)
-    tol = 1e-4 if args.tiny else 3e-2
+    # bf16: chunked prefill vs one pass differ by rounding (reduction order, kernel
+    # choice per shape), about 1e-2 relative over 24 layers; fp32 on the CPU far less.
+    tol = 1e-4 if args.tiny else 5e-2
     report = {"scenario": args.scenario, "prompts": [], "failures": []}
     fail = report["failures"].append
     with orbitkv.Client(args.socket) as client, okt.PrefixCache(
@@ -205,7 +217,8 @@ def consumer(args) -> int:
             rec = dict(prompt=i, tokens=len(prefix) + len(u), restored=r.restored_tokens,
                        computed=r.computed_tokens, sources=r.sources, errors=[e[:2] for e in r.errors],
                        restored_bytes=r.restored_bytes, timings=r.timings,
-                       rel_l2_vs_full=rel_l2(lg, ref["full_logits"]))
+                       rel_l2_vs_full=rel_l2(lg, ref["one_logits"]),
+                       tokens_agree_with_full=sum(a == b for a, b in zip(toks, ref["one_tokens"])))
             report["prompts"].append(rec)
             where = f"{args.scenario} prompt {i}"
             K = s["corrupt_block"]
@@ -231,8 +244,8 @@ def consumer(args) -> int:
                 first = next(j for j, (a, b) in enumerate(zip(toks, want_toks)) if a != b)
                 fail(f"{where}: greedy tokens differ from process 1's from step {first}")
             if rec["rel_l2_vs_full"] > tol:
-                fail(f"{where}: logits {rec['rel_l2_vs_full']:.3g} (relative L2) from the full "
-                     f"prefill, tolerance {tol}")
+                fail(f"{where}: logits {rec['rel_l2_vs_full']:.3g} (relative L2) from a one-pass "
+                     f"prefill of the whole prompt, tolerance {tol}")
             if args.scenario in ("ssd-uring", "cufile") and i == 0:
                 ssd = r.sources.get("ssd", 0)
                 if ssd * 2 < r.restored_tokens // 16:
@@ -482,7 +495,8 @@ def driver(args) -> int:
               f"prompt 0 restored {p0.get('restored', '?')} computed {p0.get('computed', '?')} "
               f"sources {p0.get('sources')} errors {p0.get('errors')} restore {restore_s * 1e3:.1f} ms "
               f"({gbps:.2f} GB/s) compute {p0.get('timings', {}).get('compute', 0) * 1e3:.1f} ms "
-              f"vs full prefill rel-L2 {p0.get('rel_l2_vs_full', float('nan')):.2e}", flush=True)
+              f"vs one-pass prefill rel-L2 {p0.get('rel_l2_vs_full', float('nan')):.2e}, "
+              f"{p0.get('tokens_agree_with_full', '?')}/{steps(args.tiny)} greedy tokens agree", flush=True)
         for f in rep["failures"]:
             print(f"    {f}", flush=True)
 

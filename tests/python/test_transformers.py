@@ -93,3 +93,29 @@ def test_real_model_gate_tiny_on_cpu(manager_binary, tmp_path):
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "REAL-MODEL GATE PASSED: dram, ssd-uring, restart, corrupt" in out.stdout
+
+
+def test_example_chat_restores_earlier_turns(manager_binary):
+    """examples/transformers_chat.py on the CPU: every turn after the first
+    restores what the earlier turns computed."""
+    example = Path(__file__).resolve().parents[2] / "examples" / "transformers_chat.py"
+    import os
+
+    env = dict(os.environ, ORBITKV_MANAGER_BINARY=manager_binary)
+    out = subprocess.run(
+        [sys.executable, str(example), "--device", "cpu", "--system-tokens", "200",
+         "--answer-tokens", "8"],
+        capture_output=True, text=True, timeout=300, env=env,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    rows = [line.split() for line in out.stdout.splitlines() if line.strip()[:1].isdigit()]
+    assert [int(r[0]) for r in rows] == [1, 2, 3], out.stdout
+    prompt = [int(r[1]) for r in rows]
+    restored = [int(r[2]) for r in rows]
+    computed = [int(r[3]) for r in rows]
+    assert restored[0] == 0 and computed[0] == prompt[0]
+    for i in (1, 2):
+        # The previous prompt and its answer (8 tokens, the last never fed back),
+        # in whole 16-token blocks, come back.
+        assert restored[i] >= ((prompt[i - 1] + 7) // 16) * 16, out.stdout
+        assert restored[i] + computed[i] == prompt[i]
