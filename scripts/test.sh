@@ -26,6 +26,9 @@ cmake --build build -j "$jobs"
 step "unit and integration tests"
 ctest --test-dir build --output-on-failure -j "$jobs"
 
+step "benches.gds (native GDS qualification script) source-level tests"
+$PYTHON -m pytest -q -p no:cacheprovider benches/tests
+
 if [[ ${ORBITKV_SKIP_WHEEL:-0} != 1 ]]; then
   # The orbitkv wheel (pyproject.toml) in a fresh venv from the python3 on
   # PATH, with pinned torch/transformers/numpy/pytest (cached venv, pip cache),
@@ -36,7 +39,7 @@ if [[ ${ORBITKV_SKIP_WHEEL:-0} != 1 ]]; then
     "$root/scripts/py_env.sh"
 fi
 if [[ ${ORBITKV_SKIP_SANITIZERS:-0} != 1 ]]; then
-  sanitizer_tests=(common_test io_test catalog_test ssd_store_test dram_cache_test object_format_test manager_test gpu_platform_fake_test gpu_tier_gate_test gpu_tier_two_device_test)
+  sanitizer_tests=(common_test io_test catalog_test ssd_store_test dram_cache_test object_format_test manager_test protocol_test gpu_platform_fake_test gpu_tier_gate_test gpu_tier_two_device_test)
   for san in address thread; do
     step "store and io tests under ${san} sanitizer (build-${san}/)"
     cmake -S . -B "build-$san" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DORBITKV_SANITIZE=$san \

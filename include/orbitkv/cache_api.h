@@ -71,6 +71,14 @@ struct QueryResult {
   uint64_t logical_bytes = 0;  // charged to the query budget until restore or expiry
 };
 
+// Restore timeouts. A restore owns its destination pages from the call until
+// its completion: the Manager may write any of them until then, and none
+// after. CancelRestore releases what was not yet submitted; submitted blocks
+// still complete, so the completion of a cancelled restore is what says its
+// pages are free. The socket client (client.h Restore) keeps this contract
+// across a client-side deadline: it cancels, waits a bounded grace for the
+// completion, and returns DeadlineExceeded only when the pages are still
+// owned (WaitRestore waits for the completion).
 struct RestoreRequest {
   InstanceId instance = 0;
   QueryId query = 0;

@@ -4,13 +4,23 @@
 // another with CancelRestore(ticket). Errors come back as the Manager's Status.
 // Host page regions are passed as memfds sealed with F_SEAL_SHRINK; CUDA page
 // regions as cudaIpcMemHandles (see RegisterInstance).
+//
+// Connect authenticates the server: it must run as this process's euid (or
+// as ClientConfig::server_uid); any other is refused with PermissionDenied
+// naming its uid before a single byte or fd is sent. When the Manager closes
+// the connection for a limit (connections, frame size, fds, idle timeout) it
+// says why, and calls fail with that typed reason (ResourceExhausted,
+// PermissionDenied, DeadlineExceeded) instead of a bare Cancelled.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
+
+#include <sys/types.h>
 
 #include "orbitkv/cache_api.h"
 #include "orbitkv/status.h"
@@ -18,9 +28,16 @@
 namespace orbitkv {
 
 struct ClientConfig {
-  std::string socket_path;  // empty: $XDG_RUNTIME_DIR/orbitkv.sock or /tmp/orbitkv-$UID.sock
+  // Empty: DefaultSocketPath().
+  std::string socket_path;
   std::chrono::milliseconds timeout{60000};  // per call
+  // How long a Restore past its timeout waits for the Manager to confirm the
+  // cancelled restore's completion (see Restore).
+  std::chrono::milliseconds restore_cancel_grace{5000};
   std::string client_name = "orbitkv-client";
+  // A uid the Manager may run as besides this process's euid (a root engine
+  // using a user's Manager names that user). Unset: the same uid only.
+  std::optional<uid_t> server_uid;
 };
 
 class Client {
@@ -62,15 +79,40 @@ class Client {
   virtual Result<QueryResult> Query(const QueryRequest& request) = 0;
   // Releases what a query still holds (blocks the engine will not restore).
   virtual Status ReleaseQuery(InstanceId instance, QueryId query) = 0;
-  // A ticket names a restore for CancelRestore; take one before calling Restore.
+  // A ticket names a restore for CancelRestore and WaitRestore; take one
+  // before calling Restore.
   virtual uint64_t NewTicket() = 0;
+  // Restores into request.pages. The timeout contract (ClientConfig::timeout,
+  // then restore_cancel_grace): when Restore returns a RestoreResult or any
+  // error but DeadlineExceeded, the Manager writes no more of these pages.
+  // Within the timeout that is the restore's completion. Past it the client
+  // sends CancelRestore(ticket) and waits up to restore_cancel_grace for the
+  // completion, and returns it if it comes (blocks not yet submitted when the
+  // cancel arrived report Cancelled; the others were restored). If it does not
+  // come (the Manager is stalled), Restore returns DeadlineExceeded, and only
+  // then: the pages stay owned by the Manager, which may still write them, until
+  // WaitRestore(ticket) returns something other than DeadlineExceeded. Do not
+  // reuse the pages before that. If the connection breaks instead (the
+  // Manager died), nothing more is written by a dead Manager.
   virtual Result<RestoreResult> Restore(const RestoreRequest& request, uint64_t ticket = 0) = 0;
+  // Waits up to `timeout` for the completion of a restore whose Restore call
+  // returned DeadlineExceeded. DeadlineExceeded again: still owned; call again.
+  // InvalidArgument: no restore of that ticket is outstanding.
+  virtual Result<RestoreResult> WaitRestore(uint64_t ticket, std::chrono::milliseconds timeout) = 0;
   // True if something not yet submitted was released.
   virtual Result<bool> CancelRestore(uint64_t ticket) = 0;
   virtual Result<uint32_t> Prepare(const PrepareRequest& request) = 0;
   virtual void Close() = 0;
+  // True once the connection is gone: Close was called, or the Manager closed
+  // it or died. Every later call fails.
+  virtual bool closed() const = 0;
 };
 
+// $XDG_RUNTIME_DIR, else /tmp/orbitkv-$EUID (which the Manager creates 0700
+// and refuses to use unless this user owns it, it is no symlink and only its
+// owner can enter it).
+std::string DefaultSocketDirectory();
+// DefaultSocketDirectory() + "/orbitkv.sock".
 std::string DefaultSocketPath();
 
 }  // namespace orbitkv

@@ -20,6 +20,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -43,6 +44,8 @@ constexpr size_t kNumCodes = static_cast<size_t>(StatusCode::kInternal) + 1;
 // py::object destructor runs after the interpreter is gone).
 PyObject* g_base_error = nullptr;
 std::array<PyObject*, kNumCodes> g_errors{};
+// Client.restore's DeadlineExceeded: the pages are still the Manager's.
+PyObject* g_restore_still_owned = nullptr;
 
 PyObject* NewError(py::module_& m, const char* name, PyObject* bases, const char* doc) {
   const std::string qualified = std::string("orbitkv.") + name;
@@ -83,8 +86,22 @@ void DefineErrors(py::module_& m) {
       "A capability is not there (no Manager listening, no GPU, no shard).");
   sub(StatusCode::kCancelled, "OrbitCancelledError",
       "The operation was cancelled, or the connection was closed or broke.");
-  sub(StatusCode::kDeadlineExceeded, "DeadlineExceededError",
-      "No reply within the client's timeout.", PyExc_TimeoutError);
+  PyObject* deadline = sub(StatusCode::kDeadlineExceeded, "DeadlineExceededError",
+                           "No reply within the client's timeout, or the Manager closed an idle "
+                           "connection or an unfinished message (--idle-timeout-ms, "
+                           "--frame-timeout-ms).",
+                           PyExc_TimeoutError);
+  {
+    PyObject* bases = PyTuple_Pack(1, deadline);
+    if (bases == nullptr) throw py::error_already_set();
+    g_restore_still_owned = NewError(
+        m, "RestoreStillOwnedError", bases,
+        "Client.restore passed its timeout and the Manager did not confirm the cancelled "
+        "restore's completion within the grace: its pages are still owned by the Manager, which "
+        "may still write them. Attribute: ticket. Call Client.wait_restore(ticket) until it "
+        "returns before reusing the pages.");
+    Py_DECREF(bases);
+  }
   sub(StatusCode::kCorruption, "CorruptionError", "Stored data failed its checks.");
   sub(StatusCode::kAlreadyExists, "AlreadyExistsError", "The object already exists.");
   sub(StatusCode::kFailedPrecondition, "FailedPreconditionError",
@@ -113,6 +130,19 @@ py::object MakeError(const Status& st) {
 
 [[noreturn]] void ThrowStatus(const Status& st) {
   py::object exc = MakeError(st);
+  PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
+  throw py::error_already_set();
+}
+
+// A restore's DeadlineExceeded (client.h: its pages are still owned).
+[[noreturn]] void ThrowRestoreStatus(const Status& st, uint64_t ticket) {
+  if (st.code() != StatusCode::kDeadlineExceeded) ThrowStatus(st);
+  py::object exc = py::reinterpret_borrow<py::object>(g_restore_still_owned)(st.ToString());
+  exc.attr("code") = py::str(std::string(StatusCodeName(st.code())));
+  exc.attr("err_no") = 0;
+  exc.attr("retryable") = st.retryable();
+  exc.attr("data_loss") = false;
+  exc.attr("ticket") = ticket;
   PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
   throw py::error_already_set();
 }
@@ -431,12 +461,19 @@ struct PyBlockResult {
 
 class PyClient {
  public:
-  PyClient(const std::string& socket_path, int64_t timeout_ms, const std::string& client_name) {
+  PyClient(const std::string& socket_path, int64_t timeout_ms, const std::string& client_name,
+           std::optional<int64_t> server_uid, int64_t restore_cancel_grace_ms) {
     if (timeout_ms <= 0) throw py::value_error("timeout_ms must be > 0");
+    if (restore_cancel_grace_ms <= 0) throw py::value_error("restore_cancel_grace_ms must be > 0");
+    if (server_uid && (*server_uid < 0 || *server_uid > std::numeric_limits<uid_t>::max() - 1)) {
+      throw py::value_error("server_uid must be a uid (0 .. 2**32-2)");
+    }
     ClientConfig c;
     c.socket_path = socket_path;
     c.timeout = std::chrono::milliseconds(timeout_ms);
+    c.restore_cancel_grace = std::chrono::milliseconds(restore_cancel_grace_ms);
     c.client_name = client_name;
+    if (server_uid) c.server_uid = static_cast<uid_t>(*server_uid);
     socket_path_ = socket_path.empty() ? DefaultSocketPath() : socket_path;
     Result<std::unique_ptr<Client>> r = [&] {
       py::gil_scoped_release nogil;
@@ -450,7 +487,8 @@ class PyClient {
   }
 
   const std::string& socket_path() const { return socket_path_; }
-  bool closed() const { return client_ == nullptr; }
+  // Also true once the Manager closed the connection or died.
+  bool closed() const { return client_ == nullptr || client_->closed(); }
 
   InstanceId RegisterInstance(const std::string& ns, uint32_t rank, const std::string& device,
                               const PyInstanceLayout& layout, py::handle regions,
@@ -548,7 +586,28 @@ class PyClient {
       throw py::value_error("restore: " + std::to_string(req.blocks.size()) + " blocks but " +
                             std::to_string(req.pages.size()) + " pages (one page per block)");
     }
-    RestoreResult r = Blocking([&](Client& c) { return c.Restore(req, ticket); });
+    std::shared_ptr<Client> c = Get();
+    if (ticket == 0) ticket = c->NewTicket();  // named by RestoreStillOwnedError
+    Result<RestoreResult> r = [&] {
+      py::gil_scoped_release nogil;
+      return c->Restore(req, ticket);
+    }();
+    return Blocks(std::move(r), ticket);
+  }
+
+  std::vector<PyBlockResult> WaitRestore(uint64_t ticket, int64_t timeout_ms) {
+    if (timeout_ms <= 0) throw py::value_error("timeout_ms must be > 0");
+    std::shared_ptr<Client> c = Get();
+    Result<RestoreResult> r = [&] {
+      py::gil_scoped_release nogil;
+      return c->WaitRestore(ticket, std::chrono::milliseconds(timeout_ms));
+    }();
+    return Blocks(std::move(r), ticket);
+  }
+
+  static std::vector<PyBlockResult> Blocks(Result<RestoreResult> result, uint64_t ticket) {
+    if (!result.ok()) ThrowRestoreStatus(result.status(), ticket);
+    RestoreResult r = std::move(result).value();
     std::vector<PyBlockResult> out;
     out.reserve(r.blocks.size());
     for (BlockResult& b : r.blocks) out.push_back({b.block, TierName(b.source), b.status});
@@ -630,7 +689,7 @@ PYBIND11_MODULE(_orbitkv, m) {
   m.attr("KEY_BYTES") = sizeof(BlockKey);
   m.def("default_socket_path", &DefaultSocketPath,
         "The Manager's default socket: $XDG_RUNTIME_DIR/orbitkv.sock or "
-        "/tmp/orbitkv-$UID.sock.");
+        "/tmp/orbitkv-$UID/orbitkv.sock.");
 
   // -- HostPages
   py::class_<HostPages>(m, "HostPages", py::custom_type_setup([](PyHeapTypeObject* heap_type) {
@@ -854,17 +913,28 @@ applies the Manager's rules locally.)doc")
       });
 
   // -- client
-  py::class_<PyClient>(m, "Client",
-                       R"doc(Client(socket_path="", timeout_ms=60000, client_name="orbitkv-client")
+  py::class_<PyClient>(
+      m, "Client",
+      R"doc(Client(socket_path="", timeout_ms=60000, client_name="orbitkv-client", server_uid=None, restore_cancel_grace_ms=5000)
 
 A connection to the Manager over its Unix socket (empty path: the default
-socket). Every call releases the GIL while it waits; several threads may use
+socket, $XDG_RUNTIME_DIR/orbitkv.sock or /tmp/orbitkv-$UID/orbitkv.sock).
+The Manager must run as this process's uid, or as server_uid when given:
+another is refused with PermissionDeniedError naming its uid before anything
+is sent. When the Manager refuses or closes the connection for a limit, calls
+raise its reason (ResourceExhaustedError, PermissionDeniedError,
+DeadlineExceededError) and `closed` becomes True, as it does when the Manager
+dies. Every call releases the GIL while it waits; several threads may use
 one Client at once. Errors raise OrbitKVError subclasses. Usable as a
 context manager (closes on exit).)doc")
-      .def(py::init<const std::string&, int64_t, const std::string&>(), py::arg("socket_path") = "",
-           py::arg("timeout_ms") = 60000, py::arg("client_name") = "orbitkv-client")
+      .def(py::init<const std::string&, int64_t, const std::string&, std::optional<int64_t>,
+                    int64_t>(),
+           py::arg("socket_path") = "", py::arg("timeout_ms") = 60000,
+           py::arg("client_name") = "orbitkv-client", py::arg("server_uid") = py::none(),
+           py::arg("restore_cancel_grace_ms") = 5000)
       .def_property_readonly("socket_path", &PyClient::socket_path)
-      .def_property_readonly("closed", &PyClient::closed)
+      .def_property_readonly("closed", &PyClient::closed,
+                             "True once closed, or once the Manager closed the connection or died.")
       .def("register_instance", &PyClient::RegisterInstance, py::arg("ns"), py::arg("rank"),
            py::arg("device"), py::arg("layout"), py::arg("regions") = py::list(),
            py::arg("ipc_handles") = py::none(),
@@ -902,8 +972,23 @@ the device) when it cannot serve CUDA memory.)doc")
            "A ticket naming a later restore, for cancel_restore from another thread.")
       .def("restore", &PyClient::Restore, py::arg("instance"), py::arg("query"), py::arg("blocks"),
            py::arg("pages"), py::arg("ticket") = 0,
-           "Copies blocks[i] of the query's prefix into page pages[i]. Returns one "
-           "BlockResult per block (per-block failures do not raise).")
+           R"doc(Copies blocks[i] of the query's prefix into page pages[i]. Returns one
+BlockResult per block (per-block failures do not raise).
+
+Timeout contract: the pages belong to the Manager until the restore completes.
+Within timeout_ms the reply is that completion. Past it the client cancels the
+restore and waits up to restore_cancel_grace_ms for the completion, and
+returns it when it comes (blocks the cancel caught report an error; the others
+were restored): whenever restore returns, or raises anything other than
+RestoreStillOwnedError, the Manager writes no more of these pages. If the
+Manager does not answer in the grace (it is stalled), restore raises
+RestoreStillOwnedError (a DeadlineExceededError) carrying the ticket: the
+Manager may still write the pages, so do not reuse them until
+wait_restore(ticket) returns.)doc")
+      .def("wait_restore", &PyClient::WaitRestore, py::arg("ticket"), py::arg("timeout_ms") = 60000,
+           "Waits for the completion of a restore that raised RestoreStillOwnedError; returns "
+           "its BlockResults. Raises RestoreStillOwnedError again if it does not come within "
+           "timeout_ms, InvalidArgumentError if no restore of that ticket is outstanding.")
       .def("cancel_restore", &PyClient::CancelRestore, py::arg("ticket"),
            "True if something of that restore not yet submitted was released.")
       .def("prepare", &PyClient::Prepare, py::arg("instance"), py::arg("group_id"), py::arg("keys"),

@@ -9,12 +9,12 @@
 
 namespace orbitkv {
 
-std::string DefaultSocketPath() {
-  if (const char* run = std::getenv("XDG_RUNTIME_DIR"); run && *run) {
-    return std::string(run) + "/orbitkv.sock";
-  }
-  return "/tmp/orbitkv-" + std::to_string(::getuid()) + ".sock";
+std::string DefaultSocketDirectory() {
+  if (const char* run = std::getenv("XDG_RUNTIME_DIR"); run && *run) return run;
+  return "/tmp/orbitkv-" + std::to_string(::geteuid());
 }
+
+std::string DefaultSocketPath() { return DefaultSocketDirectory() + "/orbitkv.sock"; }
 
 namespace {
 
@@ -29,7 +29,12 @@ class SocketClient final : public Client {
   Result<Reply> Call(const Request& req, std::span<const int> fds = {}, uint64_t id = 0) {
     if (id == 0) id = conn_->NextId();
     std::vector<uint8_t> bytes = protocol::EncodeRequest(id, req);
-    ORBITKV_ASSIGN_OR_RETURN(protocol::Frame frame, conn_->Call(bytes, fds, id, config_.timeout));
+    return Decode<Reply>(conn_->Call(bytes, fds, id, config_.timeout));
+  }
+
+  template <typename Reply>
+  static Result<Reply> Decode(Result<protocol::Frame> reply) {
+    ORBITKV_ASSIGN_OR_RETURN(protocol::Frame frame, std::move(reply));
     ORBITKV_ASSIGN_OR_RETURN(protocol::DecodedMessage msg, protocol::DecodeMessage(frame.payload));
     if (auto* err = std::get_if<protocol::ErrorReply>(&msg.body)) return err->status;
     if (auto* reply = std::get_if<Reply>(&msg.body)) return std::move(*reply);
@@ -61,8 +66,41 @@ class SocketClient final : public Client {
         .status();
   }
   uint64_t NewTicket() override { return conn_->NextId(); }
+  // The restore-timeout contract (client.h): past the deadline, cancel and
+  // wait a bounded grace for the Manager's completion of this restore.
   Result<RestoreResult> Restore(const RestoreRequest& request, uint64_t ticket) override {
-    return Call<RestoreResult>(request, {}, ticket);
+    const uint64_t id = ticket != 0 ? ticket : conn_->NextId();
+    ORBITKV_RETURN_IF_ERROR(conn_->Start(protocol::EncodeRequest(id, request), {}, id));
+    Result<protocol::Frame> reply = conn_->Wait(id, config_.timeout);
+    if (reply.ok() || reply.status().code() != StatusCode::kDeadlineExceeded) {
+      return Decode<RestoreResult>(std::move(reply));
+    }
+    const uint64_t cancel_id = conn_->NextId();
+    if (conn_
+            ->Start(protocol::EncodeRequest(cancel_id, protocol::CancelRestoreRequest{id}), {},
+                    cancel_id)
+            .ok()) {
+      conn_->Abandon(cancel_id);  // the restore's own reply is the confirmation
+    }
+    reply = conn_->Wait(id, config_.restore_cancel_grace);
+    if (reply.ok() || reply.status().code() != StatusCode::kDeadlineExceeded) {
+      return Decode<RestoreResult>(std::move(reply));
+    }
+    return StillOwned(id, config_.timeout + config_.restore_cancel_grace);
+  }
+  Result<RestoreResult> WaitRestore(uint64_t ticket, std::chrono::milliseconds timeout) override {
+    Result<protocol::Frame> reply = conn_->Wait(ticket, timeout);
+    if (!reply.ok() && reply.status().code() == StatusCode::kDeadlineExceeded) {
+      return StillOwned(ticket, timeout);
+    }
+    return Decode<RestoreResult>(std::move(reply));
+  }
+  static Status StillOwned(uint64_t ticket, std::chrono::milliseconds waited) {
+    return Status::DeadlineExceeded(
+        "restore " + std::to_string(ticket) + ": the Manager has not confirmed its completion in " +
+        std::to_string(waited.count()) +
+        " ms (cancel sent); its pages stay owned by the Manager, " +
+        "which may still write them, until WaitRestore(" + std::to_string(ticket) + ") returns");
   }
   Result<bool> CancelRestore(uint64_t ticket) override {
     ORBITKV_ASSIGN_OR_RETURN(
@@ -75,6 +113,7 @@ class SocketClient final : public Client {
     return r.queued;
   }
   void Close() override { conn_->Close(); }
+  bool closed() const override { return conn_->closed(); }
 
  private:
   std::unique_ptr<protocol::ClientConnection> conn_;
@@ -88,6 +127,7 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientConfig& config) {
   if (c.socket_path.empty()) c.socket_path = DefaultSocketPath();
   protocol::ClientOptions o;
   o.reply_id = [](std::span<const uint8_t> b) { return protocol::PeekEnvelopeId(b); };
+  o.server_uid = c.server_uid;
   ORBITKV_ASSIGN_OR_RETURN(std::unique_ptr<protocol::ClientConnection> conn,
                            protocol::ClientConnection::Connect(c.socket_path, o));
   auto client = std::make_unique<SocketClient>(std::move(conn), c);

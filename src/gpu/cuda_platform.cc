@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "gpu/copy_kernels.h"
+#include "gpu/crc32c_kernel.h"
 #include "gpu/cuda_check.h"
 #include "gpu/cuda_device.h"
 #include "gpu/cufile_loader.h"
@@ -172,6 +173,9 @@ class CudaDevice final : public Device {
   Status Synchronize(Stream& stream) override;
   Status CopyAsync(std::span<const CopyOp> ops, Stream& stream) override;
   Status MemsetAsync(DevPtr dst, uint8_t value, uint64_t bytes, Stream& stream) override;
+  Result<uint8_t*> AllocateHost(uint64_t bytes) override;
+  Status FreeHost(uint8_t* ptr) override;
+  Status Crc32cAsync(std::span<const CrcOp> ops, uint32_t* out, Stream& stream) override;
   Status HostFuncAsync(std::function<void()> fn, Stream& stream) override;
   Status RegisterBuffer(DevPtr ptr, uint64_t bytes) override;
   Status DeregisterBuffer(DevPtr ptr) override;
@@ -567,6 +571,50 @@ Status CudaDevice::MemsetAsync(DevPtr dst, uint8_t value, uint64_t bytes, Stream
   ORBITKV_RETURN_IF_ERROR(MakeCurrent());
   return ORBITKV_CUDA_STATUS(
       cudaMemsetAsync(reinterpret_cast<void*>(dst), value, static_cast<size_t>(bytes), s->get()));
+}
+
+Result<uint8_t*> CudaDevice::AllocateHost(uint64_t bytes) {
+  if (bytes == 0) return Status::InvalidArgument("AllocateHost of 0 bytes");
+  ORBITKV_RETURN_IF_ERROR(MakeCurrent());
+  void* ptr = nullptr;
+  Status st;
+  {
+    ScopedRelaxedCaptureMode relaxed;
+    st = ORBITKV_CUDA_STATUS(
+        cudaHostAlloc(&ptr, bytes, cudaHostAllocPortable | cudaHostAllocMapped));
+  }
+  if (!st.ok()) {
+    return Status::ResourceExhausted(
+        st.WithContext("allocating " + std::to_string(bytes) + " bytes of pinned host memory")
+            .ToString());
+  }
+  return static_cast<uint8_t*>(ptr);
+}
+
+Status CudaDevice::FreeHost(uint8_t* ptr) {
+  if (ptr == nullptr) return Status::OK();
+  ORBITKV_RETURN_IF_ERROR(MakeCurrent());
+  ScopedRelaxedCaptureMode relaxed;
+  return ORBITKV_CUDA_STATUS(cudaFreeHost(ptr));
+}
+
+Status CudaDevice::Crc32cAsync(std::span<const CrcOp> ops, uint32_t* out, Stream& stream) {
+  ORBITKV_ASSIGN_OR_RETURN(CudaStream * s, Own(stream));
+  if (ops.empty()) return Status::OK();
+  if (out == nullptr) return Status::InvalidArgument("Crc32cAsync: null result address");
+  std::vector<CrcDesc> descs;
+  descs.reserve(ops.size());
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const CrcOp& op = ops[i];
+    if (op.bytes > 0 && (op.data == 0 || op.data + op.bytes < op.data)) {
+      return Status::InvalidArgument("Crc32cAsync op " + std::to_string(i) + ": bad range " +
+                                     Hex(op.data) + ", " + std::to_string(op.bytes) + " bytes");
+    }
+    descs.push_back({op.data, op.bytes});
+  }
+  ORBITKV_RETURN_IF_ERROR(MakeCurrent());
+  ORBITKV_CUDA_RETURN_IF_ERROR(LaunchCrc32c(descs.data(), descs.size(), out, s->get()));
+  return Status::OK();
 }
 
 namespace {

@@ -20,6 +20,8 @@
 #include <thread>
 #include <utility>
 
+#include "store/crc32c.h"
+
 namespace orbitkv::gpu {
 
 namespace {
@@ -36,9 +38,9 @@ uint64_t RoundUp(uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 std::string FakePlatformCounters::ToString() const {
   return fmt::format(
       "allocations {} ({} bytes), registered buffers {}, streams {}, files {}, live streams {}, "
-      "events {}, open IPC mappings {}",
+      "events {}, open IPC mappings {}, pinned host allocations {}",
       live_allocations, live_allocation_bytes, registered_buffers, registered_streams,
-      registered_files, live_streams, live_events, open_ipc_mappings);
+      registered_files, live_streams, live_events, open_ipc_mappings, host_allocations);
 }
 
 std::ostream& operator<<(std::ostream& os, const FakePlatformCounters& c) {
@@ -86,6 +88,7 @@ struct FakePlatform::Shared {
   uint64_t next_id = 1;
   int live_streams = 0;
   int live_events = 0;
+  int host_allocations = 0;  // AllocateHost not yet freed
 };
 
 namespace {
@@ -352,6 +355,44 @@ class FakeDevice : public Device {
       mem = reinterpret_cast<void*>(ptr);
     }
     std::free(mem);
+    return Status::OK();
+  }
+
+  Result<uint8_t*> AllocateHost(uint64_t bytes) override {
+    if (bytes == 0) return Status::InvalidArgument("AllocateHost: 0 bytes");
+    void* mem = std::aligned_alloc(kAlign, RoundUp(bytes));
+    if (mem == nullptr) {
+      return Status::ResourceExhausted(
+          fmt::format("cudaHostAlloc: host out of memory ({} bytes)", bytes));
+    }
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    ++shared_->host_allocations;
+    return static_cast<uint8_t*>(mem);
+  }
+
+  Status FreeHost(uint8_t* ptr) override {
+    if (ptr == nullptr) return Status::OK();
+    {
+      std::lock_guard<std::mutex> lock(shared_->mu);
+      --shared_->host_allocations;
+    }
+    std::free(ptr);
+    return Status::OK();
+  }
+
+  Status Crc32cAsync(std::span<const CrcOp> ops, uint32_t* out, Stream& stream) override {
+    FakeStream* s = nullptr;
+    ORBITKV_ASSIGN_OR_RETURN(s, Own(stream, "Crc32cAsync"));
+    if (ops.empty()) return Status::OK();
+    if (out == nullptr) return Status::InvalidArgument("Crc32cAsync: null result address");
+    for (const CrcOp& op : ops) {
+      if (op.bytes > 0 && op.data == 0) return Status::InvalidArgument("Crc32cAsync: null address");
+    }
+    s->queue()->Enqueue([crcs = std::vector<CrcOp>(ops.begin(), ops.end()), out] {
+      for (size_t i = 0; i < crcs.size(); ++i) {
+        out[i] = Crc32c({reinterpret_cast<const uint8_t*>(crcs[i].data), crcs[i].bytes});
+      }
+    });
     return Status::OK();
   }
 
@@ -640,6 +681,7 @@ FakePlatformCounters FakePlatform::counters() const {
   c.registered_files = static_cast<int>(shared_->files.size());
   c.live_streams = shared_->live_streams;
   c.live_events = shared_->live_events;
+  c.host_allocations = shared_->host_allocations;
   for (const auto& [key, m] : shared_->mappings) c.open_ipc_mappings += m.refs;
   return c;
 }

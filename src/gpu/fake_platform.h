@@ -75,6 +75,7 @@ struct FakePlatformCounters {
   int live_streams = 0;
   int live_events = 0;
   int open_ipc_mappings = 0;  // open references (each OpenIpc not yet closed)
+  int host_allocations = 0;   // AllocateHost not yet freed
 
   bool operator==(const FakePlatformCounters&) const = default;
   std::string ToString() const;

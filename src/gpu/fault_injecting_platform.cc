@@ -33,6 +33,14 @@ struct FaultInjectingPlatform::State {
   IoFault write_fault = IoFault::kError;
   int refused_reads = 0;
   Status refuse_status;
+  int corrupt_reads = 0;
+  uint64_t corrupt_offset = 0;
+  uint8_t corrupt_value = 0;
+  int corrupt_crcs = 0;
+  int refused_copies = 0;
+  DevPtr refuse_copy_begin = 0;
+  uint64_t refuse_copy_bytes = 0;
+  Status refuse_copy_status;
   bool hold_reads = false;
   bool hold_writes = false;
   uint64_t epoch = 1;           // stamps are epochs; 0 is "not held"
@@ -96,6 +104,26 @@ class WrappedDevice : public Device {
   Status CloseIpc(DevPtr base) override { return inner_->CloseIpc(base); }
   Result<DevPtr> Allocate(uint64_t bytes) override { return inner_->Allocate(bytes); }
   Status Free(DevPtr ptr) override { return inner_->Free(ptr); }
+  Result<uint8_t*> AllocateHost(uint64_t bytes) override { return inner_->AllocateHost(bytes); }
+  Status FreeHost(uint8_t* ptr) override { return inner_->FreeHost(ptr); }
+
+  Status Crc32cAsync(std::span<const CrcOp> ops, uint32_t* out, Stream& stream) override {
+    WrappedStream* s = nullptr;
+    ORBITKV_ASSIGN_OR_RETURN(s, Unwrap(stream, "Crc32cAsync"));
+    ORBITKV_RETURN_IF_ERROR(inner_->Crc32cAsync(ops, out, s->inner()));
+    bool corrupt = false;
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      if (state_->corrupt_crcs > 0 && !ops.empty()) {
+        --state_->corrupt_crcs;
+        corrupt = true;
+      }
+    }
+    if (!corrupt) return Status::OK();
+    // After the kernel wrote it: the first result is wrong (out is host memory).
+    return inner_->HostFuncAsync([out] { out[0] ^= 0x00010000u; }, s->inner())
+        .WithContext("Crc32cAsync submitted, but its injected fault was not");
+  }
 
   Result<std::unique_ptr<Stream>> CreateStream() override {
     std::unique_ptr<Stream> inner;
@@ -157,6 +185,20 @@ class WrappedDevice : public Device {
   Status CopyAsync(std::span<const CopyOp> ops, Stream& stream) override {
     WrappedStream* s = nullptr;
     ORBITKV_ASSIGN_OR_RETURN(s, Unwrap(stream, "CopyAsync"));
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      if (state_->refused_copies > 0) {
+        const DevPtr lo = state_->refuse_copy_begin;
+        const DevPtr hi = lo + state_->refuse_copy_bytes;
+        const bool hit = std::any_of(ops.begin(), ops.end(), [&](const CopyOp& op) {
+          return op.bytes > 0 && op.src < hi && op.src + op.bytes > lo;
+        });
+        if (hit) {
+          --state_->refused_copies;
+          return state_->refuse_copy_status;
+        }
+      }
+    }
     return inner_->CopyAsync(ops, s->inner());
   }
 
@@ -245,8 +287,13 @@ class WrappedDevice : public Device {
     ORBITKV_RETURN_IF_ERROR(write ? inner_->WriteAsync(f->inner(), buffer, io, s->inner())
                                   : inner_->ReadAsync(f->inner(), buffer, io, s->inner()));
     std::optional<IoFault> fault;
+    std::optional<std::pair<uint64_t, uint8_t>> corrupt;  // offset in the read, value
     {
       std::lock_guard<std::mutex> lock(state_->mu);
+      if (!write && state_->corrupt_reads > 0 && state_->corrupt_offset < size) {
+        --state_->corrupt_reads;
+        corrupt.emplace(state_->corrupt_offset, state_->corrupt_value);
+      }
       FaultInjectingPlatform::Calls& calls = state_->calls;
       if (write) {
         ++calls.writes;
@@ -271,6 +318,15 @@ class WrappedDevice : public Device {
           [io, f = *fault] { io->bytes_done = Injected(f, io->size); }, s->inner());
       if (!st.ok()) {
         return st.WithContext(fmt::format("{} submitted, but its injected fault was not", what));
+      }
+    }
+    if (corrupt) {
+      // A byte the device "read" wrongly: overwritten in the buffer after the read ran.
+      const DevPtr at = buffer + static_cast<uint64_t>(io->buf_offset) + corrupt->first;
+      Status st = inner_->MemsetAsync(at, corrupt->second, 1, s->inner());
+      if (!st.ok()) {
+        return st.WithContext(
+            fmt::format("{} submitted, but its injected corruption was not", what));
       }
     }
     return Status::OK();
@@ -321,6 +377,27 @@ void FaultInjectingPlatform::RefuseReadSubmits(int count, Status status) {
   std::lock_guard<std::mutex> lock(state_->mu);
   state_->refused_reads = status.ok() ? 0 : count;
   state_->refuse_status = std::move(status);
+}
+
+void FaultInjectingPlatform::CorruptReads(int count, uint64_t offset, uint8_t value) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->corrupt_reads = count;
+  state_->corrupt_offset = offset;
+  state_->corrupt_value = value;
+}
+
+void FaultInjectingPlatform::RefuseCopiesFrom(DevPtr begin, uint64_t bytes, int count,
+                                              Status status) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->refused_copies = status.ok() ? 0 : count;
+  state_->refuse_copy_begin = begin;
+  state_->refuse_copy_bytes = bytes;
+  state_->refuse_copy_status = std::move(status);
+}
+
+void FaultInjectingPlatform::CorruptCrcs(int count) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->corrupt_crcs = count;
 }
 
 void FaultInjectingPlatform::HoldWrites(bool hold) {

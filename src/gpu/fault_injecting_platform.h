@@ -20,6 +20,17 @@
 //  * RefuseReadSubmits(count, status): the next `count` ReadAsync calls return
 //    the status without submitting anything (a partial submission, as when
 //    cuFileReadAsync refuses one of a batch).
+//  * CorruptReads(count, offset, value): the next `count` ReadAsync
+//    submissions (of more than `offset` bytes) run as usual, then a 1-byte
+//    MemsetAsync on the same stream sets the byte at `offset` of what the read
+//    delivered to `value`: a payload bit flip, torn or misdirected read that
+//    cuFile reports as complete.
+//  * CorruptCrcs(count): the next `count` Crc32cAsync calls run, then a host
+//    function flips a bit of their first result (REQUIRES: `out` is host
+//    memory, as the SSD worker's pinned results are).
+//  * RefuseCopiesFrom(begin, bytes, count, status): the next `count`
+//    CopyAsync calls with an op whose source overlaps [begin, +bytes) return
+//    the status without enqueueing anything (a failed D2H of those pages).
 //  * HoldWrites / HoldReads(true): a write (read) submitted while the hold is
 //    on runs normally, but its completion is held at the event level: an event
 //    recorded after it on the same stream reports false from Poll, and Wait and
@@ -83,6 +94,9 @@ class FaultInjectingPlatform : public Platform {
   void FailReads(int count, IoFault fault);
   void FailWrites(int count, IoFault fault);
   void RefuseReadSubmits(int count, Status status);
+  void CorruptReads(int count, uint64_t offset, uint8_t value);
+  void CorruptCrcs(int count);
+  void RefuseCopiesFrom(DevPtr begin, uint64_t bytes, int count, Status status);
 
   void HoldWrites(bool hold);
   void HoldReads(bool hold);

@@ -81,6 +81,12 @@ struct CopyOp {
   uint64_t bytes = 0;
 };
 
+// One CRC32C to compute: over device bytes [data, data + bytes).
+struct CrcOp {
+  DevPtr data = 0;
+  uint64_t bytes = 0;
+};
+
 // An engine allocation opened from its IPC handle.
 struct IpcMapping {
   DevPtr base = 0;
@@ -102,6 +108,12 @@ class Device {
   virtual Result<DevPtr> Allocate(uint64_t bytes) = 0;
   virtual Status Free(DevPtr ptr) = 0;
 
+  // Pinned host memory the device can read and write at the same address
+  // (cudaHostAlloc, mapped and portable): small results the host reads after
+  // an event. ResourceExhausted when it cannot be allocated.
+  virtual Result<uint8_t*> AllocateHost(uint64_t bytes) = 0;
+  virtual Status FreeHost(uint8_t* ptr) = 0;
+
   virtual Result<std::unique_ptr<Stream>> CreateStream() = 0;
   virtual Result<std::unique_ptr<Event>> CreateEvent() = 0;
   virtual Status Record(Event& event, Stream& stream) = 0;
@@ -117,6 +129,12 @@ class Device {
   // must not overlap. One launch on CUDA.
   virtual Status CopyAsync(std::span<const CopyOp> ops, Stream& stream) = 0;
   virtual Status MemsetAsync(DevPtr dst, uint8_t value, uint64_t bytes, Stream& stream) = 0;
+  // After the stream's earlier work, writes the CRC32C (store/crc32c.h:
+  // Castagnoli, ~0 in and out, what ISA-L's crc32_iscsi gives) of each op's
+  // bytes to out[i]. Ops are taken by value; `out` (device memory or pinned
+  // host memory) must stay valid until an event recorded after this call
+  // completed. A kernel on CUDA.
+  virtual Status Crc32cAsync(std::span<const CrcOp> ops, uint32_t* out, Stream& stream) = 0;
   // Runs fn on a runtime thread when the stream reaches this point; the stream
   // waits for fn to return. fn must not call into the Platform.
   virtual Status HostFuncAsync(std::function<void()> fn, Stream& stream) = 0;

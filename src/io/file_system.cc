@@ -126,6 +126,21 @@ class PosixFileSystem final : public FileSystem {
     if (rc != 0) return Status::IOError("unlink " + path, errno);
     return Status::OK();
   }
+
+  Status LockExclusive(int fd) override {
+    struct flock fl {};
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;  // l_start = l_len = 0: the whole file; l_pid must be 0
+    int rc;
+    do {
+      rc = ::fcntl(fd, F_OFD_SETLK, &fl);
+    } while (rc != 0 && errno == EINTR);
+    if (rc == 0) return Status::OK();
+    if (errno == EAGAIN || errno == EACCES) {
+      return Status::Busy(fmt::format("fd {} is locked by another open file description", fd));
+    }
+    return Status::IOError(fmt::format("fcntl(F_OFD_SETLK) fd {}", fd), errno);
+  }
 };
 
 }  // namespace

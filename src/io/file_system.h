@@ -46,6 +46,12 @@ class FileSystem {
   virtual Result<size_t> PWrite(int fd, const void* buf, size_t n, uint64_t offset) = 0;
   virtual Status Fsync(int fd) = 0;
   virtual Status Unlink(const std::string& path) = 0;
+  // Takes an exclusive lock on the whole file through fd's open file
+  // description (fcntl F_OFD_SETLK, F_WRLCK), without waiting. It is held
+  // until the last fd of that description closes (or the process dies), and
+  // conflicts with every other open file description, in this process too.
+  // Busy when another one holds it.
+  virtual Status LockExclusive(int fd) = 0;
 
   static FileSystem* Default();
 };
@@ -76,6 +82,7 @@ class FileSystemWrapper : public FileSystem {
   }
   Status Fsync(int fd) override { return target_->Fsync(fd); }
   Status Unlink(const std::string& path) override { return target_->Unlink(path); }
+  Status LockExclusive(int fd) override { return target_->LockExclusive(fd); }
 
  protected:
   FileSystem* target() const { return target_; }

@@ -17,6 +17,7 @@
 #include "orbitkv/device.h"
 #include "orbitkv/logging.h"
 #include "orbitkv/units.h"
+#include "store/crc32c.h"
 #include "store/object_format.h"
 #include "store/ssd_store.h"
 
@@ -177,7 +178,8 @@ struct RestoreRec {
 struct ReadJob {
   std::shared_ptr<RestoreRec> restore;  // restore read, or
   std::vector<RestoreBlock> blocks;
-  std::vector<QueryBlock> prepare;  // prepare (warm-up) reads
+  std::vector<QueryBlock> prepare;           // prepare (warm-up) reads
+  std::vector<uint64_t> prepare_slot_bytes;  // prepare: the group's shape
 };
 
 // Complete-group cuFile writes of one Publish call, waited for before it returns.
@@ -282,9 +284,11 @@ struct Manager::Impl {
         "orbitkv_ssd_cufile_read_seconds",
         "cuFile read batch submission to scatter completion (excludes waiting for a slot).",
         LatencyBuckets(), dev);
-    g.write_seconds = m.GetHistogram("orbitkv_ssd_cufile_write_seconds",
-                                     "cuFile write job admission to publication, gather included.",
-                                     LatencyBuckets(), dev);
+    g.write_seconds = m.GetHistogram(
+        "orbitkv_ssd_cufile_write_seconds",
+        "cuFile write job: its chunks' submission to completion, gather included (excludes "
+        "waiting for a slot).",
+        LatencyBuckets(), dev);
     g.inflight_batches = m.GetGauge("orbitkv_ssd_cufile_inflight_batches",
                                     "cuFile slots occupied through I/O and scatter.", dev);
     g.staging_bytes = m.GetGauge("orbitkv_ssd_gpu_staging_bytes",
@@ -372,6 +376,20 @@ struct Manager::Impl {
     }
   }
 
+  // CRC32C of each slot's bytes of `page` (in g.slots order) into pinned
+  // `out`, computed on the instance's D2H stream.
+  Status PageCrcs(Instance& inst, const GroupLayout& g, uint64_t page, uint32_t* out) {
+    std::vector<gpu::CrcOp> ops;
+    for (const SlotLayout& s : g.slots) ops.push_back({inst.DevicePage(s, page), s.bytes_per_page});
+    ORBITKV_ASSIGN_OR_RETURN(std::unique_ptr<gpu::Event> ev, inst.device->CreateEvent());
+    {
+      std::lock_guard<std::mutex> l(inst.d2h_mu);
+      ORBITKV_RETURN_IF_ERROR(inst.device->Crc32cAsync(ops, out, *inst.d2h));
+      ORBITKV_RETURN_IF_ERROR(inst.device->Record(*ev, *inst.d2h));
+    }
+    return inst.device->Wait(*ev).WithContext("CRC32C of engine pages");
+  }
+
   // Hands one sealed complete group to the instance's cuFile worker, written
   // from its pages. Header bytes come from the DRAM copy when there is one,
   // else from pinned staging. False when cuFile did not take it (no worker,
@@ -384,10 +402,22 @@ struct Manager::Impl {
     DramView scratch{};
     const uint8_t* header = dram_header;
     if (header == nullptr) {
-      Result<DramView> sv = staging->AllocateScratch(shape.header_bytes);
+      // No DRAM copy: the payload CRCs come from the pages, on the GPU,
+      // into pinned staging after the header.
+      const uint64_t crc_at = shape.header_bytes;
+      Result<DramView> sv = staging->AllocateScratch(crc_at + 4 * uint64_t{g.num_slots});
       if (!sv.ok()) return false;
       scratch = *sv;
-      WriteObjectHeader(id, shape.slot_bytes, /*codec=*/0, {scratch.data, shape.header_bytes});
+      auto* out = reinterpret_cast<uint32_t*>(scratch.data + crc_at);
+      Status st = PageCrcs(inst, g, page, out);
+      if (!st.ok()) {
+        OKV_LOG_WARN("cuFile write of a group not submitted: {}", st.ToString());
+        ReleaseStaging(scratch);
+        return false;
+      }
+      std::vector<uint32_t> crcs(g.num_slots);
+      for (size_t k = 0; k < g.slots.size(); ++k) crcs[g.slots[k].slot_id] = out[k];
+      WriteObjectHeader(id, shape.slot_bytes, /*codec=*/0, crcs, {scratch.data, crc_at});
       header = scratch.data;
     }
     GpuWriteRequest w;
@@ -441,6 +471,8 @@ struct Manager::Impl {
       }
       GpuReadItem it;
       it.ref = b.src.ref;
+      it.id = b.src.id;  // checked with the payload CRCs before any scatter
+      it.slot_bytes = shape.slot_bytes;
       for (const SlotLayout& s : g->slots) {
         it.scatter.push_back(
             {shape.segments[s.slot_id].offset, s.bytes_per_page, inst.DevicePage(s, b.page)});
@@ -553,13 +585,18 @@ struct Manager::Impl {
   // Checks one object (in pinned host memory) against its id and shape, then
   // copies its segments into the instance's page for every slot it holds:
   // memcpy for host pages; for CUDA pages the copies are appended to `ops`.
+  // `from_ssd`: the bytes came back from the SSD, so every segment's payload
+  // CRC32C is checked before a byte reaches a page (DRAM entries were checked
+  // or computed when they entered the pool).
   Status ObjectToPages(Instance& inst, uint32_t group, const uint8_t* object, uint64_t size,
-                       const ObjectId& id, uint64_t page, std::vector<gpu::CopyOp>* ops) {
+                       const ObjectId& id, uint64_t page, bool from_ssd,
+                       std::vector<gpu::CopyOp>* ops) {
     const GroupLayout* g = inst.groups.at(group);
     const GroupShape& shape = *inst.shapes.at(group);
     ORBITKV_ASSIGN_OR_RETURN(ParsedHeader h,
                              ParseObjectHeader({object, std::min(size, shape.header_bytes)}, size));
     ORBITKV_RETURN_IF_ERROR(CheckObjectMatches(h, id, shape.slot_bytes));
+    if (from_ssd) ORBITKV_RETURN_IF_ERROR(VerifyObjectPayload(h, {object, size}));
     for (const SlotLayout& s : g->slots) {
       const uint8_t* src = object + h.segments[s.slot_id].offset;
       if (inst.cuda()) {
@@ -573,10 +610,11 @@ struct Manager::Impl {
     return Status::OK();
   }
 
+  // An object read from the SSD (pinned staging) into the instance's page.
   Status CopyObjectToPages(Instance& inst, uint32_t group, const uint8_t* object, uint64_t size,
                            const ObjectId& id, uint64_t page) {
     std::vector<gpu::CopyOp> ops;
-    ORBITKV_RETURN_IF_ERROR(ObjectToPages(inst, group, object, size, id, page, &ops));
+    ORBITKV_RETURN_IF_ERROR(ObjectToPages(inst, group, object, size, id, page, true, &ops));
     return CopyAndWait(inst, /*to_device=*/true, ops);
   }
 
@@ -729,9 +767,14 @@ struct Manager::Impl {
       for (size_t k = 0; k < srcs.size(); ++k) {
         QueryBlock& b = *srcs[k];
         if (st[k].ok()) {
-          auto h = ParseObjectHeader({views[k].data, b.ref.object_size}, b.ref.object_size);
-          if (h.ok() && h->id == b.id &&
-              dram->InsertSealed(b.id, {views[k].data, b.ref.object_size}).ok()) {
+          // Only a whole, checked object enters the pool (DRAM restores trust it).
+          const std::span<const uint8_t> obj(views[k].data, b.ref.object_size);
+          auto h = ParseObjectHeader(obj, b.ref.object_size);
+          Status ok = h.ok() ? CheckObjectMatches(*h, b.id, job.prepare_slot_bytes) : h.status();
+          if (ok.ok()) ok = VerifyObjectPayload(*h, obj);
+          if (!ok.ok()) {
+            OKV_LOG_WARN("prepare of {}: {}", b.id.key.ShortHex(), ok.ToString());
+          } else if (dram->InsertSealed(b.id, obj).ok()) {
             bytes_prepare->Inc(b.ref.object_size);
           }
         }
@@ -823,6 +866,8 @@ Result<std::unique_ptr<Manager>> Manager::Create(const ManagerConfig& config) {
   d.writeback_on_seal = ssd_on;
   d.on_arena = config.register_host_memory;
   d.on_arena_release = config.unregister_host_memory;
+  // Fragments set their slots' payload CRCs; the last one seals the header.
+  d.on_seal = [](std::span<uint8_t> object) { SealObjectHeader(object); };
   ORBITKV_ASSIGN_OR_RETURN(impl->dram, DramCache::Create(d));
   if (ssd_on) {
     DramCacheOptions st = d;
@@ -1251,10 +1296,15 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
   std::vector<uint8_t> header(shape.header_bytes);
   // Complete groups of CUDA instances go to SSD straight from their pages
   // through cuFile; the DRAM copy (if the pool takes it) is for hot reuse.
-  const bool direct = impl_->ssd && impl_->UseCufileWrite(*inst) && slots.size() == g.num_slots;
+  // Admission is asked per group: an auto fallback part way through sends
+  // the rest of the call to D2H + io_uring.
+  const bool complete = impl_->ssd && slots.size() == g.num_slots;
+  auto direct = [&] { return complete && impl_->UseCufileWrite(*inst); };
   auto dw = std::make_shared<DirectWrites>();
 
   PublishResult out;
+  // The first error ends the call; what it started still finishes below.
+  Status failed;
   for (size_t i = 0; i < req.keys.size(); ++i) {
     ObjectId id{inst->ns, req.group_id, ToKey(req.keys[i])};
     if (impl_->dram->Contains(id) ||
@@ -1263,7 +1313,7 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
       impl_->publish_skipped->Inc();
       continue;
     }
-    WriteObjectHeader(id, shape.slot_bytes, /*codec=*/0, header);
+    WriteObjectHeader(id, shape.slot_bytes, /*codec=*/0, {}, header);  // CRCs at seal
     Result<DramView> v = impl_->dram->BeginAssembly(id, shape.object_size, g.num_slots, header);
     if (!v.ok() && v.status().code() == StatusCode::kResourceExhausted && impl_->ssd) {
       // The pool is full of objects waiting for SSD writeback: wait for it
@@ -1280,14 +1330,11 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
       if (v.status().code() == StatusCode::kAlreadyExists) {
         ++out.skipped;
         impl_->publish_skipped->Inc();
-      } else if (direct &&
-                 impl_->SubmitDirectWrite(*inst, g, shape, id, req.pages[i], nullptr, dw)) {
-        ++out.stored;  // no room in DRAM: straight to SSD
-        ++out.sealed;
-      } else {
+      } else if (!direct() ||
+                 !impl_->SubmitDirectWrite(*inst, g, shape, id, req.pages[i], nullptr, dw)) {
         ++out.dropped;
         impl_->publish_pool_full->Inc();
-      }
+      }  // else no room in DRAM: straight to SSD, counted when its write finished
       continue;
     }
     uint64_t copied = 0;
@@ -1307,36 +1354,56 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
     }
     if (Status st = impl_->CopyAndWait(*inst, /*to_device=*/false, ops); !st.ok()) {
       impl_->dram->AbortAssembly(*v);
-      return st;
+      failed = st;
+      break;
+    }
+    // This call's slots' payload CRCs, from the pool copy (what SSD gets).
+    for (const SlotLayout* s : slots) {
+      const SegmentPos& seg = shape.segments[s->slot_id];
+      SetSegmentCrc({v->data, shape.header_bytes}, s->slot_id,
+                    Crc32c({v->data + seg.offset, seg.size}));
     }
     impl_->bytes_publish->Inc(copied);
     const bool ssd_on = impl_->ssd != nullptr;
     const uint8_t* dram_header = v->data;  // stays: a sealed entry waits for its writeback
     Result<bool> sealed = impl_->dram->CompleteParts(*v, parts);
-    if (!sealed.ok()) return sealed.status();
+    if (!sealed.ok()) {
+      failed = sealed.status();
+      break;
+    }
     ++out.stored;
     if (!*sealed) continue;
     ++out.sealed;
     impl_->publish_objects->Inc();
-    if (direct && impl_->SubmitDirectWrite(*inst, g, shape, id, req.pages[i], dram_header, dw)) {
+    if (direct() && impl_->SubmitDirectWrite(*inst, g, shape, id, req.pages[i], dram_header, dw)) {
       continue;
     }
     if (ssd_on) impl_->QueueWriteback(id);
   }
-  if (direct) {
-    // The pages stay the engine's only after their SSD writes finished.
+  // On every return: the pages stay the engine's only after this call's SSD
+  // writes finished (the GPU gathers from them), and each write's DRAM entry
+  // leaves writeback-pending.
+  {
     std::unique_lock<std::mutex> l(dw->mu);
     dw->cv.wait(l, [&] { return dw->outstanding == 0; });
-    for (DirectWrites::Done& d : dw->done) {
-      if (d.scratch.data) impl_->ReleaseStaging(d.scratch);
-      if (d.status.ok()) {
-        impl_->bytes_writeback_cufile->Inc(shape.object_size);
-        if (auto w = impl_->dram->TakeWriteback(d.id)) impl_->dram->FinishWriteback(*w, true);
-      } else if (d.dram_copy) {
-        impl_->QueueWriteback(d.id);  // the DRAM copy can still reach SSD through io_uring
+  }
+  for (DirectWrites::Done& d : dw->done) {
+    if (d.scratch.data) impl_->ReleaseStaging(d.scratch);
+    if (d.status.ok()) {
+      impl_->bytes_writeback_cufile->Inc(shape.object_size);
+      if (auto w = impl_->dram->TakeWriteback(d.id)) impl_->dram->FinishWriteback(*w, true);
+      if (!d.dram_copy) {
+        ++out.stored;  // SSD only: stored once its write finished
+        ++out.sealed;
       }
+    } else if (d.dram_copy) {
+      impl_->QueueWriteback(d.id);  // the DRAM copy can still reach SSD through io_uring
+    } else {
+      ++out.dropped;  // no DRAM copy and the SSD write failed: the block is gone
+      impl_->publish_pool_full->Inc();
     }
   }
+  if (!failed.ok()) return failed;
   impl_->publish_seconds->Observe(Seconds(impl_->config.clock->Now() - start));
   return out;
 }
@@ -1477,6 +1544,11 @@ Result<RestoreId> Manager::StartRestore(SessionId session, const RestoreRequest&
       rb.page = req.pages[i];
       src.taken = true;
       impl_->budget_used -= src.size;
+      if (src.tier == Tier::kSsd) {
+        // The restore owns the lease now: it lives until the read, not the TTL.
+        impl_->ssd->catalog().KeepUntilDone(src.lease).IgnoreError(
+            "an expired lease fails its block at submission");
+      }
       (src.tier == Tier::kDram ? dram_blocks : ssd_blocks).push_back(rb);
     }
     if (std::all_of(q.blocks.begin(), q.blocks.end(), [](auto& b) { return b.taken; })) {
@@ -1538,7 +1610,7 @@ Result<RestoreId> Manager::StartRestore(SessionId session, const RestoreRequest&
   for (size_t i = 0; i < dram_blocks.size(); ++i) {
     const RestoreBlock& b = dram_blocks[i];
     st[i] = impl_->ObjectToPages(*inst, r->group, b.src.dram.data, b.src.dram.size, b.src.id,
-                                 b.page, &ops);
+                                 b.page, /*from_ssd=*/false, &ops);
   }
   const Status copied = impl_->CopyAndWait(*inst, /*to_device=*/true, ops);
   for (size_t i = 0; i < dram_blocks.size(); ++i) {
@@ -1609,6 +1681,7 @@ Result<uint32_t> Manager::Prepare(SessionId session, const PrepareRequest& req) 
   }
   if (!impl_->ssd) return 0u;
   ReadJob job;
+  job.prepare_slot_bytes = inst->shapes.at(req.group_id)->slot_bytes;
   const Clock::TimePoint deadline = impl_->config.clock->Now() + std::chrono::seconds(30);
   for (const BlockKey& k : req.keys) {
     QueryBlock b;

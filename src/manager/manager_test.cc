@@ -4,12 +4,15 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <fstream>
 #include <future>
+#include <iterator>
 #include <thread>
 
 #include <gtest/gtest.h>
 
+#include "store/object_format.h"
 #include "store/shard_file.h"
 #include "testing/host_pages.h"
 #include "testing/temp_dir.h"
@@ -36,8 +39,19 @@ class ManagerTest : public ::testing::Test {
   std::unique_ptr<Manager> mgr;
   SessionId session = 0;
 
-  void Start(uint64_t pool, bool ssd = true, uint32_t workers = 1, uint64_t budget = 0) {
+  void Start(uint64_t pool, bool ssd = true, uint32_t workers = 1, uint64_t budget = 0,
+             Clock* clock = nullptr) {
+    ManagerConfig c = Config(pool, ssd, workers, budget, clock);
+    auto m = Manager::Create(c);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    mgr = std::move(m).value();
+    session = mgr->OpenSession(getpid());
+  }
+
+  ManagerConfig Config(uint64_t pool, bool ssd = true, uint32_t workers = 1, uint64_t budget = 0,
+                       Clock* clock = nullptr) {
     ManagerConfig c;
+    if (clock) c.clock = clock;
     c.options.pool_size = pool;
     if (ssd) {
       c.options.ssd_cache_path = dir.File("cache.bin");
@@ -50,10 +64,7 @@ class ManagerTest : public ::testing::Test {
     c.metrics = &metrics;
     c.io_faults = &faults;
     c.query_budget_bytes = budget;
-    auto m = Manager::Create(c);
-    ASSERT_TRUE(m.ok()) << m.status().ToString();
-    mgr = std::move(m).value();
-    session = mgr->OpenSession(getpid());
+    return c;
   }
 
   InstanceId Register(HostPages& pages, const InstanceLayout& layout, std::string ns = "model-a",
@@ -424,6 +435,152 @@ TEST_F(ManagerTest, PrepareWarmsSsdObjectsIntoDram) {
   EXPECT_TRUE(pages.Holds(0, 62, 0));
   EXPECT_TRUE(pages.Holds(0, 63, 1));
   ExpectAllReleased();
+}
+
+// ---- integrity (issue 10) ------------------------------------------------------
+
+// Where key v's object starts in the shard files (its header's magic and key).
+std::pair<std::string, uint64_t> FindObject(const std::string& base, uint32_t shards, uint64_t v) {
+  const BlockKey key = K(v);
+  for (const std::string& path : ShardPaths(base, shards)) {
+    std::ifstream in(path, std::ios::binary);
+    std::string file{std::istreambuf_iterator<char>(in), {}};
+    for (uint64_t off = kShardHeaderSize; off + 64 <= file.size(); off += 4096) {
+      if (std::memcmp(file.data() + off, kObjectMagic, sizeof kObjectMagic) == 0 &&
+          std::memcmp(file.data() + off + 32, key.data(), key.size()) == 0) {
+        return {path, off};
+      }
+    }
+  }
+  ADD_FAILURE() << "key " << v << " is not on disk";
+  return {};
+}
+
+void FlipByte(const std::string& path, uint64_t at) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(static_cast<std::streamoff>(at));
+  char c = 0;
+  f.read(&c, 1);
+  c ^= 0x20;
+  f.seekp(static_cast<std::streamoff>(at));
+  f.write(&c, 1);
+}
+
+TEST_F(ManagerTest, UringRestoreAndPrepareRefuseAFlippedPayloadByte) {
+  Start(1u << 20);
+  InstanceLayout l = SplitLayout(64, {65536});
+  HostPages pages(l);
+  InstanceId inst = Register(pages, l);
+  PublishOneByOne(inst, pages, 40);
+  auto [path, off] = FindObject(dir.File("cache.bin"), 2, 0);
+  FlipByte(path, off + ObjectHeaderSize(1) + 4321);  // payload, not header
+  pages.Fill(0, 60, 77);
+  QueryResult q = Query(inst, {0});
+  ASSERT_EQ(q.sources[0], Tier::kSsd);
+  RestoreResult r = Restore(inst, q.query, {0}, {60});
+  EXPECT_EQ(r.blocks[0].status.code(), StatusCode::kCorruption) << r.blocks[0].status.ToString();
+  EXPECT_NE(r.blocks[0].status.message().find("payload CRC32C"), std::string_view::npos)
+      << r.blocks[0].status.ToString();
+  EXPECT_TRUE(pages.Holds(0, 60, 77)) << "bytes reached the page";
+  // Prepare does not warm the damaged object into DRAM (DRAM restores trust it).
+  auto n = mgr->Prepare(session, {inst, 0, {K(0), K(1)}});
+  ASSERT_TRUE(n.ok());
+  mgr->Drain();
+  QueryResult q2 = Query(inst, {0, 1});
+  ASSERT_EQ(q2.prefix, 2u);
+  EXPECT_EQ(q2.sources[0], Tier::kSsd);
+  EXPECT_EQ(q2.sources[1], Tier::kDram);
+  ASSERT_TRUE(mgr->ReleaseQuery(session, q2.query).ok());
+  ExpectAllReleased();
+}
+
+TEST_F(ManagerTest, UringRestoreOfAnExtentHoldingAnotherKeysObjectIsCorruption) {
+  Start(1u << 20);
+  InstanceLayout l = SplitLayout(64, {65536});
+  HostPages pages(l);
+  InstanceId inst = Register(pages, l);
+  PublishOneByOne(inst, pages, 40);
+  auto [p0, o0] = FindObject(dir.File("cache.bin"), 2, 0);
+  auto [p1, o1] = FindObject(dir.File("cache.bin"), 2, 1);
+  {
+    std::ifstream in(p1, std::ios::binary);
+    std::string other(AlignUp(ObjectSize({65536}), 4096), '\0');
+    in.seekg(static_cast<std::streamoff>(o1));
+    in.read(other.data(), static_cast<std::streamsize>(other.size()));
+    std::fstream out(p0, std::ios::in | std::ios::out | std::ios::binary);
+    out.seekp(static_cast<std::streamoff>(o0));
+    out.write(other.data(), static_cast<std::streamsize>(other.size()));
+  }
+  pages.Fill(0, 60, 77);
+  QueryResult q = Query(inst, {0});
+  RestoreResult r = Restore(inst, q.query, {0}, {60});
+  EXPECT_EQ(r.blocks[0].status.code(), StatusCode::kCorruption) << r.blocks[0].status.ToString();
+  EXPECT_TRUE(pages.Holds(0, 60, 77));
+  ExpectAllReleased();
+}
+
+TEST_F(ManagerTest, RestoreQueuedPastItsQueryTtlKeepsItsLease) {
+  ManualClock clock;
+  Start(1u << 20, true, /*workers=*/1, 0, &clock);
+  InstanceLayout l = SplitLayout(64, {65536});
+  HostPages pages(l);
+  InstanceId inst = Register(pages, l);
+  PublishOneByOne(inst, pages, 40);
+  auto query = [&](uint64_t key) {
+    auto r = mgr->Query(session, QueryRequest{inst, 0, {K(key)}, /*ttl_ms=*/1000});
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : QueryResult{};
+  };
+  QueryResult qa = query(0), qb = query(1);
+  ASSERT_EQ(qa.sources[0], Tier::kSsd);
+  ASSERT_EQ(qb.sources[0], Tier::kSsd);
+  // The single reader stalls on A's read; B waits in the queue past its TTL.
+  faults.AddRule(
+      {IoOp::kRead, 1, ScriptedIoFaults::Fault::kStall, 0, false, std::chrono::milliseconds(400)});
+  std::promise<Result<RestoreResult>> a_done, b_done;
+  ASSERT_TRUE(mgr->StartRestore(session, {inst, qa.query, {0}, {50}},
+                                [&](Result<RestoreResult> r) { a_done.set_value(std::move(r)); })
+                  .ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(mgr->StartRestore(session, {inst, qb.query, {0}, {51}},
+                                [&](Result<RestoreResult> r) { b_done.set_value(std::move(r)); })
+                  .ok());
+  clock.Advance(std::chrono::seconds(5));
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));  // the reaper runs every 50 ms
+  auto ar = a_done.get_future().get();
+  auto br = b_done.get_future().get();
+  ASSERT_TRUE(ar.ok() && br.ok());
+  EXPECT_TRUE(ar->blocks[0].status.ok()) << ar->blocks[0].status.ToString();
+  EXPECT_TRUE(br->blocks[0].status.ok()) << br->blocks[0].status.ToString();
+  EXPECT_TRUE(pages.Holds(0, 50, 0));
+  EXPECT_TRUE(pages.Holds(0, 51, 1));
+  ExpectAllReleased();
+}
+
+TEST_F(ManagerTest, SecondManagerOnTheSsdPathRefusesToStartAndNamesTheHolder) {
+  Start(1u << 20);
+  InstanceLayout l = SplitLayout(64, {65536});
+  HostPages pages(l);
+  InstanceId inst = Register(pages, l);
+  PublishOneByOne(inst, pages, 40);
+  MetricsRegistry other_metrics;
+  ManagerConfig c = Config(1u << 20);
+  c.metrics = &other_metrics;
+  auto second = Manager::Create(c);
+  ASSERT_FALSE(second.ok()) << "two Managers share " << dir.File("cache.bin");
+  EXPECT_EQ(second.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(second.status().message().find("pid " + std::to_string(getpid())),
+            std::string_view::npos)
+      << second.status().ToString();
+  // The first one's objects are untouched.
+  QueryResult q = Query(inst, {0});
+  ASSERT_EQ(q.sources[0], Tier::kSsd);
+  RestoreResult r = Restore(inst, q.query, {0}, {60});
+  EXPECT_TRUE(r.blocks[0].status.ok()) << r.blocks[0].status.ToString();
+  EXPECT_TRUE(pages.Holds(0, 60, 0));
+  ExpectAllReleased();
+  mgr.reset();  // its locks go with it
+  ASSERT_TRUE(Manager::Create(c).ok());
 }
 
 }  // namespace

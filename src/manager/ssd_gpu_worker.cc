@@ -4,11 +4,14 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 
 #include "orbitkv/logging.h"
 #include "orbitkv/units.h"
+#include "store/crc32c.h"
+#include "store/object_format.h"
 #include "store/shard_file.h"
 #include "store/ssd_store.h"
 
@@ -22,12 +25,42 @@ double SecondsSince(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
+// Per batch, the pinned host memory that verification uses: object headers
+// copied out of staging, then one CRC32C result per segment fragment.
+constexpr uint64_t kVerifyHeaderBytes = 256u << 10;
+constexpr uint64_t kVerifyMaxFrags = 8192;
+static_assert(kObjectMaxHeaderBytes <= kVerifyHeaderBytes);
+static_assert(kMaxSlotsPerGroup <= kVerifyMaxFrags);
+
+// The part of segment `segment` ([offset, +bytes) of it) that one piece holds,
+// and its CRC32C once the GPU computed it.
+struct FragCrc {
+  uint32_t segment = 0;
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
+  uint32_t crc = 0;
+};
+
+// Verification state of one item (guarded by the worker's mu).
+struct ItemCheck {
+  std::vector<SegmentPos> segments;  // where a raw object of the item's shape has them
+  uint64_t header_bytes = 0;
+  bool header_known = false;           // its first piece was checked (or failed)
+  std::optional<ParsedHeader> header;  // set when the header matched
+  Status header_status;                // why not, otherwise
+  uint32_t pieces_checked = 0;         // pieces whose fragment CRCs are in `frags`
+  std::vector<FragCrc> frags;
+  bool crc_done = false;
+  Status crc_status;
+};
+
 struct ReadJobState {
   SsdGpuWorker::JobId id = 0;
   GpuReadRequest req;
   std::vector<uint32_t> pieces_total, pieces_done, pieces_submitted;
   std::vector<Status> status;
   std::vector<bool> reported;
+  std::vector<ItemCheck> check;
   size_t items_left = 0;
 };
 
@@ -39,15 +72,46 @@ struct Piece {
   uint64_t length = 0;
   uint32_t shard = 0;
   uint64_t file_offset = 0;
+  std::vector<FragCrc> frags;   // the segment bytes it holds (crc unset)
   uint64_t staging_offset = 0;  // in the slot, once batched
   size_t read = 0;              // index of the read that carries it
+  uint64_t host_offset = 0;     // where its header copy lands (first piece)
+  size_t frag_begin = 0;        // its CRC results in the slot's host memory
+  uint64_t header_need() const { return offset == 0 ? job->check[item].header_bytes : 0; }
 };
+
+// The CRC32C of each segment from an item's fragments, against its header.
+Status CheckItemCrcs(ItemCheck& c) {
+  std::sort(c.frags.begin(), c.frags.end(), [](const FragCrc& a, const FragCrc& b) {
+    return std::tie(a.segment, a.offset) < std::tie(b.segment, b.offset);
+  });
+  size_t f = 0;
+  for (uint32_t seg = 0; seg < c.segments.size(); ++seg) {
+    uint32_t crc = 0;
+    uint64_t covered = 0;
+    for (; f < c.frags.size() && c.frags[f].segment == seg; ++f) {
+      if (c.frags[f].offset != covered) break;
+      crc = covered == 0 ? c.frags[f].crc : Crc32cCombine(crc, c.frags[f].crc, c.frags[f].bytes);
+      covered += c.frags[f].bytes;
+    }
+    if (covered != c.segments[seg].size) {
+      return Status::Internal("GPU verification covered " + std::to_string(covered) + " of " +
+                              std::to_string(c.segments[seg].size) + " bytes of slot " +
+                              std::to_string(seg));
+    }
+    ORBITKV_RETURN_IF_ERROR(CheckSegmentCrc(*c.header, seg, crc));
+  }
+  return Status::OK();
+}
 
 struct WriteJobState {
   GpuWriteRequest req;
   ExtentRef ref;
   uint64_t next = 0;  // next chunk's offset in the extent
-  std::chrono::steady_clock::time_point start;
+  // Submission to completion of its chunks so far; waits for a slot (before
+  // the first chunk and between chunks) are not counted (the spec's
+  // orbitkv_ssd_cufile_write_seconds).
+  double busy_seconds = 0;
 };
 
 struct BatchRead {
@@ -63,8 +127,13 @@ struct Slot {
   bool stream_registered = false;
   std::unique_ptr<gpu::Event> io_event, scatter_event;
   std::unique_ptr<gpu::AsyncIo[]> ios;  // address-stable, one per read of a batch
-  enum class Phase { kFree, kIo, kScatter } phase = Phase::kFree;
+  uint8_t* host = nullptr;              // pinned: header copies, then CRC results (kVerify*)
+  // kVerify: headers and CRCs of the batch on their way to `host` (the
+  // scatter event marks their arrival); kScatter: the scatter is running.
+  enum class Phase { kFree, kIo, kVerify, kScatter } phase = Phase::kFree;
   bool is_write = false;
+  bool checked = false;              // kVerify: the host results were taken in
+  std::vector<Status> piece_status;  // per piece, from kVerify on
   std::vector<Piece> pieces;
   std::vector<BatchRead> reads;
   std::shared_ptr<WriteJobState> write;
@@ -142,10 +211,14 @@ struct SsdGpuWorker::Impl {
   void StartRead(Slot& s, std::vector<Status>* failures) {
     s.pieces.clear();
     s.reads.clear();
-    uint64_t bytes = 0;
+    uint64_t bytes = 0, header_bytes = 0, frags = 0;
     while (!pending.empty() && bytes + pending.front().length <= o.slot_bytes &&
-           s.pieces.size() < max_reads) {
+           s.pieces.size() < max_reads &&
+           header_bytes + pending.front().header_need() <= kVerifyHeaderBytes &&
+           frags + pending.front().frags.size() <= kVerifyMaxFrags) {
       bytes += pending.front().length;
+      header_bytes += pending.front().header_need();
+      frags += pending.front().frags.size();
       s.pieces.push_back(std::move(pending.front()));
       pending.pop_front();
     }
@@ -244,6 +317,7 @@ struct SsdGpuWorker::Impl {
     s.phase = Slot::Phase::kFree;
     s.pieces.clear();
     s.reads.clear();
+    s.piece_status.clear();
     s.write.reset();
     o.metrics.inflight_batches->Sub(1);
   }
@@ -279,9 +353,37 @@ struct SsdGpuWorker::Impl {
         }
       }
       if (s.is_write) return FinishWriteChunk(s, cbs);
-      std::vector<gpu::CopyOp> ops;
+      StartVerify(s);
+      return true;
+    }
+    if (s.phase == Slot::Phase::kVerify) {
+      Result<bool> ready = o.device->Poll(*s.scatter_event);
+      if (ready.ok() && !*ready) return false;
+      if (!s.checked) TakeVerifyResults(s, ready.ok() ? Status::OK() : ready.status());
+      // A later piece waits until its object's first piece (in this or an
+      // earlier batch, which completes without waiting on this one) was checked.
       for (const Piece& p : s.pieces) {
-        if (!s.reads[p.read].status.ok()) continue;
+        if (!p.job->check[p.item].header_known) return false;
+      }
+      for (size_t i = 0; i < s.pieces.size(); ++i) {
+        const Piece& p = s.pieces[i];
+        Status& ps = s.piece_status[i];
+        if (!ps.ok()) continue;
+        ItemCheck& c = p.job->check[p.item];
+        if (!c.header) {
+          ps = c.header_status;
+          continue;
+        }
+        if (!c.crc_done && c.pieces_checked == p.job->pieces_total[p.item]) {
+          c.crc_done = true;
+          c.crc_status = CheckItemCrcs(c);
+        }
+        if (c.crc_done && !c.crc_status.ok()) ps = c.crc_status;
+      }
+      std::vector<gpu::CopyOp> ops;
+      for (size_t i = 0; i < s.pieces.size(); ++i) {
+        const Piece& p = s.pieces[i];
+        if (!s.piece_status[i].ok()) continue;
         for (const ScatterSpan& sp : p.job->req.items[p.item].scatter) {
           const uint64_t lo = std::max(sp.object_offset, p.offset);
           const uint64_t hi = std::min(sp.object_offset + sp.bytes, p.offset + p.length);
@@ -296,8 +398,8 @@ struct SsdGpuWorker::Impl {
       if (st.ok()) st = o.device->Record(*s.scatter_event, *s.stream);
       if (!st.ok()) {
         o.device->Synchronize(*s.stream).IgnoreError("draining after a failed scatter");
-        for (BatchRead& r : s.reads) {
-          if (r.status.ok()) r.status = st.WithContext("scatter into engine pages");
+        for (Status& ps : s.piece_status) {
+          if (ps.ok()) ps = st.WithContext("scatter into engine pages");
         }
       }
       s.phase = Slot::Phase::kScatter;
@@ -306,8 +408,9 @@ struct SsdGpuWorker::Impl {
     if (s.phase == Slot::Phase::kScatter) {
       Result<bool> ready = o.device->Poll(*s.scatter_event);
       if (ready.ok() && !*ready) return false;
-      for (const Piece& p : s.pieces) {
-        Status st = s.reads[p.read].status;
+      for (size_t i = 0; i < s.pieces.size(); ++i) {
+        const Piece& p = s.pieces[i];
+        Status st = s.piece_status[i];
         if (st.ok() && !ready.ok()) st = ready.status().WithContext("scatter into engine pages");
         PieceDone(p.job, p.item, st, cbs);
       }
@@ -318,15 +421,97 @@ struct SsdGpuWorker::Impl {
     return false;
   }
 
+  // After a read batch's I/O: enqueues the header copies and the CRC32C
+  // kernel of every piece that was read in full, then the scatter event.
+  void StartVerify(Slot& s) {
+    s.piece_status.clear();
+    for (const Piece& p : s.pieces) s.piece_status.push_back(s.reads[p.read].status);
+    std::vector<gpu::CopyOp> headers;
+    std::vector<gpu::CrcOp> crcs;
+    uint64_t host_at = 0;
+    for (size_t i = 0; i < s.pieces.size(); ++i) {
+      Piece& p = s.pieces[i];
+      if (!s.piece_status[i].ok()) continue;
+      const ItemCheck& c = p.job->check[p.item];
+      if (p.offset == 0) {
+        p.host_offset = host_at;
+        headers.push_back({reinterpret_cast<gpu::DevPtr>(s.host + host_at),
+                           s.base + p.staging_offset, c.header_bytes});
+        host_at += c.header_bytes;
+      }
+      p.frag_begin = crcs.size();
+      for (const FragCrc& f : p.frags) {
+        const uint64_t in_piece = c.segments[f.segment].offset + f.offset - p.offset;
+        crcs.push_back({s.base + p.staging_offset + in_piece, f.bytes});
+      }
+    }
+    Status st;
+    if (!headers.empty()) st = o.device->CopyAsync(headers, *s.stream);
+    if (st.ok() && !crcs.empty()) {
+      st = o.device->Crc32cAsync(crcs, CrcResults(s), *s.stream);
+    }
+    if (st.ok()) st = o.device->Record(*s.scatter_event, *s.stream);
+    if (!st.ok()) {
+      o.device->Synchronize(*s.stream).IgnoreError("draining after a failed verification");
+      for (Status& ps : s.piece_status) {
+        if (ps.ok()) ps = st.WithContext("verifying GPU staging");
+      }
+    }
+    s.checked = false;
+    s.phase = Slot::Phase::kVerify;
+  }
+
+  static uint32_t* CrcResults(Slot& s) {
+    return reinterpret_cast<uint32_t*>(s.host + kVerifyHeaderBytes);
+  }
+
+  // The verification results of a batch (once): headers parsed and matched
+  // for first pieces, fragment CRCs recorded for pieces read in full.
+  void TakeVerifyResults(Slot& s, const Status& event) {
+    s.checked = true;
+    const uint32_t* results = CrcResults(s);
+    for (size_t i = 0; i < s.pieces.size(); ++i) {
+      const Piece& p = s.pieces[i];
+      Status& ps = s.piece_status[i];
+      if (ps.ok() && !event.ok()) ps = event.WithContext("verifying GPU staging");
+      ItemCheck& c = p.job->check[p.item];
+      const GpuReadItem& item = p.job->req.items[p.item];
+      if (p.offset == 0) {
+        c.header_known = true;
+        if (!ps.ok()) {
+          c.header_status = ps;
+        } else {
+          Result<ParsedHeader> h =
+              ParseObjectHeader({s.host + p.host_offset, c.header_bytes}, item.ref.object_size);
+          Status m = h.ok() ? CheckObjectMatches(*h, item.id, item.slot_bytes) : h.status();
+          if (m.ok()) {
+            c.header = std::move(h).value();
+          } else {
+            c.header_status = m.WithContext("cuFile read of shard " + std::to_string(p.shard) +
+                                            " extent at " + std::to_string(item.ref.offset));
+          }
+        }
+      }
+      if (!ps.ok()) continue;
+      for (size_t f = 0; f < p.frags.size(); ++f) {
+        FragCrc done = p.frags[f];
+        done.crc = results[p.frag_begin + f];
+        c.frags.push_back(done);
+      }
+      ++c.pieces_checked;
+    }
+  }
+
   bool FinishWriteChunk(Slot& s, Callbacks* cbs) {
     std::shared_ptr<WriteJobState> w = s.write;
     const Status st = s.reads.empty() ? Status::OK() : s.reads[0].status;
     const uint64_t len = s.write_len;
+    w->busy_seconds += SecondsSince(s.submitted);
     FreeSlot(s);
     if (!st.ok()) {
       o.metrics.write_failures->Inc();
       o.store->Abort(w->ref, st);
-      o.metrics.write_seconds->Observe(SecondsSince(w->start));
+      o.metrics.write_seconds->Observe(w->busy_seconds);
       WriteDone(w, st, cbs);
       return true;
     }
@@ -341,7 +526,7 @@ struct SsdGpuWorker::Impl {
       }
       return true;
     }
-    o.metrics.write_seconds->Observe(SecondsSince(w->start));
+    o.metrics.write_seconds->Observe(w->busy_seconds);
     if (Status p = o.store->Publish(w->ref); !p.ok()) {
       WriteDone(w, p, cbs);
     } else {
@@ -406,6 +591,10 @@ struct SsdGpuWorker::Impl {
       s.io_event.reset();
       s.scatter_event.reset();
       s.stream.reset();
+      if (s.host) {
+        o.device->FreeHost(s.host).IgnoreError("worker teardown");
+        s.host = nullptr;
+      }
       if (s.base) {
         o.device->Free(s.base).IgnoreError("worker teardown");
         o.metrics.staging_bytes->Sub(static_cast<int64_t>(o.slot_bytes));
@@ -438,6 +627,7 @@ Result<std::unique_ptr<SsdGpuWorker>> SsdGpuWorker::Create(GpuWorkerOptions opti
       ORBITKV_ASSIGN_OR_RETURN(s.io_event, d.CreateEvent());
       ORBITKV_ASSIGN_OR_RETURN(s.scatter_event, d.CreateEvent());
       s.ios = std::make_unique<gpu::AsyncIo[]>(impl->max_reads);
+      ORBITKV_ASSIGN_OR_RETURN(s.host, d.AllocateHost(kVerifyHeaderBytes + 4 * kVerifyMaxFrags));
       return Status::OK();
     }();
     if (!st.ok()) {
@@ -471,6 +661,17 @@ Result<SsdGpuWorker::JobId> SsdGpuWorker::SubmitRead(GpuReadRequest req) {
         it.ref.object_size > it.ref.length) {
       return Status::InvalidArgument("read of a malformed extent");
     }
+    if (it.slot_bytes.empty() || it.slot_bytes.size() > kMaxSlotsPerGroup ||
+        std::find(it.slot_bytes.begin(), it.slot_bytes.end(), 0u) != it.slot_bytes.end() ||
+        ObjectSize(it.slot_bytes) > it.ref.object_size) {
+      return Status::InvalidArgument("read of shard " + std::to_string(it.ref.shard) +
+                                     ": the item's slot sizes do not describe its " +
+                                     std::to_string(it.ref.object_size) + "-byte object");
+    }
+    if (ObjectHeaderSize(static_cast<uint32_t>(it.slot_bytes.size())) > m.o.slot_bytes) {
+      return Status::InvalidArgument("an object header of " + std::to_string(it.slot_bytes.size()) +
+                                     " slots does not fit a staging slot");
+    }
     for (const ScatterSpan& s : it.scatter) {
       if (s.bytes == 0 || s.object_offset > it.ref.object_size ||
           s.bytes > it.ref.object_size - s.object_offset || s.dst == 0) {
@@ -487,11 +688,15 @@ Result<SsdGpuWorker::JobId> SsdGpuWorker::SubmitRead(GpuReadRequest req) {
   job->pieces_submitted.assign(n, 0);
   job->status.assign(n, Status::OK());
   job->reported.assign(n, false);
+  job->check.resize(n);
   job->items_left = n;
   job->req = std::move(req);
   std::vector<Piece> pieces;
   for (size_t i = 0; i < n; ++i) {
     const ExtentRef& ref = job->req.items[i].ref;
+    ItemCheck& c = job->check[i];
+    c.segments = SegmentLayout(job->req.items[i].slot_bytes);
+    c.header_bytes = ObjectHeaderSize(static_cast<uint32_t>(c.segments.size()));
     for (uint64_t off = 0; off < ref.length; off += m.o.slot_bytes) {
       Piece p;
       p.job = job;
@@ -500,6 +705,11 @@ Result<SsdGpuWorker::JobId> SsdGpuWorker::SubmitRead(GpuReadRequest req) {
       p.length = std::min(m.o.slot_bytes, ref.length - off);
       p.shard = ref.shard;
       p.file_offset = ShardSet::FileOffset(ref.offset) + off;
+      for (uint32_t k = 0; k < c.segments.size(); ++k) {
+        const uint64_t lo = std::max(c.segments[k].offset, off);
+        const uint64_t hi = std::min(c.segments[k].offset + c.segments[k].size, off + p.length);
+        if (lo < hi) p.frags.push_back({k, lo - c.segments[k].offset, hi - lo, 0});
+      }
       pieces.push_back(std::move(p));
       ++job->pieces_total[i];
     }
@@ -536,7 +746,6 @@ Status SsdGpuWorker::SubmitWrite(GpuWriteRequest req) {
     ++m.write_jobs;  // the permit; held until the job's done runs
   }
   auto w = std::make_shared<WriteJobState>();
-  w->start = std::chrono::steady_clock::now();
   Result<ExtentRef> ref = m.o.store->Reserve(req.key, req.object_size);
   std::lock_guard<std::mutex> l(m.mu);
   if (!ref.ok() || m.closing) {

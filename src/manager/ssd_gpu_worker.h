@@ -18,7 +18,17 @@
 //
 // Completion: the I/O event completes, every read's bytes_done is checked
 // against its size (short or failed: the pieces in it fail, nothing of them
-// is scattered), the scatter of good pieces is enqueued and a second event
+// is scattered). Then the batch is verified on the GPU before a byte reaches
+// a page: the header of every object whose first piece is in the batch is
+// copied to pinned host memory and a CRC32C kernel runs over every segment
+// fragment in staging; on the host the header is parsed and matched against
+// the item's id and shape (Corruption otherwise), and an object whose
+// fragments are all known is checked against the header's payload CRCs
+// (Corruption, nothing scattered). An object larger than a slot is header-
+// checked before its first scatter and CRC-checked at its last piece, so a
+// mismatch there fails the item after earlier pieces were scattered: the
+// pages of a failed item hold unspecified bytes, as after a short read of a
+// later piece. Then the scatter of good pieces is enqueued and a second event
 // proves it finished before the slot is reused or the item reported. A
 // refused submission fails its read and the ones after it; reads already
 // submitted drain. Writes: memset + header + gather into staging, then
@@ -46,6 +56,7 @@
 #include "orbitkv/status.h"
 #include "store/catalog.h"
 #include "store/key.h"
+#include "store/object_id.h"
 
 namespace orbitkv {
 
@@ -85,6 +96,10 @@ struct ScatterSpan {
 
 struct GpuReadItem {
   ExtentRef ref;  // the leased extent (data-region offset, 4 KiB aligned length)
+  // What the extent must hold: a raw object of this id with these slot sizes
+  // (store/object_format.h), checked before anything is scattered.
+  ObjectId id;
+  std::vector<uint64_t> slot_bytes;
   std::vector<ScatterSpan> scatter;
 };
 
@@ -128,7 +143,8 @@ class SsdGpuWorker {
   ~SsdGpuWorker();  // Close(), then deregisters and frees staging
 
   // Queues a restore's reads. InvalidArgument (nothing queued) for a scatter
-  // span outside its object or an unknown shard; Cancelled after Close.
+  // span outside its object, an unknown shard, or an item without slots or
+  // whose object header does not fit a slot; Cancelled after Close.
   Result<JobId> SubmitRead(GpuReadRequest request);
   // Reserves an extent and queues the write. ResourceExhausted when
   // max_write_jobs are admitted (nothing reserved); the store's error when no

@@ -46,6 +46,23 @@ Result<std::unique_ptr<ClientConnection>> ClientConnection::Connect(const std::s
     }
     return Status::IOError("connect " + path, err);
   }
+  // Who listens there? Checked before a single byte (or fd) is sent.
+  ucred cred{};
+  socklen_t cred_len = sizeof(cred);
+  if (::getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) != 0) {
+    return Status::IOError("SO_PEERCRED on " + path, errno);
+  }
+  const uid_t self = ::geteuid();
+  if (cred.uid != self && (!options.server_uid || cred.uid != *options.server_uid)) {
+    return Status::PermissionDenied(
+        "refusing the OrbitKV server on " + path + ": it runs as uid " + std::to_string(cred.uid) +
+        " (pid " + std::to_string(cred.pid) + "), not as this process's uid " +
+        std::to_string(self) +
+        (options.server_uid ? " or the configured server uid " + std::to_string(*options.server_uid)
+                            : std::string()) +
+        "; nothing was sent. Another user may be squatting the socket path; name uid " +
+        std::to_string(cred.uid) + " as the server uid only if you trust it");
+  }
   if (!options.reply_id) options.reply_id = PeekEnvelopeId;
   std::unique_ptr<ClientConnection> conn(new ClientConnection(std::move(fd), std::move(options)));
   try {
@@ -58,6 +75,14 @@ Result<std::unique_ptr<ClientConnection>> ClientConnection::Connect(const std::s
 
 Result<Frame> ClientConnection::Call(std::span<const uint8_t> request, std::span<const int> fds,
                                      uint64_t id, std::chrono::milliseconds timeout) {
+  ORBITKV_RETURN_IF_ERROR(Start(request, fds, id));
+  Result<Frame> r = Wait(id, timeout);
+  if (!r.ok() && r.status().code() == StatusCode::kDeadlineExceeded) Abandon(id);
+  return r;
+}
+
+Status ClientConnection::Start(std::span<const uint8_t> request, std::span<const int> fds,
+                               uint64_t id) {
   if (id == 0) return Status::InvalidArgument("envelope id 0 is reserved");
   auto waiter = std::make_shared<Waiter>();
   {
@@ -75,25 +100,50 @@ Result<Frame> ClientConnection::Call(std::span<const uint8_t> request, std::span
     sent = SendFrame(fd_.get(), request, fds);
   }
   if (!sent.ok()) {
-    // A half-written frame leaves the stream unusable: break the connection
-    // (the reader then fails every other waiter too).
-    ::shutdown(fd_.get(), SHUT_RDWR);
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
+    if (sent.IsCancelled()) {
+      // The server closed the connection; it may have said why first. The
+      // reader gets that reason (queued bytes come before the end of stream).
+      broken_cv_.wait_for(lock, std::chrono::seconds(2), [&] { return !broken_.ok(); });
+    }
     waiters_.erase(id);
-    if (!broken_.ok()) return broken_;
-    return sent;
+    if (broken_.ok()) {
+      lock.unlock();
+      // A half-written frame leaves the stream unusable: break the connection
+      // (the reader then fails every other waiter too).
+      ::shutdown(fd_.get(), SHUT_RDWR);
+      return sent;
+    }
+    return broken_;
   }
+  return Status::OK();
+}
+
+Result<Frame> ClientConnection::Wait(uint64_t id, std::chrono::milliseconds timeout) {
   std::unique_lock lock(mu_);
+  auto it = waiters_.find(id);
+  if (it == waiters_.end()) {
+    if (!broken_.ok()) return broken_;
+    return Status::InvalidArgument("no request " + std::to_string(id) +
+                                   " is waiting for a reply on this connection");
+  }
+  std::shared_ptr<Waiter> waiter = it->second;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (!waiter->result.has_value()) {
     if (waiter->cv.wait_until(lock, deadline) == std::cv_status::timeout &&
         !waiter->result.has_value()) {
-      waiters_.erase(id);
       return Status::DeadlineExceeded("no reply to request " + std::to_string(id) + " within " +
                                       std::to_string(timeout.count()) + " ms");
     }
   }
-  return std::move(*waiter->result);
+  Result<Frame> r = std::move(*waiter->result);
+  waiters_.erase(id);  // FailAll already cleared every waiter when it broke
+  return r;
+}
+
+void ClientConnection::Abandon(uint64_t id) {
+  std::lock_guard lock(mu_);
+  waiters_.erase(id);
 }
 
 void ClientConnection::Close() {
@@ -115,11 +165,20 @@ bool ClientConnection::closed() const {
 void ClientConnection::FailAll(const Status& why) {
   std::lock_guard lock(mu_);
   if (broken_.ok()) broken_ = why;
+  broken_cv_.notify_all();
   for (auto& [id, waiter] : waiters_) {
     waiter->result.emplace(broken_);
     waiter->cv.notify_one();
   }
   waiters_.clear();
+}
+
+std::optional<Status> ClientConnection::ClosingReason(std::span<const uint8_t> frame) {
+  Result<DecodedMessage> m = DecodeMessage(frame);
+  if (!m.ok() || m->id != 0) return std::nullopt;
+  const auto* err = std::get_if<ErrorReply>(&m->body);
+  if (err == nullptr || err->status.ok()) return std::nullopt;
+  return err->status;
 }
 
 void ClientConnection::ReadLoop() {
@@ -133,6 +192,14 @@ void ClientConnection::ReadLoop() {
       return;
     }
     const std::optional<uint64_t> id = options_.reply_id(frame->payload);
+    if (id == 0) {
+      if (std::optional<Status> why = ClosingReason(frame->payload)) {
+        // The server refuses this connection and closes it.
+        FailAll(why->WithContext("the OrbitKV Manager closed the connection"));
+        ::shutdown(fd_.get(), SHUT_RDWR);
+        return;
+      }
+    }
     if (!id.has_value() || *id == 0) {
       OKV_LOG_WARN("dropping a {}-byte reply without a readable envelope id",
                    frame->payload.size());
@@ -145,9 +212,10 @@ void ClientConnection::ReadLoop() {
       OKV_LOG_DEBUG("dropping a late reply to request {}", *id);
       continue;
     }
+    if (it->second->result.has_value()) continue;  // a second reply to one id is dropped
+    // Wait takes the result and erases the entry.
     it->second->result.emplace(std::move(frame).value());
     it->second->cv.notify_one();
-    waiters_.erase(it);
   }
 }
 

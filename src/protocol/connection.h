@@ -6,10 +6,16 @@
 //
 // Thread-safe: every method may be called from any thread, except that the
 // destructor must not race other calls. A reply for an id nobody waits for
-// (its caller timed out) is dropped, its fds closed. When the connection
-// breaks (server gone, oversized or undecodable frame), every waiter and every
-// later Call fails: Cancelled when the peer closed or Close was called, the
+// (its caller gave up) is dropped, its fds closed. When the connection breaks
+// (server gone, oversized or undecodable frame), every waiter and every later
+// Call fails: with the server's reason when it sent one (an ErrorReply with
+// envelope id 0, which also ends the connection: a limit it enforces, see
+// server.h), Cancelled when the peer just closed or Close was called, the
 // error that broke it otherwise.
+//
+// Mutual authentication: before anything is sent, Connect checks the
+// server's uid (SO_PEERCRED) and refuses a server of another user, so that a
+// process of another uid squatting the path never sees a frame or an fd.
 #pragma once
 
 #include <atomic>
@@ -25,6 +31,8 @@
 #include <thread>
 #include <unordered_map>
 
+#include <sys/types.h>
+
 #include "orbitkv/status.h"
 #include "protocol/frame.h"
 #include "protocol/unique_fd.h"
@@ -38,13 +46,18 @@ struct ClientOptions {
   // Reads the envelope id of a reply; nullopt for an unreadable one (dropped
   // and logged). Default: PeekEnvelopeId (wire.h).
   std::function<std::optional<uint64_t>(std::span<const uint8_t>)> reply_id;
+  // The uid the server may run as besides this process's euid (e.g. a root
+  // engine using a user's Manager). Unset: the same uid only.
+  std::optional<uid_t> server_uid;
 };
 
 class ClientConnection {
  public:
   // Connects to the server socket at `path`. Unavailable when nobody listens
-  // there (ENOENT, ECONNREFUSED); PermissionDenied on EACCES; InvalidArgument
-  // for a bad path; IOError otherwise.
+  // there (ENOENT, ECONNREFUSED); PermissionDenied on EACCES, or when the
+  // server runs as a uid other than ours and options.server_uid (the message
+  // names its uid and pid; nothing was sent); InvalidArgument for a bad path;
+  // IOError otherwise.
   static Result<std::unique_ptr<ClientConnection>> Connect(const std::string& path,
                                                            ClientOptions options = {});
   ~ClientConnection();  // Close()
@@ -66,6 +79,15 @@ class ClientConnection {
   Result<Frame> Call(std::span<const uint8_t> request, std::span<const int> fds, uint64_t id,
                      std::chrono::milliseconds timeout);
 
+  // Call in parts, for callers that keep waiting after a timeout (a Restore
+  // whose pages the server may still write). Start registers `id` and sends;
+  // Wait waits up to `timeout` and, on DeadlineExceeded, keeps the id
+  // registered so that a later Wait still gets the reply; Abandon drops it
+  // (a reply arriving later is dropped). Start errors are Call's.
+  Status Start(std::span<const uint8_t> request, std::span<const int> fds, uint64_t id);
+  Result<Frame> Wait(uint64_t id, std::chrono::milliseconds timeout);
+  void Abandon(uint64_t id);
+
   // Shuts the socket down, joins the reader and fails every waiter with
   // Cancelled. Idempotent.
   void Close();
@@ -81,6 +103,8 @@ class ClientConnection {
   void ReadLoop();
   // Marks the connection broken with `why` and fails every waiter with it.
   void FailAll(const Status& why);
+  // The server's reason for closing, when `frame` is an ErrorReply with id 0.
+  static std::optional<Status> ClosingReason(std::span<const uint8_t> frame);
 
   // Constant after construction; the fd is closed only by the destructor.
   const UniqueFd fd_;
@@ -92,7 +116,8 @@ class ClientConnection {
   std::mutex close_mu_;  // serialises Close (joins the reader)
 
   mutable std::mutex mu_;
-  Status broken_;  // guarded by mu_: OK while the connection is usable
+  std::condition_variable broken_cv_;  // signalled when broken_ is set
+  Status broken_;                      // guarded by mu_: OK while the connection is usable
   std::unordered_map<uint64_t, std::shared_ptr<Waiter>> waiters_;  // guarded by mu_
 };
 

@@ -57,6 +57,58 @@ struct Fixture {
   }
 };
 
+// The server's reason for refusing a connection reaches the caller as its
+// typed status, not as "peer closed" (the old client dropped id-0 replies).
+TEST(ClientConnectionTest, ServerReasonFailsTheCallWithItsStatus) {
+  TempDir dir;
+  RecordingHandler h;
+  ServerOptions o;
+  o.path = dir.File("m.sock");
+  o.max_connections = 1;
+  auto s = SocketServer::Start(o, &h);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  auto first = ClientConnection::Connect(o.path);
+  ASSERT_TRUE(first.ok());
+  ASSERT_TRUE(h.WaitOpens(1));
+  auto second = ClientConnection::Connect(o.path);
+  ASSERT_TRUE(second.ok());
+  const uint64_t id = (*second)->NextId();
+  Result<Frame> r =
+      (*second)->Call(EncodeRequest(id, HelloRequest{}), {}, id, std::chrono::seconds(5));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("--max-connections"), std::string_view::npos);
+  EXPECT_TRUE((*second)->closed());
+  EXPECT_FALSE((*first)->closed());
+}
+
+TEST(ClientConnectionTest, WaitAfterATimeoutStillGetsTheReply) {
+  Fixture f;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false;
+  f.handler.on_frame = [&](Session& s, Frame&& frame) {
+    std::unique_lock l(mu);
+    cv.wait(l, [&] { return release; });
+    s.Send(frame.payload).IgnoreError("test");
+  };
+  f.Start();
+  const uint64_t id = f.client->NextId();
+  const std::vector<uint8_t> req = EncodeRequest(id, HelloRequest{});
+  ASSERT_TRUE(f.client->Start(req, {}, id).ok());
+  EXPECT_EQ(f.client->Wait(id, 50ms).status().code(), StatusCode::kDeadlineExceeded);
+  {
+    std::lock_guard l(mu);
+    release = true;
+  }
+  cv.notify_all();
+  Result<Frame> r = f.client->Wait(id, 5s);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(PeekEnvelopeId(r->payload), id);
+  // Done: the id is no longer outstanding.
+  EXPECT_EQ(f.client->Wait(id, 10ms).status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST(ClientConnectionTest, ConnectToNothingIsUnavailable) {
   TempDir dir;
   auto c = ClientConnection::Connect(dir.File("nobody.sock"));

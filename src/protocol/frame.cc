@@ -19,6 +19,20 @@ constexpr size_t kControlBytes =
 // The payload buffer starts at most this large and doubles as bytes arrive.
 constexpr size_t kInitialPayloadBuffer = 1u << 20;
 
+// Moves every fd of `msg`'s SCM_RIGHTS messages into `fds`.
+void TakeReceivedFds(msghdr* msg, std::vector<UniqueFd>* fds) {
+  for (cmsghdr* c = CMSG_FIRSTHDR(msg); c != nullptr; c = CMSG_NXTHDR(msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    const unsigned char* data = CMSG_DATA(c);
+    for (size_t i = 0; i < count; ++i) {
+      int received;
+      std::memcpy(&received, data + i * sizeof(int), sizeof(int));
+      fds->emplace_back(received);
+    }
+  }
+}
+
 Status SendError(int err) {
   if (err == EPIPE || err == ECONNRESET) return Status::Cancelled("peer closed");
   if (err == EAGAIN || err == EWOULDBLOCK) {
@@ -100,16 +114,7 @@ Status RecvExact(int fd, uint8_t* dst, size_t len, bool at_frame_start, uint32_t
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return RecvError(errno);
     // Take ownership of every fd first, so that every error path closes them.
-    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-      const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-      const unsigned char* data = CMSG_DATA(c);
-      for (size_t i = 0; i < count; ++i) {
-        int received;
-        std::memcpy(&received, data + i * sizeof(int), sizeof(int));
-        fds->emplace_back(received);
-      }
-    }
+    TakeReceivedFds(&msg, fds);
     if (msg.msg_flags & MSG_CTRUNC) {
       return Status::IOError(
           "recvmsg: control data truncated, file descriptors were dropped (RLIMIT_NOFILE?)",
@@ -185,6 +190,108 @@ Result<Frame> RecvFrame(int fd, uint32_t max_payload, uint32_t max_fds) {
     got += want;
   }
   return frame;
+}
+
+// ---- FrameReader ----------------------------------------------------------------
+
+namespace {
+// The most payload bytes one recvmsg of FrameReader asks for (and so the most
+// buffer it touches ahead of the bytes that arrived).
+constexpr size_t kReadChunk = 1u << 20;
+}  // namespace
+
+FrameReader::FrameReader(uint32_t max_payload, uint32_t max_fds)
+    : max_payload_(max_payload), max_fds_(max_fds) {}
+
+Status FrameReader::TakeFds(::msghdr* msg, long n) {
+  TakeReceivedFds(msg, &fds_);
+  if (msg->msg_flags & MSG_CTRUNC) {
+    fds_.clear();
+    return Status::ResourceExhausted(
+        "file descriptors sent with a frame were dropped: the Manager is at its open-file "
+        "limit (RLIMIT_NOFILE)");
+  }
+  if (fds_.size() > max_fds_) {
+    const size_t count = fds_.size();
+    fds_.clear();
+    return Status::ResourceExhausted("frame carries " + std::to_string(count) +
+                                     " file descriptors, more than the limit " +
+                                     std::to_string(max_fds_));
+  }
+  if (n == 0 && started()) {
+    fds_.clear();
+    return Status::Cancelled("peer closed inside a frame");
+  }
+  return Status::OK();
+}
+
+Result<FrameReader::Progress> FrameReader::Read(int fd, size_t max_bytes) {
+  size_t budget = std::max<size_t>(max_bytes, 1);
+  while (budget > 0) {
+    alignas(cmsghdr) std::array<char, kControlBytes> control;
+    iovec iov{};
+    if (!have_len_) {
+      iov = {header_ + header_got_, kFrameHeaderBytes - header_got_};
+    } else {
+      const size_t got = payload_.size();
+      const size_t want = std::min({static_cast<size_t>(len_) - got, budget, kReadChunk});
+      if (want == 0) break;         // a zero-length payload is complete below
+      payload_.resize(got + want);  // within the capacity Grant reserved
+      iov = {payload_.data() + got, want};
+    }
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.data();
+    msg.msg_controllen = control.size();
+    const ssize_t n = ::recvmsg(fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    const int err = errno;
+    if (have_len_) payload_.resize(payload_.size() - iov.iov_len + (n > 0 ? n : 0));
+    if (n < 0) {
+      if (err == EINTR) continue;
+      if (err == EAGAIN || err == EWOULDBLOCK) return Progress::kWouldBlock;
+      fds_.clear();
+      if (err == ECONNRESET) return Status::Cancelled("peer closed (connection reset)");
+      return Status::IOError("recvmsg on a protocol socket", err);
+    }
+    ORBITKV_RETURN_IF_ERROR(TakeFds(&msg, n));
+    if (n == 0) return Progress::kClosed;
+    budget -= std::min(budget, static_cast<size_t>(n));
+    if (!have_len_) {
+      header_got_ += static_cast<size_t>(n);
+      if (header_got_ < kFrameHeaderBytes) continue;
+      len_ = static_cast<uint32_t>(header_[0]) | (static_cast<uint32_t>(header_[1]) << 8) |
+             (static_cast<uint32_t>(header_[2]) << 16) | (static_cast<uint32_t>(header_[3]) << 24);
+      have_len_ = true;
+      if (len_ > max_payload_) {
+        fds_.clear();
+        return Status::ResourceExhausted("frame of " + std::to_string(len_) +
+                                         " bytes, more than the limit " +
+                                         std::to_string(max_payload_));
+      }
+      return Progress::kHeader;
+    }
+    if (payload_.size() == len_) break;
+  }
+  if (have_len_ && granted_ && payload_.size() == len_) return Progress::kFrame;
+  return Progress::kWouldBlock;
+}
+
+void FrameReader::Grant() {
+  granted_ = true;
+  payload_.reserve(len_);
+}
+
+Frame FrameReader::Take() {
+  Frame f;
+  f.payload = std::move(payload_);
+  f.fds = std::move(fds_);
+  payload_ = std::vector<uint8_t>();
+  fds_.clear();
+  header_got_ = 0;
+  have_len_ = granted_ = false;
+  len_ = 0;
+  return f;
 }
 
 }  // namespace orbitkv::protocol

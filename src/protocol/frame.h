@@ -24,11 +24,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
 #include "orbitkv/status.h"
 #include "protocol/unique_fd.h"
+
+struct msghdr;
 
 namespace orbitkv::protocol {
 
@@ -41,6 +44,9 @@ inline constexpr uint32_t kDefaultMaxFramePayload = 64u << 20;
 struct Frame {
   std::vector<uint8_t> payload;
   std::vector<UniqueFd> fds;  // in the order the sender listed them
+  // Whatever must live as long as the frame: the server's buffer budget is
+  // returned when the last copy of this goes (SocketServer).
+  std::shared_ptr<void> hold;
 };
 
 // Writes one frame, retrying EINTR and short writes, with MSG_NOSIGNAL (a
@@ -61,5 +67,55 @@ Status SendFrame(int fd, std::span<const uint8_t> payload, std::span<const int> 
 //                             RLIMIT_NOFILE) or a recvmsg failure;
 //   DeadlineExceeded          SO_RCVTIMEO expired.
 Result<Frame> RecvFrame(int fd, uint32_t max_payload, uint32_t max_fds);
+
+// FrameReader: the incremental, non-blocking counterpart of RecvFrame for an
+// event loop. It reads with MSG_DONTWAIT whatever the socket holds and never
+// allocates more than the announced payload, and that only once Grant() says
+// the caller has room for it (the server's aggregate buffer budget):
+//
+//   Read -> kHeader (announced() known) -> [caller reserves] Grant() ->
+//   Read ... -> kFrame -> Take() -> (next frame)
+//
+// Errors (the stream is then unusable, every fd received is closed):
+//   ResourceExhausted  length > max_payload, or more than max_fds fds, or
+//                      fds dropped by the kernel (MSG_CTRUNC: RLIMIT_NOFILE);
+//   Cancelled          EOF inside a frame ("peer closed inside a frame");
+//   IOError            recvmsg failed.
+// Thread-compatible: one loop thread owns a reader.
+class FrameReader {
+ public:
+  enum class Progress {
+    kWouldBlock,  // drained, or max_bytes read: wait for readability (again)
+    kHeader,      // the length is known: Grant() before reading on
+    kFrame,       // a whole frame is ready: Take() it
+    kClosed,      // EOF between frames
+  };
+  FrameReader(uint32_t max_payload, uint32_t max_fds);
+
+  // Reads at most about `max_bytes` bytes. REQUIRES: not between kHeader and
+  // Grant(), nor between kFrame and Take().
+  Result<Progress> Read(int fd, size_t max_bytes);
+  // True once any byte (or fd) of the current frame has arrived.
+  bool started() const { return header_got_ > 0 || !fds_.empty(); }
+  bool waiting_for_grant() const { return have_len_ && !granted_; }
+  uint32_t announced() const { return len_; }
+  // Reserves the payload buffer (announced() bytes of capacity; pages are
+  // touched only as bytes arrive).
+  void Grant();
+  Frame Take();
+
+ private:
+  Status TakeFds(::msghdr* msg, long n);
+
+  const uint32_t max_payload_;
+  const uint32_t max_fds_;
+  uint8_t header_[kFrameHeaderBytes] = {};
+  size_t header_got_ = 0;
+  bool have_len_ = false;
+  bool granted_ = false;
+  uint32_t len_ = 0;
+  std::vector<uint8_t> payload_;  // size() == bytes received (capacity len_ once granted)
+  std::vector<UniqueFd> fds_;
+};
 
 }  // namespace orbitkv::protocol

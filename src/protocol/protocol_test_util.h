@@ -10,6 +10,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -21,6 +22,19 @@
 #include "protocol/unique_fd.h"
 
 namespace orbitkv::protocol::testing {
+
+// Threads of this process (/proc/self/status), -1 if unreadable.
+inline int CountThreads() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return -1;
+  char line[256];
+  int n = -1;
+  while (std::fgets(line, sizeof(line), f)) {
+    if (std::sscanf(line, "Threads: %d", &n) == 1) break;
+  }
+  std::fclose(f);
+  return n;
+}
 
 // Open file descriptors of this process.
 inline int CountOpenFds() {
@@ -64,6 +78,9 @@ inline SocketPair MakeSocketPair() {
 class RecordingHandler : public SessionHandler {
  public:
   std::function<void(Session&, Frame&&)> on_frame;
+  std::function<bool(const Session&)> may_close_idle;  // default: true
+
+  bool MayCloseIdle(const Session& s) override { return !may_close_idle || may_close_idle(s); }
 
   void OnOpen(Session& s) override {
     std::lock_guard lock(mu_);
@@ -78,6 +95,14 @@ class RecordingHandler : public SessionHandler {
     std::lock_guard lock(mu_);
     frames_++;
     cv_.notify_all();
+  }
+  int frames() {
+    std::lock_guard lock(mu_);
+    return frames_;
+  }
+  bool WaitFrames(int n, std::chrono::milliseconds t = std::chrono::seconds(10)) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, t, [&] { return frames_ >= n; });
   }
   void OnClose(Session& s) override {
     std::lock_guard lock(mu_);

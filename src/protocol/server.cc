@@ -1,19 +1,23 @@
 #include "protocol/server.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <system_error>
 #include <utility>
 
 #include "orbitkv/logging.h"
+#include "protocol/wire.h"
 
 namespace orbitkv::protocol {
 namespace {
@@ -21,6 +25,20 @@ namespace {
 constexpr int kListenBacklog = 128;
 // How long the acceptor backs off when accept fails for lack of resources.
 constexpr int kAcceptBackoffMs = 100;
+// Event-loop tick: timeouts are checked this often.
+constexpr int kTickMs = 100;
+// The most bytes the loop reads from one connection before serving others.
+constexpr size_t kReadSlice = 4u << 20;
+constexpr uint64_t kListenToken = ~0ull;
+constexpr uint64_t kWakeToken = ~0ull - 1;
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string Ms(std::chrono::milliseconds d) { return std::to_string(d.count()) + " ms"; }
 
 Result<sockaddr_un> MakeAddress(const std::string& path) {
   sockaddr_un addr{};
@@ -73,7 +91,18 @@ Status PreparePath(const std::string& path, const sockaddr_un& addr) {
   do {
     rc = ::connect(probe.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr));
   } while (rc != 0 && errno == EINTR);
-  if (rc == 0) return Status::AlreadyExists("a server is already listening on " + path);
+  if (rc == 0) {
+    ucred cred{};
+    socklen_t len = sizeof(cred);
+    std::string who;
+    if (::getsockopt(probe.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
+      who = " (uid " + std::to_string(cred.uid) + ", pid " + std::to_string(cred.pid) + ")";
+      if (cred.uid != ::geteuid()) {
+        who += ": another user's process holds the path; stop it or use another --socket";
+      }
+    }
+    return Status::AlreadyExists("a server is already listening on " + path + who);
+  }
   if (errno != ECONNREFUSED && errno != ENOENT) {
     return Status::FailedPrecondition("cannot tell whether socket " + path +
                                       " is stale: " + std::strerror(errno));
@@ -86,6 +115,39 @@ Status PreparePath(const std::string& path, const sockaddr_un& addr) {
 }
 
 }  // namespace
+
+Status EnsurePrivateDirectory(const std::string& dir, bool create) {
+  if (create && ::mkdir(dir.c_str(), S_IRWXU) != 0 && errno != EEXIST) {
+    return Status::IOError("mkdir " + dir, errno);
+  }
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0) {
+    if (errno == ENOENT) return Status::NotFound("socket directory " + dir + " does not exist");
+    return Status::IOError("lstat " + dir, errno);
+  }
+  const uid_t self = ::geteuid();
+  if (S_ISLNK(st.st_mode)) {
+    return Status::PermissionDenied("socket directory " + dir + " is a symlink (owned by uid " +
+                                    std::to_string(st.st_uid) +
+                                    "); refusing it: remove it or pass --socket");
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return Status::PermissionDenied("socket directory " + dir + " is not a directory");
+  }
+  if (st.st_uid != self) {
+    return Status::PermissionDenied("socket directory " + dir + " is owned by uid " +
+                                    std::to_string(st.st_uid) + ", not " + std::to_string(self) +
+                                    ": another user may be squatting it to impersonate the "
+                                    "Manager; remove it or pass --socket");
+  }
+  if (st.st_mode & (S_IRWXG | S_IRWXO)) {
+    char mode[8];
+    std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    return Status::PermissionDenied("socket directory " + dir + " has mode " + mode +
+                                    ": only its owner may use it (chmod 0700 " + dir + ")");
+  }
+  return Status::OK();
+}
 
 // ---- Session ------------------------------------------------------------------
 
@@ -112,7 +174,13 @@ void Session::SendAsync(std::vector<uint8_t> payload) {
       overflow = true;
     } else {
       outbox_.push_back(std::move(payload));
-      if (!writer_.joinable()) writer_ = std::thread([this] { WriterLoop(); });
+      if (!writer_running_) {
+        // A writer that ran out of work has returned (or is returning) from
+        // WriterLoop without touching outbox_mu_ again: joining it here is brief.
+        if (writer_.joinable()) writer_.join();
+        writer_running_ = true;
+        writer_ = std::thread([this] { WriterLoop(); });
+      }
     }
   }
   if (overflow) {
@@ -127,8 +195,11 @@ void Session::WriterLoop() {
     std::vector<uint8_t> frame;
     {
       std::unique_lock<std::mutex> l(outbox_mu_);
-      outbox_cv_.wait(l, [&] { return writer_stop_ || !outbox_.empty(); });
-      if (outbox_.empty()) return;
+      outbox_cv_.wait_for(l, kWriterLinger, [&] { return writer_stop_ || !outbox_.empty(); });
+      if (outbox_.empty()) {
+        writer_running_ = false;  // SendAsync starts another when needed
+        return;
+      }
       frame = std::move(outbox_.front());
       outbox_.pop_front();
     }
@@ -162,6 +233,61 @@ void Session::Close() {
 
 // ---- SocketServer ------------------------------------------------------------------
 
+Status ServerOptions::Validate() const {
+  if (max_connections == 0) return Status::InvalidArgument("max connections must be > 0");
+  if (max_connections_per_uid == 0) {
+    return Status::InvalidArgument("max connections per uid must be > 0");
+  }
+  if (worker_threads == 0) return Status::InvalidArgument("worker threads must be > 0");
+  if (max_buffered_bytes < max_frame_payload) {
+    return Status::InvalidArgument("the request buffer cap (" + std::to_string(max_buffered_bytes) +
+                                   " bytes) is below the frame limit (" +
+                                   std::to_string(max_frame_payload) + " bytes)");
+  }
+  return Status::OK();
+}
+
+// The aggregate buffer budget. Shared with the frames that hold part of it,
+// which may outlive the server.
+struct SocketServer::Budget {
+  std::mutex mu;
+  uint64_t used = 0;  // guarded by mu
+  const uint64_t cap;
+  const int wake_fd;  // the loop's eventfd; written while the server lives
+  std::atomic<bool> alive{true};
+  Budget(uint64_t c, int w) : cap(c), wake_fd(w) {}
+
+  bool TryTake(uint64_t n) {
+    std::lock_guard l(mu);
+    if (used + n > cap) return false;
+    used += n;
+    return true;
+  }
+  void Give(uint64_t n) {
+    {
+      std::lock_guard l(mu);
+      used -= n;
+      // Under mu, so Stop (which clears alive under mu) cannot close the
+      // eventfd meanwhile.
+      if (alive.load(std::memory_order_relaxed)) Wake(wake_fd);
+    }
+  }
+  uint64_t Used() {
+    std::lock_guard l(mu);
+    return used;
+  }
+};
+
+struct SocketServer::Conn {
+  std::shared_ptr<Session> session;
+  FrameReader reader;
+  std::shared_ptr<void> lease;  // budget of the frame being read
+  int64_t frame_start_ns = 0;   // when the current frame's first byte (or grant) came
+  bool waiting = false;         // in budget_waiters_
+  Conn(std::shared_ptr<Session> s, const ServerOptions& o)
+      : session(std::move(s)), reader(o.max_frame_payload, o.max_fds_per_frame) {}
+};
+
 SocketServer::SocketServer(ServerOptions options, SessionHandler* handler)
     : options_(std::move(options)), handler_(handler) {}
 
@@ -170,6 +296,7 @@ SocketServer::~SocketServer() { Stop(); }
 Result<std::unique_ptr<SocketServer>> SocketServer::Start(ServerOptions options,
                                                           SessionHandler* handler) {
   if (handler == nullptr) return Status::InvalidArgument("SocketServer needs a handler");
+  ORBITKV_RETURN_IF_ERROR(options.Validate());
   ORBITKV_ASSIGN_OR_RETURN(sockaddr_un addr, MakeAddress(options.path));
   const std::string path = options.path;
   WarnIfParentUnsafe(path);
@@ -202,10 +329,29 @@ Result<std::unique_ptr<SocketServer>> SocketServer::Start(ServerOptions options,
   if (::listen(lfd, kListenBacklog) != 0) return fail(Status::IOError("listen " + path, errno));
   server->wake_fd_.Reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!server->wake_fd_) return fail(Status::IOError("eventfd", errno));
+  server->epoll_fd_.Reset(::epoll_create1(EPOLL_CLOEXEC));
+  if (!server->epoll_fd_) return fail(Status::IOError("epoll_create1", errno));
+  server->spare_fd_.Reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = kListenToken;
+  if (::epoll_ctl(server->epoll_fd_.get(), EPOLL_CTL_ADD, lfd, &ev) != 0) {
+    return fail(Status::IOError("epoll_ctl(listen socket)", errno));
+  }
+  ev.data.u64 = kWakeToken;
+  if (::epoll_ctl(server->epoll_fd_.get(), EPOLL_CTL_ADD, server->wake_fd_.get(), &ev) != 0) {
+    return fail(Status::IOError("epoll_ctl(eventfd)", errno));
+  }
+  server->budget_ =
+      std::make_shared<Budget>(server->options_.max_buffered_bytes, server->wake_fd_.get());
   try {
-    server->acceptor_ = std::thread(&SocketServer::AcceptLoop, server.get());
+    for (uint32_t i = 0; i < server->options_.worker_threads; ++i) {
+      server->workers_.emplace_back(&SocketServer::WorkerThread, server.get());
+    }
+    server->loop_ = std::thread(&SocketServer::LoopThread, server.get());
   } catch (const std::system_error& e) {
-    return fail(Status::Internal(std::string("cannot start the accept thread: ") + e.what()));
+    server->Stop();
+    return fail(Status::Internal(std::string("cannot start the server threads: ") + e.what()));
   }
   OKV_LOG_INFO("listening on {}", path);
   return server;
@@ -216,10 +362,19 @@ void SocketServer::Stop() {
   if (stopped_) return;
   stopped_ = true;
   stopping_.store(true, std::memory_order_release);
-  if (acceptor_.joinable()) {
+  if (loop_.joinable()) {
     Wake(wake_fd_.get());
-    acceptor_.join();
+    loop_.join();  // the loop closes every connection on its way out
   }
+  {
+    std::lock_guard lock(pool_mu_);
+    workers_stop_ = true;
+  }
+  pool_cv_.notify_all();
+  for (std::thread& t : workers_) {
+    if (t.joinable()) t.join();  // workers finish every queued task (OnClose) first
+  }
+  workers_.clear();
   listen_fd_.Reset();
   // Remove the socket file only if it is still the one we bound.
   struct stat st {};
@@ -227,17 +382,9 @@ void SocketServer::Stop() {
       st.st_ino == sock_ino_) {
     ::unlink(options_.path.c_str());
   }
-  std::vector<Conn> conns;
-  {
-    std::lock_guard lock(mu_);
-    conns.reserve(conns_.size());
-    for (auto& [id, conn] : conns_) conns.push_back(std::move(conn));
-    conns_.clear();
-    finished_.clear();
-  }
-  for (Conn& c : conns) c.session->Close();
-  for (Conn& c : conns) {
-    if (c.reader.joinable()) c.reader.join();
+  if (budget_) {
+    std::lock_guard l(budget_->mu);
+    budget_->alive.store(false, std::memory_order_relaxed);
   }
 }
 
@@ -246,48 +393,149 @@ ServerStats SocketServer::Stats() const {
   s.accepted = accepted_.load(std::memory_order_relaxed);
   s.rejected_peer = rejected_peer_.load(std::memory_order_relaxed);
   s.rejected_full = rejected_full_.load(std::memory_order_relaxed);
-  std::lock_guard lock(mu_);
-  s.active = active_;
+  s.rejected_frame = rejected_frame_.load(std::memory_order_relaxed);
+  s.closed_timeout = closed_timeout_.load(std::memory_order_relaxed);
+  s.active = active_.load(std::memory_order_relaxed);
+  s.waiting_for_buffer = waiting_.load(std::memory_order_relaxed);
+  s.buffered_bytes = budget_ ? budget_->Used() : 0;
   return s;
 }
 
-void SocketServer::AcceptLoop() {
-  const int lfd = listen_fd_.get();
-  const int wfd = wake_fd_.get();
+void SocketServer::Arm(const Session& session, uint32_t events) {
+  epoll_event ev{};
+  ev.events = events | EPOLLONESHOT;
+  ev.data.u64 = session.id();
+  // ENOENT: the loop closed the connection meanwhile; nothing to arm.
+  ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_MOD, session.fd_.get(), &ev);
+}
+
+void SocketServer::Enqueue(const std::shared_ptr<Session>& session, Session::Task task) {
+  {
+    std::lock_guard lock(pool_mu_);
+    session->tasks_.push_back(std::move(task));
+    if (session->scheduled_) return;
+    session->scheduled_ = true;
+    ready_.push_back(session);
+  }
+  pool_cv_.notify_one();
+}
+
+void SocketServer::WorkerThread() {
+  std::unique_lock lock(pool_mu_);
   for (;;) {
-    pollfd pfd[2] = {{lfd, POLLIN, 0}, {wfd, POLLIN, 0}};
-    if (::poll(pfd, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      OKV_LOG_ERROR("poll on {} failed: {}", options_.path, std::strerror(errno));
-      ::poll(&pfd[1], 1, kAcceptBackoffMs);
-      continue;
+    pool_cv_.wait(lock, [&] { return workers_stop_ || !ready_.empty(); });
+    if (ready_.empty()) return;  // stopping, and nothing left to run
+    std::shared_ptr<Session> session = std::move(ready_.front());
+    ready_.pop_front();
+    Session::Task task = std::move(session->tasks_.front());
+    session->tasks_.pop_front();
+    lock.unlock();
+    switch (task.kind) {
+      case Session::Task::kOpen:
+        handler_->OnOpen(*session);
+        break;
+      case Session::Task::kFrame:
+        handler_->OnFrame(*session, std::move(task.frame));
+        task.frame = Frame{};  // returns its budget before the next frame is read
+        session->idle_since_ns_.store(NowNs(), std::memory_order_relaxed);
+        session->in_handler_.store(false, std::memory_order_release);
+        Arm(*session, EPOLLIN);
+        break;
+      case Session::Task::kClose:
+        active_.fetch_sub(1, std::memory_order_relaxed);  // closed before OnClose sees it
+        handler_->OnClose(*session);
+        break;
     }
-    if (pfd[1].revents != 0) {
-      uint64_t v;
-      while (::read(wfd, &v, sizeof(v)) < 0 && errno == EINTR) {
-      }
-      Reap();
-      if (stopping_.load(std::memory_order_acquire)) return;
-    }
-    if (pfd[0].revents == 0) continue;
-    for (;;) {
-      const int c = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
-      if (c >= 0) {
-        Admit(UniqueFd(c));
-        continue;
-      }
-      if (errno == EINTR || errno == ECONNABORTED) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-      // EMFILE, ENFILE, ENOBUFS, ENOMEM: back off (Stop still wakes us).
-      OKV_LOG_WARN("accept on {} failed: {}", options_.path, std::strerror(errno));
-      pollfd wake{wfd, POLLIN, 0};
-      ::poll(&wake, 1, kAcceptBackoffMs);
-      break;
+    lock.lock();
+    if (session->tasks_.empty()) {
+      session->scheduled_ = false;
+    } else {
+      ready_.push_back(std::move(session));  // behind the others: one task per turn
     }
   }
 }
 
+void SocketServer::LoopThread() {
+  constexpr int kMaxEvents = 256;
+  epoll_event events[kMaxEvents];
+  int64_t next_tick = NowNs();
+  while (!stopping_.load(std::memory_order_acquire)) {
+    const int n = ::epoll_wait(epoll_fd_.get(), events, kMaxEvents, kTickMs);
+    if (n < 0 && errno != EINTR) {
+      OKV_LOG_ERROR("epoll_wait on {} failed: {}", options_.path, std::strerror(errno));
+      std::this_thread::sleep_for(std::chrono::milliseconds(kAcceptBackoffMs));
+      continue;
+    }
+    bool woke = false;
+    for (int i = 0; i < n; ++i) {
+      const uint64_t token = events[i].data.u64;
+      if (token == kListenToken) {
+        AcceptAll();
+      } else if (token == kWakeToken) {
+        uint64_t v;
+        while (::read(wake_fd_.get(), &v, sizeof(v)) < 0 && errno == EINTR) {
+        }
+        woke = true;
+      } else {
+        OnReadable(token);
+      }
+    }
+    if (woke && !budget_waiters_.empty()) GrantWaiters();
+    if (NowNs() >= next_tick) {
+      next_tick = NowNs() + int64_t{kTickMs} * 1000000;
+      CheckTimeouts();
+    }
+  }
+  std::vector<uint64_t> ids;
+  ids.reserve(conns_.size());
+  for (auto& [id, conn] : conns_) ids.push_back(id);
+  for (uint64_t id : ids) CloseConn(id);
+}
+
+void SocketServer::AcceptAll() {
+  const int lfd = listen_fd_.get();
+  for (int i = 0; i < 64; ++i) {
+    const int c = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (c >= 0) {
+      Admit(UniqueFd(c));
+      continue;
+    }
+    if (errno == EINTR || errno == ECONNABORTED) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+    const int err = errno;
+    if ((err == EMFILE || err == ENFILE) && spare_fd_) {
+      // Give the spare descriptor up to take the connection and tell it why.
+      spare_fd_.Reset();
+      UniqueFd refused(::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+      if (refused) {
+        rejected_full_.fetch_add(1, std::memory_order_relaxed);
+        const std::vector<uint8_t> why = EncodeError(
+            0, Status::ResourceExhausted("the Manager is out of file descriptors (RLIMIT_NOFILE); "
+                                         "connection refused"));
+        SendFrame(refused.get(), why).IgnoreError("the connection is refused either way");
+      }
+      refused.Reset();
+      spare_fd_.Reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+      OKV_LOG_WARN("accept on {} failed: {}; refused a connection", options_.path,
+                   std::strerror(err));
+      return;
+    }
+    // ENOBUFS, ENOMEM: back off (the listen socket stays readable).
+    OKV_LOG_WARN("accept on {} failed: {}", options_.path, std::strerror(err));
+    std::this_thread::sleep_for(std::chrono::milliseconds(kAcceptBackoffMs));
+    return;
+  }
+}
+
 void SocketServer::Admit(UniqueFd fd) {
+  // Reasons go out without blocking the loop: a peer that does not read them
+  // just sees the connection close.
+  auto refuse = [&](const Status& why) {
+    const std::vector<uint8_t> bytes = EncodeError(0, why);
+    const int flags = ::fcntl(fd.get(), F_GETFL);
+    if (flags >= 0) ::fcntl(fd.get(), F_SETFL, flags | O_NONBLOCK);
+    SendFrame(fd.get(), bytes).IgnoreError("the connection is refused either way");
+  };
   ucred cred{};
   socklen_t len = sizeof(cred);
   if (::getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
@@ -301,6 +549,29 @@ void SocketServer::Admit(UniqueFd fd) {
     rejected_peer_.fetch_add(1, std::memory_order_relaxed);
     OKV_LOG_WARN("refused connection on {} from pid {} uid {} (serving uid {} and root only)",
                  options_.path, cred.pid, cred.uid, self);
+    refuse(Status::PermissionDenied("uid " + std::to_string(cred.uid) +
+                                    " may not connect: this Manager serves uid " +
+                                    std::to_string(self) + " and root only"));
+    return;
+  }
+  if (conns_.size() >= options_.max_connections) {
+    rejected_full_.fetch_add(1, std::memory_order_relaxed);
+    OKV_LOG_WARN("refused connection on {} from pid {}: {} connections open (the limit)",
+                 options_.path, cred.pid, options_.max_connections);
+    refuse(Status::ResourceExhausted(std::to_string(options_.max_connections) +
+                                     " connections are open, the Manager's limit "
+                                     "(--max-connections); connection refused"));
+    return;
+  }
+  uint32_t& mine = per_uid_[cred.uid];
+  if (mine >= options_.max_connections_per_uid) {
+    rejected_full_.fetch_add(1, std::memory_order_relaxed);
+    OKV_LOG_WARN("refused connection on {} from pid {}: uid {} has {} connections open (the limit)",
+                 options_.path, cred.pid, cred.uid, mine);
+    refuse(Status::ResourceExhausted(
+        "uid " + std::to_string(cred.uid) + " has " + std::to_string(mine) +
+        " connections open, the Manager's per-uid limit (--max-connections-per-uid); "
+        "connection refused"));
     return;
   }
   timeval tv{};
@@ -309,71 +580,186 @@ void SocketServer::Admit(UniqueFd fd) {
   if (::setsockopt(fd.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) != 0) {
     OKV_LOG_WARN("SO_SNDTIMEO failed: {}", std::strerror(errno));
   }
-  std::lock_guard lock(mu_);
-  if (active_ >= options_.max_connections) {
-    rejected_full_.fetch_add(1, std::memory_order_relaxed);
-    OKV_LOG_WARN("refused connection on {} from pid {}: {} connections open (the limit)",
-                 options_.path, cred.pid, options_.max_connections);
-    return;
-  }
   const uint64_t id = next_session_id_++;
   auto session = std::make_shared<Session>(id, std::move(fd), cred.pid, cred.uid, cred.gid);
-  // Counted before the reader starts, so that a peer which saw its first
-  // reply also sees itself counted.
-  ++active_;
+  session->idle_since_ns_.store(NowNs(), std::memory_order_relaxed);
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLONESHOT;
+  ev.data.u64 = id;
+  if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, session->fd_.get(), &ev) != 0) {
+    OKV_LOG_ERROR("epoll_ctl(add) for pid {}: {}", cred.pid, std::strerror(errno));
+    return;
+  }
+  ++mine;
+  // Counted before OnOpen runs, so that a peer which saw its first reply also
+  // sees itself counted.
+  active_.fetch_add(1, std::memory_order_relaxed);
   accepted_.fetch_add(1, std::memory_order_relaxed);
-  try {
-    std::thread reader(&SocketServer::ReadLoop, this, session);
-    conns_.emplace(id, Conn{std::move(session), std::move(reader)});
-  } catch (const std::system_error& e) {
-    --active_;
-    accepted_.fetch_sub(1, std::memory_order_relaxed);
-    OKV_LOG_ERROR("cannot start a reader thread for pid {}: {}", cred.pid, e.what());
-  }
+  conns_.emplace(id, std::make_unique<Conn>(session, options_));
+  Enqueue(session, Session::Task{Session::Task::kOpen, {}});
 }
 
-void SocketServer::ReadLoop(std::shared_ptr<Session> session) {
-  handler_->OnOpen(*session);
-  while (!session->closed()) {
-    Result<Frame> frame =
-        RecvFrame(session->fd_.get(), options_.max_frame_payload, options_.max_fds_per_frame);
-    if (!frame.ok()) {
-      if (!frame.status().IsCancelled() && !session->closed()) {
-        OKV_LOG_WARN("session {} (pid {}): {}; closing it", session->id(), session->peer_pid(),
-                     frame.status().ToString());
+void SocketServer::OnReadable(uint64_t conn_id) {
+  auto it = conns_.find(conn_id);
+  if (it == conns_.end()) return;
+  Conn& conn = *it->second;
+  Session& session = *conn.session;
+  if (conn.waiting) {
+    // Armed for EPOLLRDHUP only while waiting for room: the peer left (or the
+    // session was closed).
+    CloseConn(conn_id);
+    return;
+  }
+  if (session.closed()) {
+    CloseConn(conn_id);
+    return;
+  }
+  const bool was_started = conn.reader.started();
+  Result<FrameReader::Progress> p = conn.reader.Read(session.fd_.get(), kReadSlice);
+  if (!was_started && conn.reader.started()) conn.frame_start_ns = NowNs();
+  if (!p.ok()) {
+    if (p.status().code() == StatusCode::kResourceExhausted) {
+      rejected_frame_.fetch_add(1, std::memory_order_relaxed);
+      Refuse(conn, p.status());
+    } else {
+      if (!p.status().IsCancelled()) {
+        OKV_LOG_WARN("session {} (pid {}): {}; closing it", session.id(), session.peer_pid(),
+                     p.status().ToString());
       }
-      break;
+      CloseConn(conn_id);
     }
-    handler_->OnFrame(*session, std::move(frame).value());
+    return;
   }
-  session->Close();
-  {
-    std::lock_guard lock(mu_);
-    --active_;
+  switch (*p) {
+    case FrameReader::Progress::kClosed:
+      CloseConn(conn_id);
+      return;
+    case FrameReader::Progress::kWouldBlock:
+      Arm(session, EPOLLIN);
+      return;
+    case FrameReader::Progress::kHeader: {
+      const uint64_t need = conn.reader.announced();
+      if (budget_waiters_.empty() && budget_->TryTake(need)) {
+        conn.lease =
+            std::shared_ptr<void>(nullptr, [budget = budget_, need](void*) { budget->Give(need); });
+        conn.reader.Grant();
+        conn.frame_start_ns = NowNs();
+        // Read on at once: the bytes are likely there.
+        OnReadable(conn_id);
+        return;
+      }
+      conn.waiting = true;
+      waiting_.fetch_add(1, std::memory_order_relaxed);
+      budget_waiters_.push_back(conn_id);
+      Arm(session, EPOLLRDHUP);
+      return;
+    }
+    case FrameReader::Progress::kFrame: {
+      Frame frame = conn.reader.Take();
+      frame.hold = std::move(conn.lease);
+      session.in_handler_.store(true, std::memory_order_release);
+      // Not armed again until the handler is done with it (WorkerThread).
+      Enqueue(conn.session, Session::Task{Session::Task::kFrame, std::move(frame)});
+      return;
+    }
   }
-  handler_->OnClose(*session);
-  {
-    std::lock_guard lock(mu_);
-    finished_.push_back(session->id());
-  }
-  Wake(wake_fd_.get());
 }
 
-void SocketServer::Reap() {
-  std::vector<std::thread> done;
-  {
-    std::lock_guard lock(mu_);
-    for (uint64_t id : finished_) {
-      auto it = conns_.find(id);
-      if (it == conns_.end()) continue;
-      done.push_back(std::move(it->second.reader));
-      conns_.erase(it);
+void SocketServer::GrantWaiters() {
+  while (!budget_waiters_.empty()) {
+    auto it = conns_.find(budget_waiters_.front());
+    if (it == conns_.end()) {
+      budget_waiters_.pop_front();
+      continue;
     }
-    finished_.clear();
+    Conn& conn = *it->second;
+    const uint64_t need = conn.reader.announced();
+    if (!budget_->TryTake(need)) return;  // strictly in order: no frame waits forever
+    budget_waiters_.pop_front();
+    conn.waiting = false;
+    waiting_.fetch_sub(1, std::memory_order_relaxed);
+    conn.lease =
+        std::shared_ptr<void>(nullptr, [budget = budget_, need](void*) { budget->Give(need); });
+    conn.reader.Grant();
+    conn.frame_start_ns = NowNs();
+    Arm(*conn.session, EPOLLIN);
   }
-  for (std::thread& t : done) {
-    if (t.joinable()) t.join();
+}
+
+void SocketServer::CheckTimeouts() {
+  const int64_t now = NowNs();
+  const int64_t frame_ns = int64_t{options_.frame_timeout.count()} * 1000000;
+  const int64_t idle_ns = int64_t{options_.idle_timeout.count()} * 1000000;
+  std::vector<std::pair<uint64_t, Status>> expired;
+  for (auto& [id, c] : conns_) {
+    Conn& conn = *c;
+    Session& s = *conn.session;
+    if (conn.waiting || s.in_handler_.load(std::memory_order_acquire)) continue;
+    if (conn.reader.started()) {
+      if (frame_ns > 0 && now - conn.frame_start_ns > frame_ns) {
+        expired.emplace_back(
+            id, Status::DeadlineExceeded("a frame was begun and not completed within " +
+                                         Ms(options_.frame_timeout) +
+                                         " (--frame-timeout-ms); connection closed"));
+      }
+    } else if (idle_ns > 0 && now - s.idle_since_ns_.load(std::memory_order_relaxed) > idle_ns &&
+               handler_->MayCloseIdle(s)) {
+      expired.emplace_back(
+          id, Status::DeadlineExceeded("idle for " + Ms(options_.idle_timeout) +
+                                       " without a registered instance (--idle-timeout-ms); "
+                                       "connection closed"));
+    }
   }
+  for (auto& [id, why] : expired) {
+    auto it = conns_.find(id);
+    if (it == conns_.end()) continue;
+    closed_timeout_.fetch_add(1, std::memory_order_relaxed);
+    OKV_LOG_INFO("session {} (pid {}): {}", id, it->second->session->peer_pid(), why.message());
+    Refuse(*it->second, why);
+  }
+}
+
+void SocketServer::Refuse(Conn& conn, const Status& why) {
+  Session& s = *conn.session;
+  // Only when no reply is being written (the reason must not land inside
+  // another frame) and the socket takes it at once (the loop must not block).
+  std::unique_lock lock(s.send_mu_, std::try_to_lock);
+  if (lock.owns_lock() && !s.closed()) {
+    const std::vector<uint8_t> bytes = EncodeError(0, why);
+    std::vector<uint8_t> frame(kFrameHeaderBytes + bytes.size());
+    const auto n = static_cast<uint32_t>(bytes.size());
+    for (size_t i = 0; i < kFrameHeaderBytes; ++i) frame[i] = static_cast<uint8_t>(n >> (8 * i));
+    std::memcpy(frame.data() + kFrameHeaderBytes, bytes.data(), bytes.size());
+    ssize_t sent;
+    do {
+      sent = ::send(s.fd_.get(), frame.data(), frame.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    } while (sent < 0 && errno == EINTR);
+  }
+  if (lock.owns_lock()) lock.unlock();
+  CloseConn(s.id());
+}
+
+void SocketServer::CloseConn(uint64_t conn_id) {
+  auto it = conns_.find(conn_id);
+  if (it == conns_.end()) return;
+  std::unique_ptr<Conn> conn = std::move(it->second);
+  conns_.erase(it);
+  Session& s = *conn->session;
+  ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, s.fd_.get(), nullptr);
+  s.Close();
+  if (conn->waiting) {
+    waiting_.fetch_sub(1, std::memory_order_relaxed);
+    for (auto w = budget_waiters_.begin(); w != budget_waiters_.end(); ++w) {
+      if (*w == conn_id) {
+        budget_waiters_.erase(w);
+        break;
+      }
+    }
+  }
+  auto uid = per_uid_.find(s.peer_uid());
+  if (uid != per_uid_.end() && --uid->second == 0) per_uid_.erase(uid);
+  Enqueue(conn->session, Session::Task{Session::Task::kClose, {}});
+  // conn->lease and the partial frame go here, returning their budget.
 }
 
 }  // namespace orbitkv::protocol

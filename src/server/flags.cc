@@ -39,9 +39,37 @@ Result<ParsedFlags> ParseFlags(int argc, const char* const* argv, std::string* o
                  "io_uring workers (one ring each) for SSD reads and writeback")
       ->capture_default_str();
   app.add_option("--socket", o.socket_path,
-                 "Engine protocol Unix socket (default: $XDG_RUNTIME_DIR/orbitkv.sock or "
-                 "/tmp/orbitkv-$UID.sock)")
+                 "Engine protocol Unix socket (default: $XDG_RUNTIME_DIR/orbitkv.sock, else "
+                 "/tmp/orbitkv-$UID/orbitkv.sock in a private directory the Manager creates)")
       ->default_str("per user");
+  protocol::ServerOptions& so = parsed.server;
+  std::string request_buffer = std::to_string(so.max_buffered_bytes >> 20) + "mib";
+  std::string frame_size = std::to_string(so.max_frame_payload >> 20) + "mib";
+  uint64_t frame_timeout = so.frame_timeout.count(), idle_timeout = so.idle_timeout.count();
+  app.add_option("--max-connections", so.max_connections, "Engine connections open at once")
+      ->capture_default_str();
+  app.add_option("--max-connections-per-uid", so.max_connections_per_uid,
+                 "Engine connections one uid may hold open at once")
+      ->capture_default_str();
+  app.add_option("--max-frame-size", frame_size, "Largest protocol message (at most 1gib)")
+      ->capture_default_str();
+  app.add_option("--max-fds-per-frame", so.max_fds_per_frame,
+                 "Most file descriptors one protocol message may carry")
+      ->capture_default_str();
+  app.add_option("--max-request-buffer", request_buffer,
+                 "Bytes of protocol messages buffered over all connections (>= --max-frame-size); "
+                 "a message that does not fit waits")
+      ->capture_default_str();
+  app.add_option("--frame-timeout-ms", frame_timeout,
+                 "A message begun must arrive whole within this; 0 = no limit")
+      ->capture_default_str();
+  app.add_option("--idle-timeout-ms", idle_timeout,
+                 "Close connections without a registered instance after this long without a "
+                 "request; 0 = never")
+      ->capture_default_str();
+  app.add_option("--protocol-threads", so.worker_threads,
+                 "Threads that handle engine requests (connections share them)")
+      ->capture_default_str();
   app.add_option("--metrics-port", o.metrics_port, "Prometheus /metrics on 127.0.0.1; 0 = off")
       ->capture_default_str();
   app.add_option("--log-level", o.log_level, "trace|debug|info|warn|error")->capture_default_str();
@@ -97,6 +125,31 @@ Result<ParsedFlags> ParseFlags(int argc, const char* const* argv, std::string* o
   else
     return Status::InvalidArgument("--ssd-read-path: '" + read_path +
                                    "' is not one of uring, cufile");
+  uint64_t frame_bytes = 0;
+  ORBITKV_RETURN_IF_ERROR(size_flag("--max-frame-size", frame_size, &frame_bytes));
+  if (frame_bytes < 4096 || frame_bytes > (1ull << 30)) {
+    return Status::InvalidArgument("--max-frame-size: " + frame_size + " is outside 4kib..1gib");
+  }
+  so.max_frame_payload = static_cast<uint32_t>(frame_bytes);
+  ORBITKV_RETURN_IF_ERROR(
+      size_flag("--max-request-buffer", request_buffer, &so.max_buffered_bytes));
+  constexpr uint64_t kMaxTimeoutMs = 86'400'000;  // a day
+  if (frame_timeout > kMaxTimeoutMs || idle_timeout > kMaxTimeoutMs) {
+    return Status::InvalidArgument(
+        std::string(frame_timeout > kMaxTimeoutMs ? "--frame-timeout-ms" : "--idle-timeout-ms") +
+        ": more than a day");
+  }
+  so.frame_timeout = std::chrono::milliseconds(frame_timeout);
+  so.idle_timeout = std::chrono::milliseconds(idle_timeout);
+  for (auto [flag, v] : {std::pair{"--max-connections", so.max_connections},
+                         std::pair{"--max-connections-per-uid", so.max_connections_per_uid},
+                         std::pair{"--protocol-threads", so.worker_threads}}) {
+    if (v == 0) return Status::InvalidArgument(std::string(flag) + ": must be at least 1");
+  }
+  if (so.max_buffered_bytes < so.max_frame_payload) {
+    return Status::InvalidArgument("--max-request-buffer: " + request_buffer +
+                                   " is below --max-frame-size " + frame_size);
+  }
   ORBITKV_RETURN_IF_ERROR(o.Validate());
   return parsed;
 }

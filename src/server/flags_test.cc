@@ -46,6 +46,29 @@ TEST(Flags, ParsesValues) {
   EXPECT_EQ(p->options.metrics_port, 0);
 }
 
+TEST(Flags, ProtocolLimits) {
+  auto d = Parse({});
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->server.max_connections, 1024u);
+  EXPECT_EQ(d->server.max_buffered_bytes, 256ull << 20);
+  EXPECT_EQ(d->server.max_frame_payload, 64u << 20);
+  EXPECT_EQ(d->server.idle_timeout, std::chrono::milliseconds(60000));
+  auto p =
+      Parse({"--max-connections", "4096", "--max-connections-per-uid", "100", "--max-frame-size",
+             "1mib", "--max-fds-per-frame", "8", "--max-request-buffer", "2mib",
+             "--frame-timeout-ms", "500", "--idle-timeout-ms", "0", "--protocol-threads", "2"});
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->server.max_connections, 4096u);
+  EXPECT_EQ(p->server.max_connections_per_uid, 100u);
+  EXPECT_EQ(p->server.max_frame_payload, 1u << 20);
+  EXPECT_EQ(p->server.max_fds_per_frame, 8u);
+  EXPECT_EQ(p->server.max_buffered_bytes, 2u << 20);
+  EXPECT_EQ(p->server.frame_timeout, std::chrono::milliseconds(500));
+  EXPECT_EQ(p->server.idle_timeout, std::chrono::milliseconds(0));
+  EXPECT_EQ(p->server.worker_threads, 2u);
+  EXPECT_TRUE(p->server.path.empty());
+}
+
 TEST(Flags, BadValuesNameTheFlagOnOneLine) {
   struct Case {
     std::vector<const char*> args;
@@ -64,6 +87,13 @@ TEST(Flags, BadValuesNameTheFlagOnOneLine) {
            {{"--metrics-port", "70000"}, "--metrics-port"},
            {{"--ssd-cache-path", "/x", "--ssd-shards", "0"}, "--ssd-shards"},
            {{"--no-such-flag"}, "--no-such-flag"},
+           {{"--max-connections", "0"}, "--max-connections"},
+           {{"--max-connections-per-uid", "0"}, "--max-connections-per-uid"},
+           {{"--protocol-threads", "0"}, "--protocol-threads"},
+           {{"--max-frame-size", "2gib"}, "--max-frame-size"},
+           {{"--max-request-buffer", "1mib"}, "--max-request-buffer"},
+           {{"--max-request-buffer", "lots"}, "--max-request-buffer"},
+           {{"--idle-timeout-ms", "999999999999"}, "--idle-timeout-ms"},
        }) {
     auto p = Parse(c.args);
     ASSERT_FALSE(p.ok()) << c.flag;

@@ -4,10 +4,14 @@
 // the socket stops accepting, sessions close (releasing what they held), the
 // lanes drain.
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 
 #include "gpu/host_memory_hooks.h"
@@ -46,8 +50,17 @@ int Run(int argc, char** argv) {
     return 0;
   }
   ManagerOptions o = parsed->options;
-  if (o.socket_path.empty()) o.socket_path = DefaultSocketPath();
   if (Status st = InitLogging(o.log_level); !st.ok()) return Fail(st);
+  if (o.socket_path.empty()) {
+    // The default socket lives where only this user can create files: a
+    // squatter of another uid cannot take the path first.
+    const std::string dir = DefaultSocketDirectory();
+    const bool ours = std::getenv("XDG_RUNTIME_DIR") == nullptr || !*std::getenv("XDG_RUNTIME_DIR");
+    if (Status st = protocol::EnsurePrivateDirectory(dir, ours); !st.ok()) {
+      return Fail(st.WithContext("default --socket"));
+    }
+    o.socket_path = DefaultSocketPath();
+  }
 
   // Block the stop signals before any thread starts, so only sigwait sees them.
   sigset_t stop;
@@ -56,6 +69,18 @@ int Run(int argc, char** argv) {
   sigaddset(&stop, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);
   signal(SIGPIPE, SIG_IGN);
+  // Each engine connection and each host region it registers holds a
+  // descriptor: use what the hard limit allows (bounded: nothing here scans
+  // the descriptor table).
+  if (rlimit nofile{}; ::getrlimit(RLIMIT_NOFILE, &nofile) == 0) {
+    const rlim_t want = std::min<rlim_t>(nofile.rlim_max, 1 << 16);
+    if (nofile.rlim_cur < want) {
+      nofile.rlim_cur = want;
+      if (::setrlimit(RLIMIT_NOFILE, &nofile) != 0) {
+        OKV_LOG_WARN("cannot raise RLIMIT_NOFILE to {}: {}", want, std::strerror(errno));
+      }
+    }
+  }
 
   MetricsRegistry metrics;
   ManagerConfig config;
@@ -87,11 +112,35 @@ int Run(int argc, char** argv) {
   Result<std::unique_ptr<Manager>> manager = Manager::Create(config);
   if (!manager.ok()) return Fail(manager.status());
   ManagerService service(manager->get(), &metrics);
-  protocol::ServerOptions so;
+  protocol::ServerOptions so = parsed->server;
   so.path = o.socket_path;
   Result<std::unique_ptr<protocol::SocketServer>> server =
       protocol::SocketServer::Start(so, &service);
   if (!server.ok()) return Fail(server.status().WithContext("--socket " + o.socket_path));
+  // The socket's state on /metrics, read at scrape time.
+  protocol::SocketServer* srv = server->get();
+  const uint64_t collector = metrics.AddCollector([srv](MetricWriter& w) {
+    const protocol::ServerStats st = srv->Stats();
+    w.Family("orbitkv_protocol_connections", "Engine connections open.", "gauge");
+    w.Sample("orbitkv_protocol_connections", {}, static_cast<double>(st.active));
+    w.Family("orbitkv_protocol_buffered_bytes",
+             "Bytes of protocol messages buffered (<= --max-request-buffer).", "gauge");
+    w.Sample("orbitkv_protocol_buffered_bytes", {}, static_cast<double>(st.buffered_bytes));
+    w.Family("orbitkv_protocol_waiting_connections",
+             "Connections whose next message waits for buffer room.", "gauge");
+    w.Sample("orbitkv_protocol_waiting_connections", {},
+             static_cast<double>(st.waiting_for_buffer));
+    w.Family("orbitkv_protocol_refused_total",
+             "Connections refused or closed with a reason, by reason.", "counter");
+    w.Sample("orbitkv_protocol_refused_total", {{"reason", "peer_uid"}},
+             static_cast<double>(st.rejected_peer));
+    w.Sample("orbitkv_protocol_refused_total", {{"reason", "connection_limit"}},
+             static_cast<double>(st.rejected_full));
+    w.Sample("orbitkv_protocol_refused_total", {{"reason", "frame_limit"}},
+             static_cast<double>(st.rejected_frame));
+    w.Sample("orbitkv_protocol_refused_total", {{"reason", "timeout"}},
+             static_cast<double>(st.closed_timeout));
+  });
   std::unique_ptr<MetricsHttpServer> http;
   if (o.metrics_port != 0) {
     Result<std::unique_ptr<MetricsHttpServer>> s =
@@ -115,8 +164,9 @@ int Run(int argc, char** argv) {
   int sig = 0;
   sigwait(&stop, &sig);
   OKV_LOG_INFO("received {}, shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
-  (*server)->Stop();
   if (http) http->Stop();
+  metrics.RemoveCollector(collector);
+  (*server)->Stop();
   manager->reset();
   OKV_LOG_INFO("shutdown complete");
   return 0;

@@ -10,15 +10,18 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <system_error>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "orbitkv/logging.h"
 
@@ -102,6 +105,9 @@ constexpr auto kWriteTimeout = std::chrono::seconds(1);
 // for an oversized head, or a request with a body).
 constexpr auto kLingerTimeout = std::chrono::milliseconds(500);
 constexpr size_t kMaxDrain = 64 * 1024;
+// Connections served at once (each on its own thread, each for at most about
+// 2.5 s); more get a 503 at once.
+constexpr size_t kMaxConcurrentConnections = 64;
 // How long to back off when accept fails for lack of resources (EMFILE...).
 constexpr auto kAcceptBackoff = std::chrono::milliseconds(100);
 
@@ -303,7 +309,48 @@ struct MetricsHttpServer::Impl {
   std::thread listener;  // guarded by mu; joinable until Stop
   Clock::time_point last_accept_warning{};
 
+  // Connection threads (listener thread only, and Stop after joining it).
+  struct Worker {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  std::vector<Worker> workers;
+
   ~Impl() { Stop(); }
+
+  void JoinFinished(bool all) {
+    for (auto it = workers.begin(); it != workers.end();) {
+      if (all || it->done->load(std::memory_order_acquire)) {
+        it->thread.join();
+        it = workers.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  // Serves `conn` on a thread of its own, so that a slow or idle client
+  // holds only its own thread (for at most the read + write timeouts).
+  void Dispatch(UniqueFd conn) {
+    JoinFinished(false);
+    if (workers.size() >= kMaxConcurrentConnections) {
+      static constexpr std::string_view kBusy =
+          "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+      ::send(conn.get(), kBusy.data(), kBusy.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+      return;
+    }
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    try {
+      std::thread t([this, done, fd = std::move(conn)]() mutable {
+        ServeConnection(fd.get());
+        fd.Reset();
+        done->store(true, std::memory_order_release);
+      });
+      workers.push_back({std::move(t), std::move(done)});
+    } catch (const std::system_error& e) {
+      WarnAccept("thread", e.code().value());
+    }
+  }
 
   void Stop() {
     std::lock_guard lock(mu);
@@ -316,6 +363,7 @@ struct MetricsHttpServer::Impl {
       // An eventfd write fails only on counter overflow, i.e. it is already
       // readable; the listener wakes either way.
       listener.join();
+      JoinFinished(true);  // Stop woke them all
     }
     listen_fd.Reset();
     wake_fd.Reset();
@@ -359,7 +407,7 @@ struct MetricsHttpServer::Impl {
             continue;
         }
       }
-      ServeConnection(conn.get());
+      Dispatch(std::move(conn));
     }
   }
 

@@ -1,14 +1,15 @@
 // MetricsHttpServer: serves GET /metrics (Prometheus text 0.0.4) from a
 // MetricsRegistry on 127.0.0.1 only. Plain POSIX sockets, no HTTP library: one
-// listener thread polls the listening socket and a stop eventfd, and serves
-// each connection inline (scrapes are rare), one request per connection.
+// listener thread polls the listening socket and a stop eventfd and hands each
+// connection to a thread of its own (at most 64 at once; more get a 503), one
+// request per connection, so idle or slow clients never delay a scrape.
 // The registry is borrowed and must outlive the server. All methods are
 // thread-safe; Stop is idempotent and the destructor calls it.
 //
 // Per connection: the request head (request line + headers) must arrive within
 // 1 s and fit in 8 KiB; only the request line is interpreted. The response is
 // always `Connection: close`, and must be written within 1 s. So a client that
-// misbehaves (sends nothing, sends garbage, never reads) holds the thread for
+// misbehaves (sends nothing, sends garbage, never reads) holds its thread for
 // at most about 2.5 s, and Stop interrupts it at once.
 //
 //   GET|HEAD /metrics[?...]  200, the registry's Prometheus text

@@ -6,6 +6,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -478,6 +480,68 @@ TEST(MetricsHttpTest, ConcurrentScrapes) {
     });
   }
   for (auto& c : clients) c.join();
+}
+
+// `n` connections that never send a request, taken by the server.
+class IdleClients {
+ public:
+  IdleClients(uint16_t port, int n) {
+    for (int i = 0; i < n; ++i) fds_.push_back(Connect(port));
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  ~IdleClients() {
+    for (int fd : fds_) {
+      if (fd >= 0) close(fd);
+    }
+  }
+  bool ok() const {
+    return std::all_of(fds_.begin(), fds_.end(), [](int fd) { return fd >= 0; });
+  }
+
+ private:
+  std::vector<int> fds_;
+};
+
+// The old server served one connection at a time: 15 idle connections held
+// a scrape back for 15 s (1 s each).
+TEST(MetricsHttpTest, FifteenIdleConnectionsDoNotDelayAScrape) {
+  MetricsRegistry reg;
+  reg.GetGauge("okv_g", "G.")->Set(5);
+  auto server = MustStart(&reg);
+  ASSERT_NE(server, nullptr);
+  IdleClients idle(server->port(), 15);
+  ASSERT_TRUE(idle.ok());
+  const auto t0 = Clock::now();
+  std::string r = Fetch(server->port(), "GET /metrics HTTP/1.1\r\n\r\n");
+  const auto took = Clock::now() - t0;
+  EXPECT_EQ(Code(r), 200) << r;
+  EXPECT_LT(took, milliseconds(500))
+      << std::chrono::duration_cast<milliseconds>(took).count() << " ms";
+}
+
+TEST(MetricsHttpTest, ConcurrentScrapesBesideIdleConnectionsAllSucceedQuickly) {
+  MetricsRegistry reg;
+  reg.GetGauge("okv_g", "G.")->Set(5);
+  auto server = MustStart(&reg);
+  ASSERT_NE(server, nullptr);
+  IdleClients idle(server->port(), 15);
+  ASSERT_TRUE(idle.ok());
+  const uint16_t port = server->port();
+  std::atomic<int> good{0};
+  const auto t0 = Clock::now();
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 16; ++i) {
+    clients.emplace_back([port, &good] {
+      if (Fetch(port, "GET /metrics HTTP/1.0\r\n\r\n").find("okv_g 5\n") != std::string::npos) {
+        ++good;
+      }
+    });
+  }
+  for (auto& c : clients) c.join();
+  const auto took = Clock::now() - t0;
+  EXPECT_EQ(good.load(), 16);
+  EXPECT_LT(took, milliseconds(800))
+      << std::chrono::duration_cast<milliseconds>(took).count() << " ms for 16 scrapes";
 }
 
 TEST(MetricsHttpTest, StopClosesThePort) {

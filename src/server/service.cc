@@ -31,9 +31,16 @@ void ManagerService::OnClose(protocol::Session& session) {
     if (it == sessions_.end()) return;
     id = it->second;
     sessions_.erase(it);
+    instances_.erase(session.id());
   }
   manager_->CloseSession(id);
   OKV_LOG_INFO("session {} closed; its instances, queries and leases are released", session.id());
+}
+
+bool ManagerService::MayCloseIdle(const protocol::Session& session) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = instances_.find(session.id());
+  return it == instances_.end() || it->second == 0;
 }
 
 SessionId ManagerService::ManagerSession(const protocol::Session& session) {
@@ -88,6 +95,10 @@ void ManagerService::OnFrame(protocol::Session& session, protocol::Frame&& frame
           for (auto& fd : frame.fds) fds.push_back(fd.Release());
           Result<InstanceId> id = manager_->RegisterInstance(sid, m, std::move(fds));
           if (id.ok()) {
+            {
+              std::lock_guard<std::mutex> l(mu_);
+              ++instances_[session.id()];
+            }
             reply(protocol::EncodeReply(rid, protocol::RegisterReply{*id}));
           } else {
             reply(protocol::EncodeError(rid, id.status()));
@@ -161,6 +172,10 @@ void ManagerService::OnFrame(protocol::Session& session, protocol::Frame&& frame
         } else if constexpr (std::is_same_v<T, protocol::UnregisterRequest>) {
           Status st = manager_->UnregisterInstance(sid, m.instance);
           if (st.ok()) {
+            {
+              std::lock_guard<std::mutex> l(mu_);
+              if (uint32_t& n = instances_[session.id()]; n > 0) --n;
+            }
             reply(protocol::EncodeReply(rid, protocol::UnregisterReply{}));
           } else {
             reply(protocol::EncodeError(rid, st));

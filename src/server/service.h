@@ -24,6 +24,8 @@ class ManagerService final : public protocol::SessionHandler {
   void OnOpen(protocol::Session& session) override;
   void OnFrame(protocol::Session& session, protocol::Frame&& frame) override;
   void OnClose(protocol::Session& session) override;
+  // Idle sessions may be closed only while they own no instance.
+  bool MayCloseIdle(const protocol::Session& session) override;
 
  private:
   SessionId ManagerSession(const protocol::Session& session);
@@ -33,6 +35,8 @@ class ManagerService final : public protocol::SessionHandler {
   Counter* requests_;
   std::mutex mu_;
   std::unordered_map<uint64_t, SessionId> sessions_;  // guarded by mu_: socket session -> Manager
+  std::unordered_map<uint64_t, uint32_t>
+      instances_;  // guarded by mu_: registered, per socket session
   // (socket session, restore request id) -> RestoreId, while the restore runs.
   std::map<std::pair<uint64_t, uint64_t>, RestoreId> restores_;  // guarded by mu_
 };

@@ -300,14 +300,18 @@ Result<LeaseId> SsdCatalog::AcquireLease(std::span<const ExtentRef> refs, const 
   return id;
 }
 
+namespace {
+Status LeaseGone(LeaseId lease) {
+  return Status::FailedPrecondition("ssd catalog: lease " + std::to_string(lease) +
+                                    " is gone (expired, cancelled or released)");
+}
+}  // namespace
+
 Status SsdCatalog::Submit(LeaseId lease, uint32_t n) {
   Impl& s = *impl_;
   std::lock_guard lock(s.mu);
   auto it = s.leases.find(lease);
-  if (it == s.leases.end()) {
-    return Status::FailedPrecondition("ssd catalog: lease " + std::to_string(lease) +
-                                      " is gone (expired, cancelled or released)");
-  }
+  if (it == s.leases.end()) return LeaseGone(lease);
   Lease& l = it->second;
   if (l.pending < n) {
     return Status::FailedPrecondition("ssd catalog: lease " + std::to_string(lease) + " has " +
@@ -318,6 +322,15 @@ Status SsdCatalog::Submit(LeaseId lease, uint32_t n) {
   l.submitted += n;
   s.pending_interests -= n;
   s.submitted_interests += n;
+  return Status::OK();
+}
+
+Status SsdCatalog::KeepUntilDone(LeaseId lease) {
+  Impl& s = *impl_;
+  std::lock_guard lock(s.mu);
+  auto it = s.leases.find(lease);
+  if (it == s.leases.end()) return LeaseGone(lease);
+  it->second.deadline = Clock::TimePoint{};
   return Status::OK();
 }
 

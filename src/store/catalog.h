@@ -121,6 +121,11 @@ class SsdCatalog {
   // gone or fewer than n are pending (e.g. they expired): the caller must not
   // read then.
   Status Submit(LeaseId lease, uint32_t n = 1);
+  // The lease's pending interests no longer expire (a restore took them: they
+  // live until it reads, completes or is cancelled, not until the query's
+  // TTL). Cancel and ReleaseSession still drop them. FailedPrecondition if the
+  // lease is gone.
+  Status KeepUntilDone(LeaseId lease);
   // Drops min(n, submitted) interests (the read finished, successfully or not).
   // Complete, Cancel and ReleaseSession ignore unknown leases and sessions.
   void Complete(LeaseId lease, uint32_t n = 1);

@@ -407,6 +407,23 @@ TEST_F(CatalogTest, ExpiryDropsPendingInterestsAtTheDeadline) {
   EXPECT_EQ(c->stats().active_leases, 0u);
 }
 
+TEST_F(CatalogTest, KeptLeaseOutlivesItsDeadlineUntilReadOrCancelled) {
+  auto c = Make(1, 2);
+  ExtentRef a = Put(*c, 1, 100);
+  ExtentRef b = Put(*c, 2, 100);
+  LeaseId read = Lease(*c, {a}, 1, 1, clock_.Now() + milliseconds(10));
+  LeaseId cancelled = Lease(*c, {b}, 1, 1, clock_.Now() + milliseconds(10));
+  ASSERT_TRUE(c->KeepUntilDone(read).ok());
+  ASSERT_TRUE(c->KeepUntilDone(cancelled).ok());
+  clock_.Advance(std::chrono::hours(1));
+  EXPECT_EQ(c->ExpireLeases(), 0u);
+  ASSERT_TRUE(c->Submit(read).ok());
+  c->Complete(read);
+  c->Cancel(cancelled);
+  EXPECT_EQ(c->stats().active_leases, 0u);
+  EXPECT_EQ(c->KeepUntilDone(read).code(), StatusCode::kFailedPrecondition);
+}
+
 TEST_F(CatalogTest, ExpiryReleasesFullyPendingLease) {
   auto c = Make(1, 1);
   ExtentRef a = Put(*c, 1, 100);

@@ -489,6 +489,7 @@ Result<bool> DramCache::CompleteParts(const DramView& view, std::span<const uint
       }
     }
     if (e->parts_done == e->num_parts) {
+      if (m.options_.on_seal) m.options_.on_seal({view.data, view.size});
       m.SealLocked(*e, /*by_insert=*/false);
       sealed_now = true;
     }

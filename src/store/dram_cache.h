@@ -44,6 +44,12 @@ struct DramCacheOptions {
   // writer takes it); the caller whose CompleteParts returned true then calls
   // TakeWriteback + FinishWriteback. InsertSealed entries are never pending.
   bool writeback_on_seal = false;
+  // Called by the CompleteParts that completes an assembly, with the whole
+  // object, under the cache's lock and before the entry becomes visible: the
+  // last chance to finish bytes that depend on every part (the Manager seals
+  // the object header over the parts' payload CRCs). Must be short (a few
+  // KiB of work) and must not call into the cache.
+  std::function<void(std::span<uint8_t> object)> on_seal;
   // Called once with the arena after it is mapped (CUDA host registration).
   std::function<Status(void* base, uint64_t size)> on_arena;
   // Called with the arena before it is unmapped (undo on_arena).

@@ -343,6 +343,40 @@ TEST_F(DramCacheTest, FragmentedAssemblySealsWhenTheLastPartArrives) {
   EXPECT_EQ(s.pinned_entries, 0u);
 }
 
+TEST_F(DramCacheTest, OnSealSeesTheWholeObjectOnceBeforeItIsVisible) {
+  DramCacheOptions o;
+  o.capacity = kMiB;
+  o.lock_memory = false;
+  o.clock = &clock_;
+  DramCache* cache = nullptr;
+  int seals = 0;
+  o.on_seal = [&](std::span<uint8_t> object) {
+    ++seals;
+    EXPECT_EQ(object.size(), 20000u);
+    object[0] = 0xAB;  // finish the object: what readers see is this
+  };
+  auto r = DramCache::Create(o);
+  ASSERT_TRUE(r.ok());
+  cache = r->get();
+  auto v = cache->BeginAssembly(Id(7), 20000, 2);
+  ASSERT_TRUE(v.ok());
+  const uint32_t first = 0, second = 1;
+  ASSERT_FALSE(*cache->CompleteParts(*v, {&first, 1}));
+  EXPECT_EQ(seals, 0);
+  auto v2 = cache->BeginAssembly(Id(7), 20000, 2);
+  ASSERT_TRUE(v2.ok());
+  ASSERT_TRUE(*cache->CompleteParts(*v2, {&second, 1}));
+  EXPECT_EQ(seals, 1);
+  auto pinned = cache->Pin(Id(7));
+  ASSERT_TRUE(pinned.has_value());
+  EXPECT_EQ(pinned->data[0], 0xAB);
+  cache->Unpin(pinned->id);
+  // Inserted entries are complete already: no seal hook.
+  std::vector<uint8_t> bytes(4096, 1);
+  ASSERT_TRUE(cache->InsertSealed(Id(8), bytes).ok());
+  EXPECT_EQ(seals, 1);
+}
+
 TEST_F(DramCacheTest, JoinersMustAgreeOnSizeAndPartCount) {
   auto c = Make(kMiB);
   auto a = c->BeginAssembly(Id(1), 8192, 2);

@@ -1,10 +1,10 @@
 #include "store/object_format.h"
 
-#include <zlib.h>
-
 #include <cassert>
 #include <cstring>
 #include <string>
+
+#include "store/crc32c.h"
 
 namespace orbitkv {
 namespace {
@@ -31,15 +31,17 @@ T GetLE(const uint8_t* p) {
   return v;
 }
 
-// crc32 of header[0, size) with the crc field read as zero.
+// Offsets inside one slot entry.
+constexpr size_t kEntryCrcAt = 16;
+constexpr size_t kEntryReservedAt = 20;
+static_assert(kEntryReservedAt + 4 == kObjectSlotEntryBytes);
+
+// CRC32C of header[0, size) with the crc field read as zero.
 uint32_t HeaderCrc(const uint8_t* header, uint64_t size) {
   static constexpr uint8_t kZero[4] = {};
-  uLong crc = crc32(0L, Z_NULL, 0);
-  crc = crc32(crc, header, kObjectHeaderCrcOffset);
-  crc = crc32(crc, kZero, sizeof kZero);
-  crc = crc32(crc, header + kObjectHeaderCrcOffset + 4,
-              static_cast<uInt>(size - kObjectHeaderCrcOffset - 4));
-  return static_cast<uint32_t>(crc);
+  uint32_t crc = Crc32c({header, kObjectHeaderCrcOffset});
+  crc = Crc32c(kZero, crc);
+  return Crc32c({header + kObjectHeaderCrcOffset + 4, size - kObjectHeaderCrcOffset - 4}, crc);
 }
 
 Status Bad(const std::string& why) { return Status::Corruption("object header: " + why); }
@@ -82,9 +84,10 @@ uint64_t ObjectSize(const std::vector<uint64_t>& slot_bytes) {
 }
 
 void WriteObjectHeader(const ObjectId& id, const std::vector<uint64_t>& slot_bytes, uint8_t codec,
-                       std::span<uint8_t> out) {
+                       std::span<const uint32_t> segment_crcs, std::span<uint8_t> out) {
   const auto n = static_cast<uint32_t>(slot_bytes.size());
   assert(n >= 1 && n <= kMaxSlotsPerGroup);
+  assert(segment_crcs.empty() || segment_crcs.size() == n);
   const uint64_t header_size = ObjectHeaderSize(n);
   assert(out.size() >= header_size);
   uint8_t* p = out.data();
@@ -97,13 +100,41 @@ void WriteObjectHeader(const ObjectId& id, const std::vector<uint64_t>& slot_byt
   PutLE<uint32_t>(p + kGroupAt, id.group);
   std::memcpy(p + kKeyAt, id.key.bytes.data(), id.key.bytes.size());
   uint8_t* entry = p + kObjectHeaderFixedBytes;
-  for (const SegmentPos& seg : SegmentLayout(slot_bytes)) {
-    assert(seg.size > 0);
-    PutLE<uint64_t>(entry, seg.offset);
-    PutLE<uint64_t>(entry + 8, seg.size);
+  const std::vector<SegmentPos> segments = SegmentLayout(slot_bytes);
+  for (uint32_t i = 0; i < n; ++i) {
+    assert(segments[i].size > 0);
+    PutLE<uint64_t>(entry, segments[i].offset);
+    PutLE<uint64_t>(entry + 8, segments[i].size);
+    PutLE<uint32_t>(entry + kEntryCrcAt, segment_crcs.empty() ? 0 : segment_crcs[i]);
     entry += kObjectSlotEntryBytes;
   }
   PutLE<uint32_t>(p + kObjectHeaderCrcOffset, HeaderCrc(p, header_size));
+}
+
+void SetSegmentCrc(std::span<uint8_t> header, uint32_t slot, uint32_t crc) {
+  assert(slot < GetLE<uint32_t>(header.data() + kNumSlotsAt));
+  const uint64_t at = kObjectHeaderFixedBytes + kObjectSlotEntryBytes * uint64_t{slot};
+  assert(header.size() >= at + kObjectSlotEntryBytes);
+  PutLE<uint32_t>(header.data() + at + kEntryCrcAt, crc);
+}
+
+void SealObjectHeader(std::span<uint8_t> header) {
+  const auto n = GetLE<uint32_t>(header.data() + kNumSlotsAt);
+  assert(n >= 1 && n <= kMaxSlotsPerGroup);
+  const uint64_t size = ObjectHeaderSize(n);
+  assert(header.size() >= size);
+  PutLE<uint32_t>(header.data() + kObjectHeaderCrcOffset, HeaderCrc(header.data(), size));
+}
+
+std::vector<uint32_t> SegmentCrcs(std::span<const uint8_t> object,
+                                  const std::vector<uint64_t>& slot_bytes) {
+  std::vector<uint32_t> out;
+  out.reserve(slot_bytes.size());
+  for (const SegmentPos& seg : SegmentLayout(slot_bytes)) {
+    assert(seg.offset + seg.size <= object.size());
+    out.push_back(Crc32c(object.subspan(seg.offset, seg.size)));
+  }
+  return out;
 }
 
 Result<ParsedHeader> ParseObjectHeader(std::span<const uint8_t> bytes, uint64_t object_size) {
@@ -169,8 +200,12 @@ Result<ParsedHeader> ParseObjectHeader(std::span<const uint8_t> bytes, uint64_t 
     if (seg.size > object_size || seg.offset > object_size - seg.size) {
       return Bad(SlotName(i) + Range(seg) + " past object size " + std::to_string(object_size));
     }
+    if (GetLE<uint32_t>(entry + kEntryReservedAt) != 0) {
+      return Bad(SlotName(i) + "nonzero reserved field");
+    }
     prev_end = seg.offset + seg.size;
     out.segments.push_back(seg);
+    out.crcs.push_back(GetLE<uint32_t>(entry + kEntryCrcAt));
   }
   return out;
 }
@@ -187,12 +222,35 @@ Status CheckObjectMatches(const ParsedHeader& header, const ObjectId& expected,
                               std::to_string(expected_slot_bytes.size()));
   }
   if (header.codec != kCodecRaw) return Status::OK();
+  const std::vector<SegmentPos> canonical = SegmentLayout(expected_slot_bytes);
   for (size_t i = 0; i < expected_slot_bytes.size(); ++i) {
     if (header.segments[i].size != expected_slot_bytes[i]) {
       return Status::Corruption("object " + Describe(expected) + " slot " + std::to_string(i) +
                                 " holds " + std::to_string(header.segments[i].size) +
                                 " bytes, expected " + std::to_string(expected_slot_bytes[i]));
     }
+    if (header.segments[i].offset != canonical[i].offset) {
+      return Status::Corruption("object " + Describe(expected) + " slot " + std::to_string(i) +
+                                " starts at " + std::to_string(header.segments[i].offset) +
+                                ", expected " + std::to_string(canonical[i].offset));
+    }
+  }
+  return Status::OK();
+}
+
+Status CheckSegmentCrc(const ParsedHeader& header, uint32_t slot, uint32_t computed) {
+  if (header.crcs[slot] == computed) return Status::OK();
+  return Status::Corruption("object " + Describe(header.id) + " slot " + std::to_string(slot) +
+                            " " + Range(header.segments[slot]) + ": payload CRC32C " +
+                            Hex32(computed) + ", header says " + Hex32(header.crcs[slot]));
+}
+
+Status VerifyObjectPayload(const ParsedHeader& header, std::span<const uint8_t> object) {
+  for (uint32_t i = 0; i < header.segments.size(); ++i) {
+    const SegmentPos& seg = header.segments[i];
+    assert(seg.offset + seg.size <= object.size());
+    ORBITKV_RETURN_IF_ERROR(
+        CheckSegmentCrc(header, i, Crc32c(object.subspan(seg.offset, seg.size))));
   }
   return Status::OK();
 }

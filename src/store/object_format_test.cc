@@ -3,7 +3,6 @@
 #include "store/object_format.h"
 
 #include <gtest/gtest.h>
-#include <zlib.h>
 
 #include <cstdint>
 #include <cstring>
@@ -12,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "store/crc32c.h"
 #include "store/object_id.h"
 
 namespace orbitkv {
@@ -37,14 +37,14 @@ std::vector<uint64_t> Sizes(uint32_t n) {
 std::vector<uint8_t> Header(const ObjectId& id, const std::vector<uint64_t>& sizes,
                             uint8_t codec = kCodecRaw) {
   std::vector<uint8_t> h(ObjectHeaderSize(static_cast<uint32_t>(sizes.size())));
-  WriteObjectHeader(id, sizes, codec, h);
+  WriteObjectHeader(id, sizes, codec, {}, h);
   return h;
 }
 
 // Recomputes the crc after a test edits a header, so a later check is reached.
 void Reseal(std::vector<uint8_t>& h, uint64_t header_size) {
   std::memset(h.data() + kObjectHeaderCrcOffset, 0, 4);
-  const auto crc = static_cast<uint32_t>(crc32(0, h.data(), static_cast<uInt>(header_size)));
+  const uint32_t crc = Crc32c({h.data(), header_size});
   for (int i = 0; i < 4; ++i) h[kObjectHeaderCrcOffset + i] = static_cast<uint8_t>(crc >> (8 * i));
 }
 
@@ -70,14 +70,15 @@ void ExpectCorrupt(const Result<ParsedHeader>& r, const std::string& part) {
 
 TEST(ObjectFormatTest, HeaderSize) {
   EXPECT_EQ(ObjectHeaderSize(1), 512u);
-  EXPECT_EQ(ObjectHeaderSize(28), 512u);  // 64 + 28 * 16 = 512 exactly
-  EXPECT_EQ(ObjectHeaderSize(29), 1024u);
-  EXPECT_EQ(ObjectHeaderSize(100), 2048u);
-  EXPECT_EQ(kObjectMaxHeaderBytes, 66048u);  // AlignUp(64 + 4096 * 16, 512)
+  EXPECT_EQ(ObjectHeaderSize(18), 512u);  // 64 + 18 * 24 = 496
+  EXPECT_EQ(ObjectHeaderSize(19), 1024u);
+  EXPECT_EQ(ObjectHeaderSize(100), 2560u);
+  EXPECT_EQ(kObjectMaxHeaderBytes, 98816u);  // AlignUp(64 + 4096 * 24, 512)
 }
 
 TEST(ObjectFormatTest, SegmentLayoutPadsEachSegmentTo512) {
   const std::vector<SegmentPos> want = {{512, 1000}, {1536, 3}, {2048, 1}, {2560, 4097}, {7168, 7}};
+  static_assert(ObjectHeaderSize(5) == 512);
   EXPECT_EQ(SegmentLayout({1000, 3, 1, 4097, 7}), want);
   EXPECT_EQ(ObjectSize({1000, 3, 1, 4097, 7}), 7175u);  // no tail padding
   EXPECT_EQ(SegmentLayout({512, 512}), (std::vector<SegmentPos>{{512, 512}, {1024, 512}}));
@@ -104,7 +105,7 @@ TEST(ObjectFormatTest, FixedFieldsAreWhereTheFormatSays) {
   const ObjectId id = Id(0x0102030405060708ULL, 0x0A0B0C0D, 77);
   const std::vector<uint8_t> h = Header(id, {1000, 3}, /*codec=*/2);
   EXPECT_EQ(std::memcmp(h.data(), "OKVOBJ1\0", 8), 0);
-  EXPECT_EQ(h[8], 1);  // version, little-endian
+  EXPECT_EQ(h[8], 2);  // version, little-endian
   EXPECT_EQ(h[9], 0);
   EXPECT_EQ(h[10], 2);  // codec
   EXPECT_EQ(h[11], 0);
@@ -118,11 +119,99 @@ TEST(ObjectFormatTest, FixedFieldsAreWhereTheFormatSays) {
   EXPECT_EQ(GetU64(h, EntryAt(1)), 1536u);
   EXPECT_EQ(GetU64(h, EntryAt(1) + 8), 3u);
   for (size_t i = EntryAt(2); i < h.size(); ++i) ASSERT_EQ(h[i], 0) << "byte " << i;
+  // Payload CRCs at entry + 16, after the reserved u32 at + 20 stays zero.
+  std::vector<uint8_t> with_crc(h.size());
+  const uint32_t crcs[] = {0x11223344, 0xA5A5A5A5};
+  WriteObjectHeader(id, {1000, 3}, 2, crcs, with_crc);
+  EXPECT_EQ(with_crc[EntryAt(0) + 16], 0x44);
+  EXPECT_EQ(with_crc[EntryAt(0) + 19], 0x11);
+  EXPECT_EQ(with_crc[EntryAt(1) + 16], 0xA5);
+  EXPECT_EQ(GetU64(with_crc, EntryAt(0) + 20) & 0xFFFFFFFF, 0u);
+}
+
+TEST(Crc32cTest, KnownValuesAndChaining) {
+  const std::string s = "123456789";
+  const std::span<const uint8_t> b(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+  EXPECT_EQ(Crc32c(b), 0xE3069283u);  // the CRC-32C check value
+  EXPECT_EQ(Crc32c({}), 0u);
+  EXPECT_EQ(Crc32c(b.subspan(4), Crc32c(b.first(4))), 0xE3069283u);
+  for (size_t cut = 0; cut <= s.size(); ++cut) {
+    EXPECT_EQ(Crc32cCombine(Crc32c(b.first(cut)), Crc32c(b.subspan(cut)), s.size() - cut),
+              0xE3069283u)
+        << "cut " << cut;
+  }
+  // Bitwise reference over larger, unaligned data.
+  std::vector<uint8_t> data(100003);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(i * 131 + (i >> 7));
+  uint32_t reg = ~0u;
+  for (uint8_t byte : data) reg = crc32c::ByteStep(reg, byte);
+  EXPECT_EQ(Crc32c(data), ~reg);
+  const std::span<const uint8_t> d(data);
+  EXPECT_EQ(Crc32cCombine(Crc32c(d.first(777)), Crc32c(d.subspan(777)), data.size() - 777), ~reg);
+}
+
+std::vector<uint8_t> Object(const ObjectId& id, const std::vector<uint64_t>& sizes, uint8_t seed) {
+  std::vector<uint8_t> obj(ObjectSize(sizes));
+  for (const SegmentPos& seg : SegmentLayout(sizes)) {
+    for (uint64_t i = 0; i < seg.size; ++i) obj[seg.offset + i] = static_cast<uint8_t>(seed + i);
+  }
+  const std::vector<uint32_t> crcs = SegmentCrcs(obj, sizes);
+  WriteObjectHeader(id, sizes, kCodecRaw, crcs, obj);
+  return obj;
+}
+
+TEST(ObjectFormatTest, PayloadCrcCatchesEveryFlippedPayloadByte) {
+  const ObjectId id = Id(9, 1, 42);
+  const std::vector<uint64_t> sizes = {1000, 3, 1, 4097};
+  const std::vector<uint8_t> good = Object(id, sizes, 7);
+  auto h = ParseObjectHeader(good, good.size());
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  ASSERT_TRUE(VerifyObjectPayload(*h, good).ok());
+  for (size_t slot = 0; slot < sizes.size(); ++slot) {
+    const SegmentPos seg = h->segments[slot];
+    for (uint64_t i = 0; i < seg.size; i += (seg.size > 64 ? 61 : 1)) {
+      std::vector<uint8_t> bad = good;
+      bad[seg.offset + i] ^= 0x10;
+      Status st = VerifyObjectPayload(*h, bad);
+      ASSERT_EQ(st.code(), StatusCode::kCorruption) << "slot " << slot << " byte " << i;
+      EXPECT_NE(st.message().find("slot " + std::to_string(slot)), std::string_view::npos)
+          << st.message();
+    }
+  }
+  // Another key's payload under this header (a misdirected write) fails too.
+  const std::vector<uint8_t> other = Object(Id(9, 1, 43), sizes, 8);
+  std::vector<uint8_t> mixed = good;
+  std::copy(other.begin() + ObjectHeaderSize(4), other.end(), mixed.begin() + ObjectHeaderSize(4));
+  EXPECT_EQ(VerifyObjectPayload(*h, mixed).code(), StatusCode::kCorruption);
+}
+
+TEST(ObjectFormatTest, SetSegmentCrcThenSealEqualsWritingTheCrcs) {
+  const ObjectId id = Id(9, 1, 42);
+  const std::vector<uint64_t> sizes = {1000, 3, 1};
+  const std::vector<uint8_t> want = Object(id, sizes, 3);
+  std::vector<uint8_t> obj = want;
+  WriteObjectHeader(id, sizes, kCodecRaw, {}, obj);  // payload CRCs zero
+  auto zero = ParseObjectHeader(obj, obj.size());
+  ASSERT_TRUE(zero.ok());
+  EXPECT_EQ(VerifyObjectPayload(*zero, obj).code(), StatusCode::kCorruption);
+  const std::vector<uint32_t> crcs = SegmentCrcs(obj, sizes);
+  for (uint32_t i = 0; i < sizes.size(); ++i) SetSegmentCrc(obj, i, crcs[i]);
+  EXPECT_EQ(ParseObjectHeader(obj, obj.size()).status().code(), StatusCode::kCorruption)
+      << "the header CRC is stale until sealed";
+  SealObjectHeader(obj);
+  EXPECT_EQ(obj, want);
+}
+
+TEST(ObjectFormatTest, Version1ObjectsAreRefused) {
+  std::vector<uint8_t> h = Header(Id(9, 1, 42), {1000});
+  h[8] = 1;
+  Reseal(h, h.size());
+  ExpectCorrupt(ParseObjectHeader(h, 512 + 1000), "format version 1 unsupported");
 }
 
 TEST(ObjectFormatTest, WriteZeroFillsPaddingAndStopsAtHeaderEnd) {
   std::vector<uint8_t> buf(ObjectHeaderSize(3) + 100, 0xAB);
-  WriteObjectHeader(Id(1, 2, 3), {10, 20, 30}, kCodecRaw, buf);
+  WriteObjectHeader(Id(1, 2, 3), {10, 20, 30}, kCodecRaw, {}, buf);
   std::vector<uint8_t> want = Header(Id(1, 2, 3), {10, 20, 30});
   want.resize(buf.size(), 0xAB);
   EXPECT_EQ(buf, want);
@@ -215,8 +304,8 @@ TEST_F(ForgedHeaderTest, BadMagic) {
 }
 
 TEST_F(ForgedHeaderTest, UnsupportedVersion) {
-  h_[8] = 2;
-  ExpectCorrupt(Parse(), "format version 2 unsupported");
+  h_[8] = 3;
+  ExpectCorrupt(Parse(), "format version 3 unsupported");
 }
 
 TEST_F(ForgedHeaderTest, UnknownFlags) {
@@ -315,6 +404,16 @@ TEST(ObjectFormatTest, CheckObjectMatchesDetectsStaleOrForeignObjects) {
   expect_mismatch(id, {1000, 3}, "has 3 slots, expected 2");
   expect_mismatch(id, {1000, 3, 1, 1}, "has 3 slots, expected 4");
   expect_mismatch(id, {1000, 4, 1}, "slot 1 holds 3 bytes, expected 4");
+  // Well formed and of the right sizes, but not where SegmentLayout puts them.
+  std::vector<uint8_t> moved = Header(id, sizes);
+  PutU64(moved, EntryAt(2), 4096);
+  Reseal(moved, moved.size());
+  auto m = ParseObjectHeader(moved, 4097);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  Status st = CheckObjectMatches(*m, id, sizes);
+  EXPECT_EQ(st.code(), StatusCode::kCorruption);
+  EXPECT_NE(st.message().find("slot 2 starts at 4096, expected 2048"), std::string_view::npos)
+      << st.message();
 }
 
 TEST(ObjectFormatTest, CheckObjectMatchesSkipsSizesOfEncodedObjects) {

@@ -128,18 +128,33 @@ Result<std::unique_ptr<ShardSet>> ShardSet::Create(FileSystem* fs, const ShardSe
     if (ec) return Status::IOError("create directory " + parent.string(), ec.value());
   }
 
+  // One Manager per path: the lock file first (its pid names the holder),
+  // then every shard, before any byte of a shard is touched.
+  ORBITKV_ASSIGN_OR_RETURN(int lock_fd, LockCachePath(fs, o.base_path));
+  std::vector<bool> created;  // paths absent before this call
+  for (const std::string& p : paths) {
+    Result<FileInfo> info = fs->Stat(p);
+    created.push_back(info.ok() && !info->exists);
+  }
+
   const uint64_t file_size = kShardHeaderSize + o.data_capacity;
   std::vector<int> fds;
   auto release = [&](size_t reserved_upto) {
-    // Truncate what was reserved so a failed start does not keep the space.
+    // Truncate what was reserved so a failed start does not keep the space,
+    // and remove the shard files this start created.
     for (size_t i = 0; i < fds.size(); ++i) {
       if (i < reserved_upto) {
         Status st = fs->Truncate(fds[i], kShardHeaderSize);
         if (!st.ok()) OKV_LOG_ERROR("cleanup: truncating {} failed: {}", paths[i], st.ToString());
       }
+      if (created[i]) {
+        Status st = fs->Unlink(paths[i]);
+        if (!st.ok()) OKV_LOG_ERROR("cleanup: removing {} failed: {}", paths[i], st.ToString());
+      }
       fs->Close(fds[i]).IgnoreError("cleanup after failed start");
     }
     fds.clear();
+    fs->Close(lock_fd).IgnoreError("cleanup after failed start");
   };
 
   const uint64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -152,6 +167,16 @@ Result<std::unique_ptr<ShardSet>> ShardSet::Create(FileSystem* fs, const ShardSe
       return fd.status();
     }
     fds.push_back(*fd);
+    if (Status lk = fs->LockExclusive(*fd); !lk.ok()) {
+      Status err = lk.IsBusy() ? Status::FailedPrecondition(
+                                     "SSD shard " + paths[i] +
+                                     " is in use by another OrbitKV Manager (its shard lock is "
+                                     "held); give each Manager its own --ssd-cache-path")
+                               : lk.WithContext("locking SSD shard " + paths[i]);
+      created[i] = false;  // another Manager's file: never removed
+      release(0);
+      return err;
+    }
     Status st = fs->Truncate(*fd, 0);
     std::array<uint8_t, kShardHeaderSize> header{};
     if (st.ok()) {
@@ -192,9 +217,51 @@ Result<std::unique_ptr<ShardSet>> ShardSet::Create(FileSystem* fs, const ShardSe
     }
     data_fds.push_back(*fd);
   }
-  for (int fd : fds) fs->Close(fd).IgnoreError("setup fd");
-  return std::unique_ptr<ShardSet>(new ShardSet(fs, std::move(paths), std::move(data_fds)));
+  // The setup fds carry the shard locks: kept open for the set's lifetime.
+  fds.push_back(lock_fd);
+  auto set = std::unique_ptr<ShardSet>(new ShardSet(fs, std::move(paths), std::move(data_fds)));
+  set->lock_fds_ = std::move(fds);
+  set->created_ = std::move(created);
+  return set;
 }
+
+Result<int> LockCachePath(FileSystem* fs, const std::string& base_path) {
+  const std::string path = LockFilePath(base_path);
+  ORBITKV_ASSIGN_OR_RETURN(FileInfo info, fs->Stat(path));
+  if (info.exists && !info.is_regular) {
+    return Status::FailedPrecondition("refusing SSD cache lock file " + path +
+                                      ": it is not a regular file");
+  }
+  ORBITKV_ASSIGN_OR_RETURN(int fd, fs->Open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
+  Status lk = fs->LockExclusive(fd);
+  if (!lk.ok()) {
+    std::string holder = "pid unknown";
+    char buf[32] = {};
+    Result<size_t> n = fs->PRead(fd, buf, sizeof buf - 1, 0);
+    if (n.ok() && *n > 0) {
+      std::string text(buf, *n);
+      while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+      if (!text.empty() && text.find_first_not_of("0123456789") == std::string::npos) {
+        holder = "pid " + text;
+      }
+    }
+    fs->Close(fd).IgnoreError("lock refused");
+    if (!lk.IsBusy()) return lk.WithContext("locking " + path);
+    return Status::FailedPrecondition(
+        "SSD cache path " + base_path + " is in use by another OrbitKV Manager (" + holder +
+        ", lock file " + path + "); give each Manager its own --ssd-cache-path");
+  }
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  Status st = fs->Truncate(fd, 0);
+  if (st.ok()) st = WriteFull(fs, fd, pid.data(), pid.size(), 0, path);
+  if (!st.ok()) {
+    fs->Close(fd).IgnoreError("cleanup after failed lock");
+    return st.WithContext("writing the pid into " + path);
+  }
+  return fd;
+}
+
+std::string LockFilePath(const std::string& base_path) { return base_path + ".lock"; }
 
 Status ShardSet::Reserve(uint64_t data_capacity) {
   const uint64_t file_size = kShardHeaderSize + data_capacity;
@@ -208,6 +275,10 @@ Status ShardSet::Reserve(uint64_t data_capacity) {
     for (size_t j = 0; j < fds_.size(); ++j) {
       Status t = fs_->Truncate(fds_[j], kShardHeaderSize);
       if (!t.ok()) OKV_LOG_ERROR("cleanup: truncating {} failed: {}", paths_[j], t.ToString());
+      if (created_[j]) {
+        Status u = fs_->Unlink(paths_[j]);
+        if (!u.ok()) OKV_LOG_ERROR("cleanup: removing {} failed: {}", paths_[j], u.ToString());
+      }
     }
     return err;
   }
@@ -216,6 +287,7 @@ Status ShardSet::Reserve(uint64_t data_capacity) {
 
 ShardSet::~ShardSet() {
   for (int fd : fds_) fs_->Close(fd).IgnoreError("shutdown");
+  for (int fd : lock_fds_) fs_->Close(fd).IgnoreError("shutdown: releases the locks");
 }
 
 }  // namespace orbitkv

@@ -6,6 +6,14 @@
 // absent or already an OrbitKV shard: another file, a directory, a symlink or a
 // block device is refused and never written. Not thread-safe during Create;
 // afterwards fds are read-only state.
+//
+// Exclusive use: a ShardSet holds, for its lifetime, an OFD lock
+// (FileSystem::LockExclusive) on "<path>.lock", into which it writes its pid,
+// and one on every shard, all taken before any shard byte is written. A second
+// Manager on the same path (another process, or another ShardSet in this
+// one) fails Create with FailedPrecondition naming the holder's pid (read from
+// the lock file: OFD locks report no pid) and changes nothing. The lock file
+// stays after exit; a lock dies with its holder, so a stale file never blocks.
 #pragma once
 
 #include <cstdint>
@@ -53,9 +61,11 @@ struct ShardSetOptions {
 // The open shard files. Closes its fds on destruction.
 class ShardSet {
  public:
-  // Checks every path, then recreates every shard. With reserve_capacity, each
-  // shard is fallocate'd; ENOSPC/EDQUOT/EOPNOTSUPP fails with the shard and size,
-  // after truncating the shards already reserved (cleanup errors are logged).
+  // Checks every path, locks the path and every shard, then recreates every
+  // shard. With reserve_capacity, each shard is fallocate'd; ENOSPC/EDQUOT/
+  // EOPNOTSUPP fails with the shard and size, after truncating the shards
+  // already reserved. Any failure removes the shard files this call created
+  // (cleanup errors are logged).
   static Result<std::unique_ptr<ShardSet>> Create(FileSystem* fs, const ShardSetOptions& options);
   ~ShardSet();
   ShardSet(const ShardSet&) = delete;
@@ -68,7 +78,8 @@ class ShardSet {
   // capacity) after a sparse Create: the cuFile modes call this once every
   // shard registered with cuFile. ENOSPC/EDQUOT/EOPNOTSUPP (any failure) names
   // the shard and size; every shard is then truncated to its header to give
-  // the space back (cleanup errors are logged). The caller fails startup.
+  // the space back and the shard files Create made are removed (cleanup
+  // errors are logged). The caller fails startup.
   Status Reserve(uint64_t data_capacity);
   // File offset of a data-region offset.
   static uint64_t FileOffset(uint64_t data_offset) { return kShardHeaderSize + data_offset; }
@@ -79,6 +90,15 @@ class ShardSet {
   FileSystem* fs_;
   std::vector<std::string> paths_;
   std::vector<int> fds_;
+  std::vector<int> lock_fds_;  // hold the shard locks and the lock file's
+  std::vector<bool> created_;  // per shard: Create made the file
 };
+
+// "<base_path>.lock".
+std::string LockFilePath(const std::string& base_path);
+// Opens (creating, 0600) and OFD-locks the lock file of `base_path`, then
+// writes this process's pid into it; returns the fd, which holds the lock.
+// FailedPrecondition naming the holder's pid when another holds it.
+Result<int> LockCachePath(FileSystem* fs, const std::string& base_path);
 
 }  // namespace orbitkv

@@ -123,7 +123,7 @@ TEST(ShardSet, DamagedOwnHeaderIsRefusedNotOverwritten) {
   EXPECT_EQ(ReadAll(base), bytes);
 }
 
-TEST(ShardSet, ReservationFailureNamesShardAndSizeAndReleasesEarlierShards) {
+TEST(ShardSet, ReservationFailureNamesShardAndSizeAndRemovesTheShardsItCreated) {
   for (int err : {ENOSPC, EDQUOT, EOPNOTSUPP}) {
     testing::TempDir dir;
     FaultInjectingFileSystem fs(FileSystem::Default());
@@ -138,11 +138,72 @@ TEST(ShardSet, ReservationFailureNamesShardAndSizeAndReleasesEarlierShards) {
     EXPECT_NE(msg.find(std::to_string(kShardHeaderSize + (1u << 20))), std::string::npos) << msg;
     for (const std::string& p : ShardPaths(o.base_path, 3)) {
       struct stat st;
-      ASSERT_EQ(::stat(p.c_str(), &st), 0) << p;
-      EXPECT_EQ(static_cast<uint64_t>(st.st_size), kShardHeaderSize) << p;
-      EXPECT_LE(static_cast<uint64_t>(st.st_blocks) * 512, 2 * kShardHeaderSize) << p;
+      EXPECT_NE(::stat(p.c_str(), &st), 0) << p << " was created by the failed start and is left";
     }
   }
+}
+
+TEST(ShardSet, FailedStartKeepsShardsOfAnEarlierRunTruncated) {
+  testing::TempDir dir;
+  ShardSetOptions o = Opts(dir.File("cache.bin"), 2);
+  ASSERT_TRUE(ShardSet::Create(FileSystem::Default(), o).ok());  // an earlier run's shards
+  FaultInjectingFileSystem fs(FileSystem::Default());
+  fs.FailNth(FaultInjectingFileSystem::Op::kFallocate, 3, ENOSPC);  // shard 2, created now
+  o.count = 3;
+  o.reserve_capacity = true;
+  ASSERT_EQ(ShardSet::Create(&fs, o).status().err_no(), ENOSPC);
+  const std::vector<std::string> paths = ShardPaths(o.base_path, 3);
+  for (size_t i = 0; i < 2; ++i) {
+    struct stat st;
+    ASSERT_EQ(::stat(paths[i].c_str(), &st), 0) << paths[i];
+    EXPECT_EQ(static_cast<uint64_t>(st.st_size), kShardHeaderSize) << paths[i];
+  }
+  struct stat st;
+  EXPECT_NE(::stat(paths[2].c_str(), &st), 0) << "created by the failed start";
+}
+
+TEST(ShardSet, LateReservationFailureRemovesTheShardsCreateMade) {
+  testing::TempDir dir;
+  FaultInjectingFileSystem fs(FileSystem::Default());
+  auto set = ShardSet::Create(&fs, Opts(dir.File("cache.bin"), 2));
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  fs.FailNth(FaultInjectingFileSystem::Op::kFallocate, 2, ENOSPC);
+  Status st = (*set)->Reserve(1u << 20);
+  EXPECT_EQ(st.err_no(), ENOSPC) << st.ToString();
+  for (const std::string& p : ShardPaths(dir.File("cache.bin"), 2)) {
+    struct stat sb;
+    EXPECT_NE(::stat(p.c_str(), &sb), 0) << p;
+  }
+}
+
+TEST(ShardSet, SecondSetOnThePathIsRefusedNamingTheHoldersPidAndChangesNothing) {
+  testing::TempDir dir;
+  const std::string base = dir.File("cache.bin");
+  auto first = ShardSet::Create(FileSystem::Default(), Opts(base, 2));
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  const std::string header = ReadAll(base).substr(0, kShardHeaderSize);
+  auto second = ShardSet::Create(FileSystem::Default(), Opts(base, 2));
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), StatusCode::kFailedPrecondition);
+  const std::string msg(second.status().message());
+  EXPECT_NE(msg.find("in use by another OrbitKV Manager"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("pid " + std::to_string(::getpid())), std::string::npos) << msg;
+  EXPECT_EQ(ReadAll(base).substr(0, kShardHeaderSize), header);
+  EXPECT_EQ(ReadAll(LockFilePath(base)), std::to_string(::getpid()) + "\n");
+
+  // A path whose shard 0 is the first set's shard 1: its own lock file is
+  // free, the shard lock is not.
+  auto overlap = ShardSet::Create(FileSystem::Default(), Opts(base + ".1", 1));
+  ASSERT_FALSE(overlap.ok());
+  EXPECT_NE(std::string(overlap.status().message()).find("shard " + base + ".1 is in use"),
+            std::string::npos)
+      << overlap.status().ToString();
+  struct stat st;
+  ASSERT_EQ(::stat((base + ".1").c_str(), &st), 0);
+  EXPECT_EQ(static_cast<uint64_t>(st.st_size), kShardHeaderSize + (1u << 20));
+
+  first->reset();  // the locks go with the set
+  EXPECT_TRUE(ShardSet::Create(FileSystem::Default(), Opts(base, 2)).ok());
 }
 
 TEST(ShardSet, ReservedShardsAreAllocatedAndSparseOnesAreNot) {

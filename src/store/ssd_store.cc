@@ -125,17 +125,44 @@ void SsdStore::RegisterMetrics() {
 }
 
 void SsdStore::CountDrop(std::string_view reason) {
+  const Status why = Status::Internal("dropped by the caller");
   if (reason == "pinned")
-    drops_pinned_->Inc();
+    Dropped(kDropPinned, why);
   else if (reason == "nospace")
-    drops_nospace_->Inc();
+    Dropped(kDropNoSpace, why);
   else
-    drops_io_->Inc();
+    Dropped(kDropIo, why);
+}
+
+void SsdStore::Dropped(DropReason reason, const Status& why) {
+  static constexpr const char* kNames[kDropReasons] = {"pinned", "nospace", "io_error"};
+  static constexpr const char* kHints[kDropReasons] = {
+      "every shard's ring head was leased or being written",
+      "the file system is full: choose an --ssd-cache-capacity that fits it", "I/O errors"};
+  (reason == kDropPinned    ? drops_pinned_
+   : reason == kDropNoSpace ? drops_nospace_
+                            : drops_io_)
+      ->Inc();
+  const Clock::TimePoint now = options_.clock->Now();
+  uint64_t n = 0;
+  {
+    std::lock_guard<std::mutex> l(drop_log_mu_);
+    ++drops_unlogged_[reason];
+    std::optional<Clock::TimePoint>& last = drop_logged_[reason];
+    if (last && now - *last < kDropLogInterval) return;
+    last = now;
+    n = drops_unlogged_[reason];
+    drops_unlogged_[reason] = 0;
+  }
+  OKV_LOG_WARN(
+      "SSD writes dropped (reason {}): {} since the last report; {}; last: {} "
+      "(orbitkv_ssd_write_drops_total{{reason=\"{}\"}})",
+      kNames[reason], n, kHints[reason], why.ToString(), kNames[reason]);
 }
 
 Result<ExtentRef> SsdStore::Reserve(const Key& key, uint64_t size) {
   Result<ExtentRef> ref = catalog_->Reserve(key, size);
-  if (!ref.ok() && ref.status().IsBusy()) drops_pinned_->Inc();
+  if (!ref.ok() && ref.status().IsBusy()) Dropped(kDropPinned, ref.status());
   return ref;
 }
 
@@ -169,11 +196,7 @@ Status SsdStore::Publish(const ExtentRef& ref) {
 
 void SsdStore::Abort(const ExtentRef& ref, const Status& why) {
   catalog_->Abort(ref);
-  if (why.IsNoSpace()) {
-    drops_nospace_->Inc();
-  } else {
-    drops_io_->Inc();
-  }
+  Dropped(why.IsNoSpace() ? kDropNoSpace : kDropIo, why);
   OKV_LOG_DEBUG("SSD write to shard {} aborted: {}", ref.shard, why.ToString());
 }
 

@@ -13,6 +13,9 @@
 // Thread-safe; the engine passed to a call must be the calling thread's own.
 #pragma once
 
+#include <mutex>
+#include <optional>
+
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -95,10 +98,17 @@ class SsdStore {
   // Counters a caller adds to when it drops a write for its own reasons.
   void CountDrop(std::string_view reason);
 
+  // Every drop is counted (orbitkv_ssd_write_drops_total{reason}) and, per
+  // reason, logged as a warning at most once per kDropLogInterval with the
+  // number of drops since the previous line and the last one's cause.
+  static constexpr Clock::Duration kDropLogInterval = std::chrono::seconds(10);
+
  private:
   SsdStore(SsdStoreOptions options, uint64_t shard_capacity, std::unique_ptr<ShardSet> shards,
            std::unique_ptr<SsdCatalog> catalog);
   void RegisterMetrics();
+  enum DropReason { kDropPinned, kDropNoSpace, kDropIo, kDropReasons };
+  void Dropped(DropReason reason, const Status& why);
 
   const SsdStoreOptions options_;
   const uint64_t shard_capacity_;
@@ -117,6 +127,9 @@ class SsdStore {
   Counter* drops_pinned_;
   Counter* drops_nospace_;
   Counter* drops_io_;
+  std::mutex drop_log_mu_;
+  std::optional<Clock::TimePoint> drop_logged_[kDropReasons];  // guarded by drop_log_mu_
+  uint64_t drops_unlogged_[kDropReasons] = {};                 // guarded by drop_log_mu_
   Histogram* read_seconds_;
   Histogram* write_seconds_;
 };

@@ -2,7 +2,11 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <thread>
+
+#include <spdlog/sinks/ringbuffer_sink.h>
+#include <spdlog/spdlog.h>
 
 #include <gtest/gtest.h>
 
@@ -117,6 +121,38 @@ TEST_F(SsdStoreTest, NoSpaceDropsTheWriteAndKeepsRunning) {
   auto r = f.Write(Key::FromU64(9), Pattern(9, 9000));
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(*f.Read(*r), Pattern(9, 9000));
+  ExpectIdle();
+}
+
+TEST_F(SsdStoreTest, NoSpaceDropsAreLoggedAtMostOncePerIntervalWithTheirCount) {
+  auto sink = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(64);
+  spdlog::default_logger()->sinks().push_back(sink);
+  auto lines = [&] {
+    int n = 0;
+    std::string last;
+    for (const std::string& l : sink->last_formatted()) {
+      if (l.find("SSD writes dropped (reason nospace)") == std::string::npos) continue;
+      ++n;
+      last = l;
+    }
+    return std::make_pair(n, last);
+  };
+  f.faults.AddRule({IoOp::kWrite, 1, ScriptedIoFaults::Fault::kError, ENOSPC, /*every=*/true});
+  for (int i = 0; i < 5; ++i)
+    EXPECT_TRUE(f.Write(Key::FromU64(i), Pattern(i, 9000)).status().IsNoSpace());
+  auto [first, first_line] = lines();
+  EXPECT_EQ(first, 1) << "the first drop is reported, the next four wait for the interval";
+  EXPECT_NE(first_line.find("1 since the last report"), std::string::npos) << first_line;
+  EXPECT_NE(first_line.find("--ssd-cache-capacity"), std::string::npos) << first_line;
+  f.clock.Advance(SsdStore::kDropLogInterval);
+  EXPECT_TRUE(f.Write(Key::FromU64(7), Pattern(7, 9000)).status().IsNoSpace());
+  auto [second, second_line] = lines();
+  EXPECT_EQ(second, 2);
+  EXPECT_NE(second_line.find("5 since the last report"), std::string::npos) << second_line;
+  EXPECT_EQ(f.Metric("orbitkv_ssd_write_drops_total", {{"reason", "nospace"}}), 6);
+  auto& sinks = spdlog::default_logger()->sinks();
+  sinks.erase(std::find(sinks.begin(), sinks.end(), sink));
+  f.faults.Clear();
   ExpectIdle();
 }
 

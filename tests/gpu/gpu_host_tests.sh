@@ -5,14 +5,16 @@
 #   On the build machine:
 #     tests/gpu/gpu_host_tests.sh bundle BUILD_DIR OUT_DIR
 #   copies the gpu test executables, the fake libcufile variants and the shared
-#   libraries they need that a bare CUDA host may lack (spdlog, fmt) into OUT_DIR.
+#   libraries they need that a bare CUDA host may lack (spdlog, fmt, ISA-L's
+#   libisal) into OUT_DIR.
 #
 #   On the GPU host, from the repository root:
 #     tests/gpu/gpu_host_tests.sh run OUT_DIR
 #   compiles and runs cufile_header_check against /usr/local/cuda/include/cufile.h
 #   (needs only g++ and the CUDA headers), then runs gpu_device_test,
 #   cufile_loader_test, cufile_native_policy_test, cufile_smoke_test,
-#   cuda_platform_test and gpu_tier_gate_cuda_test (the GPU storage tier's gates).
+#   cuda_platform_test, crc32c_kernel_test (the GPU CRC32C against ISA-L) and
+#   gpu_tier_gate_cuda_test (the GPU storage tier's gates).
 #   The smoke test uses the caller's cuFile environment; for functional
 #   (compatibility-mode) runs set CUFILE_ALLOW_COMPAT_MODE=true,
 #   CUFILE_FORCE_COMPAT_MODE=true and TMPDIR to a directory where cuFile can
@@ -22,7 +24,7 @@
 set -uo pipefail
 
 tests=(gpu_device_test cufile_loader_test cufile_native_policy_test cufile_smoke_test
-  cuda_platform_test gpu_tier_gate_cuda_test)
+  cuda_platform_test crc32c_kernel_test gpu_tier_gate_cuda_test)
 
 case "${1:-}" in
   bundle)
@@ -43,8 +45,9 @@ case "${1:-}" in
       cp "$b" "$out/" && strip "$out/$(basename "$b")" || exit 1
     done
     # Shared libraries outside glibc/libstdc++ that the executables load.
-    ldd "$src/gpu_device_test" | awk '/=> \// {print $3}' |
-      grep -E 'lib(spdlog|fmt)\.so' | while read -r lib; do cp -L "$lib" "$out/"; done
+    ldd "$src/gpu_device_test" "$build/tests/gpu_tier/gpu_tier_gate_cuda_test" |
+      awk '/=> \// {print $3}' | sort -u |
+      grep -E 'lib(spdlog|fmt|isal)\.so' | while read -r lib; do cp -L "$lib" "$out/"; done
     ls -l "$out"
     ;;
   run)

@@ -41,6 +41,11 @@ class LocalIpcDevice : public gpu::Device {
   }
   Result<DevPtr> Allocate(uint64_t b) override { return d_->Allocate(b); }
   Status Free(DevPtr p) override { return d_->Free(p); }
+  Result<uint8_t*> AllocateHost(uint64_t b) override { return d_->AllocateHost(b); }
+  Status FreeHost(uint8_t* p) override { return d_->FreeHost(p); }
+  Status Crc32cAsync(std::span<const gpu::CrcOp> ops, uint32_t* out, gpu::Stream& s) override {
+    return d_->Crc32cAsync(ops, out, s);
+  }
   Result<std::unique_ptr<gpu::Stream>> CreateStream() override { return d_->CreateStream(); }
   Result<std::unique_ptr<gpu::Event>> CreateEvent() override { return d_->CreateEvent(); }
   Status Record(gpu::Event& e, gpu::Stream& s) override { return d_->Record(e, s); }

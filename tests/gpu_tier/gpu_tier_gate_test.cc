@@ -5,6 +5,7 @@
 // never GDS throughput). Every test checks exact page bytes and, at
 // teardown, that leases, pins, reservations, workers, staging, mappings and
 // platform resources are all released.
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -22,6 +23,7 @@
 #include "gpu_tier/gate_env.h"
 #include "manager/manager.h"
 #include "store/object_format.h"
+#include "store/shard_file.h"
 #include "testing/temp_dir.h"
 
 namespace orbitkv {
@@ -235,6 +237,80 @@ class GpuTierGate : public ::testing::Test {
     }
   }
 
+  // Every byte of every slot of the page is still Scribble's: nothing was scattered.
+  ::testing::AssertionResult Untouched(const Engine& e, uint64_t page) {
+    for (const SlotLayout& s : e.layout.groups[0].slots) {
+      std::vector<uint8_t> b(s.bytes_per_page);
+      env->Read(b.data(), SlotPtr(e, s, page), b.size());
+      for (uint64_t i = 0; i < b.size(); ++i) {
+        if (b[i] != 0xC3) {
+          return ::testing::AssertionFailure()
+                 << "page " << page << " slot " << s.slot_id << " byte " << i << " was written";
+        }
+      }
+    }
+    return ::testing::AssertionSuccess();
+  }
+
+  // Where key v's object lies in the shard files: its header's magic and key.
+  struct OnDisk {
+    std::string path;
+    uint64_t offset = 0;
+  };
+  OnDisk Find(uint64_t v, uint32_t shards = 1) {
+    const BlockKey key = K(v);
+    for (const std::string& path : ShardPaths(dir.File("cache.bin"), shards)) {
+      struct stat st;
+      if (::stat(path.c_str(), &st) != 0) continue;
+      for (uint64_t off = kShardHeaderSize; off + 4096 <= static_cast<uint64_t>(st.st_size);
+           off += 4096) {
+        const std::vector<uint8_t> h = ReadAt(path, off, kObjectHeaderFixedBytes);
+        if (std::memcmp(h.data(), kObjectMagic, sizeof kObjectMagic) == 0 &&
+            std::memcmp(h.data() + 32, key.data(), key.size()) == 0) {
+          return {path, off};
+        }
+      }
+    }
+    ADD_FAILURE() << "key " << v << " is not on disk";
+    return {};
+  }
+  // Overwrites bytes of a shard file behind the Manager's back (what a second
+  // writer, a misdirected write or a bit flip on the medium would do).
+  static void Overwrite(const std::string& path, uint64_t offset, const std::vector<uint8_t>& b) {
+    const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+    ASSERT_GE(fd, 0) << path;
+    ASSERT_EQ(::pwrite(fd, b.data(), b.size(), static_cast<off_t>(offset)),
+              static_cast<ssize_t>(b.size()));
+    ASSERT_EQ(::fdatasync(fd), 0);
+    ::close(fd);
+  }
+  static std::vector<uint8_t> ReadAt(const std::string& path, uint64_t offset, uint64_t n) {
+    std::vector<uint8_t> out(n);
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    EXPECT_GE(fd, 0) << path;
+    EXPECT_EQ(::pread(fd, out.data(), n, static_cast<off_t>(offset)), static_cast<ssize_t>(n));
+    ::close(fd);
+    return out;
+  }
+  // Restores key `key` (on SSD) into `page`; expects Corruption containing `why`
+  // and, when `untouched`, not a byte scattered into the page.
+  void ExpectCorruptRestore(const Engine& e, uint64_t key, uint64_t page, const std::string& why,
+                            bool untouched = true) {
+    Scribble(e, page);
+    QueryResult q = Query(e, key, 1);
+    ASSERT_EQ(q.prefix, 1u);
+    ASSERT_EQ(q.sources[0], Tier::kSsd);
+    RestoreResult r = Restore(Req(e, q, {0}, {page}));
+    ASSERT_EQ(r.blocks.size(), 1u);
+    EXPECT_EQ(r.blocks[0].status.code(), StatusCode::kCorruption) << r.blocks[0].status.ToString();
+    EXPECT_NE(r.blocks[0].status.message().find(why), std::string::npos)
+        << r.blocks[0].status.ToString();
+    if (untouched) {
+      EXPECT_TRUE(Untouched(e, page));
+    }
+    EXPECT_EQ(mgr->gauges().ssd_leases, 0u);
+  }
+
   double Counter(std::string_view name) { return metrics.Read(name, {{"device", "cuda:0"}}); }
   double Gauge(std::string_view name) { return metrics.Read(name, {{"device", "cuda:0"}}); }
   double Plain(std::string_view name, const Labels& l = {}) { return metrics.Read(name, l); }
@@ -282,6 +358,184 @@ TEST_F(GpuTierGate, CheckpointLargerThanStagingIsSplitAcrossIt) {
   FillAndPublish(e, 1, 0, 2);
   RestoreExact(e, 1, {2, 3});
   EXPECT_GE(Counter("orbitkv_ssd_cufile_read_bytes_total"), 2 * 220000);
+}
+
+// ---- integrity (issue 10): never a wrong byte in a page ---------------------
+
+TEST_F(GpuTierGate, CufileReadOfAnExtentHoldingAnotherKeysObjectIsCorruption) {
+  ASSERT_NO_FATAL_FAILURE(Start({}));
+  Engine& e = Register(SplitLayout(16, {8192, 3000}));
+  FillAndPublish(e, 1, 0, 2);
+  const OnDisk one = Find(1), two = Find(2);
+  const uint64_t extent = AlignUp(ObjectSize({8192, 3000}), 4096);
+  Overwrite(one.path, one.offset, ReadAt(two.path, two.offset, extent));
+  ExpectCorruptRestore(e, 1, 8, "object holds");
+  RestoreExact(e, 2, {9});  // the other key is intact
+  EXPECT_EQ(Plain("orbitkv_bytes_total", {{"route", "restore_ssd_uring"}}), 0);
+}
+
+TEST_F(GpuTierGate, CufileReadOfAFlippedPayloadByteIsCorruptionBeforeAnyScatter) {
+  ASSERT_NO_FATAL_FAILURE(Start({}));
+  Engine& e = Register(SplitLayout(16, {8192, 3000}));
+  FillAndPublish(e, 1, 0, 2);
+  const OnDisk one = Find(1);
+  const uint64_t at = one.offset + SegmentLayout({8192, 3000})[1].offset + 1234;
+  std::vector<uint8_t> b = ReadAt(one.path, at, 1);
+  b[0] ^= 0x04;
+  Overwrite(one.path, at, b);
+  ExpectCorruptRestore(e, 1, 8, "slot 1");
+  RestoreExact(e, 2, {9});
+}
+
+TEST_F(GpuTierGate, CufileReadCorruptedInStagingIsCaughtByTheGpuCrc) {
+  ASSERT_NO_FATAL_FAILURE(Start({}));
+  Engine& e = Register(SplitLayout(16, {8192}));
+  FillAndPublish(e, 1, 0, 1);
+  // The read "completes" in full, but byte 100 of the payload came back wrong.
+  faults->CorruptReads(1, ObjectHeaderSize(1) + 100, Pattern(1, 0, 100) ^ 0xFF);
+  ExpectCorruptRestore(e, 1, 8, "payload CRC32C");
+  RestoreExact(e, 1, {9});
+}
+
+TEST_F(GpuTierGate, WrongGpuCrcResultFailsTheBlock) {
+  ASSERT_NO_FATAL_FAILURE(Start({}));
+  Engine& e = Register(SplitLayout(16, {8192}));
+  FillAndPublish(e, 1, 0, 1);
+  faults->CorruptCrcs(1);
+  ExpectCorruptRestore(e, 1, 8, "payload CRC32C");
+  RestoreExact(e, 1, {9});
+}
+
+TEST_F(GpuTierGate, ObjectLargerThanStagingIsHeaderCheckedBeforeItsFirstScatter) {
+  Options o;
+  o.slot_bytes = 64u << 10;  // the objects span four staging slots
+  ASSERT_NO_FATAL_FAILURE(Start(o));
+  Engine& e = Register(SplitLayout(4, {150001, 70001}));
+  FillAndPublish(e, 1, 0, 2);
+  const OnDisk one = Find(1), two = Find(2);
+  // Key 2's header over key 1's: the first piece fails, nothing is scattered.
+  Overwrite(one.path, one.offset, ReadAt(two.path, two.offset, ObjectHeaderSize(2)));
+  ExpectCorruptRestore(e, 1, 2, "object holds");
+  // A flipped byte in key 2's last piece fails the block at that piece.
+  const uint64_t last = two.offset + ObjectSize({150001, 70001}) - 10;
+  std::vector<uint8_t> b = ReadAt(two.path, last, 1);
+  b[0] ^= 0x80;
+  Overwrite(two.path, last, b);
+  ExpectCorruptRestore(e, 2, 3, "slot 1", /*untouched=*/false);
+}
+
+TEST_F(GpuTierGate, UringRouteRefusesAFlippedPayloadByteOfCudaPages) {
+  Options o;
+  o.read_path = SsdReadPath::kUring;
+  ASSERT_NO_FATAL_FAILURE(Start(o));
+  Engine& e = Register(SplitLayout(16, {8192}));
+  FillAndPublish(e, 1, 0, 2);
+  const OnDisk one = Find(1);
+  std::vector<uint8_t> b = ReadAt(one.path, one.offset + ObjectHeaderSize(1) + 7, 1);
+  b[0] ^= 0x01;
+  Overwrite(one.path, one.offset + ObjectHeaderSize(1) + 7, b);
+  ExpectCorruptRestore(e, 1, 8, "payload CRC32C");
+  RestoreExact(e, 2, {9});
+  EXPECT_EQ(Counter("orbitkv_ssd_cufile_read_bytes_total"), 0);
+}
+
+TEST_F(GpuTierGate, PublishWaitsForItsCufileWritesWhenALaterGroupFails) {
+  ASSERT_NO_FATAL_FAILURE(Start({}));
+  Engine& e = Register(SplitLayout(16, {16384}));
+  Fill(e, 0, 1);
+  Fill(e, 1, 2);
+  const SlotLayout& s = e.layout.groups[0].slots[0];
+  faults->HoldWrites(true);
+  faults->RefuseCopiesFrom(SlotPtr(e, s, 1), s.bytes_per_page, 1,
+                           Status::IOError("injected D2H failure of page 1", EIO));
+  auto publish = std::async(std::launch::async, [&] {
+    PublishRequest p;
+    p.instance = e.id;
+    p.keys = {K(1), K(2)};
+    p.pages = {0, 1};
+    return mgr->Publish(session, p);
+  });
+  while (faults->held_events() < 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(publish.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout)
+      << "Publish returned while the GPU still gathers from page 0 for its cuFile write";
+  faults->HoldWrites(false);
+  faults->ReleaseHeld();
+  Result<PublishResult> r = publish.get();
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("injected D2H failure"), std::string::npos)
+      << r.status().ToString();
+  mgr->Drain();
+  EXPECT_EQ(mgr->gauges().dram.writeback_pending, 0u);  // the first group's entry was finished
+  EXPECT_EQ(mgr->gauges().gpu_write_jobs, 0u);
+  RestoreExact(e, 1, {8});  // the first group reached SSD
+}
+
+TEST_F(GpuTierGate, AutoFallbackPartWayThroughAPublishSendsTheLaterGroupsToIoUring) {
+  Options o;
+  o.backend = SsdBackend::kAuto;
+  ASSERT_NO_FATAL_FAILURE(Start(o));
+  ASSERT_TRUE(mgr->gauges().cufile_selected);
+  Engine& e = Register(SplitLayout(16, {8192}));
+  for (uint64_t p = 0; p < 4; ++p) Fill(e, p, 1 + p);
+  // The first group's cuFile worker cannot register its staging: auto falls back.
+  faults->FailRegisterBuffer(1, Status::Unavailable("cuFileBufRegister: injected"));
+  EXPECT_EQ(Publish(e, 1, Range(0, 4)).sealed, 4u);
+  mgr->Drain();
+  EXPECT_EQ(Plain("orbitkv_ssd_backend_fallbacks_total"), 1);
+  EXPECT_FALSE(mgr->gauges().cufile_admitting);
+  EXPECT_EQ(mgr->gauges().gpu_workers, 0u) << "a later group of the call started a cuFile worker";
+  EXPECT_EQ(Counter("orbitkv_ssd_cufile_write_bytes_total"), 0);
+  EXPECT_EQ(Plain("orbitkv_bytes_total", {{"route", "writeback_ssd"}}), 4 * ObjectSize({8192}));
+  RestoreExact(e, 1, Range(8, 4));
+}
+
+TEST_F(GpuTierGate, SsdOnlyCufileWriteCountsAsStoredOnlyOnceItFinished) {
+  Options o;
+  o.pool = 1u << 20;  // 768 KiB of DRAM after read staging: twelve 64 KiB objects
+  o.admission = AdmissionPolicy::kAll;
+  ASSERT_NO_FATAL_FAILURE(Start(o));
+  Engine& e = Register(SplitLayout(32, {SlotBytesForExtent(64 << 10)}));
+  FillAndPublish(e, 100, 0, 12);
+  QueryResult pin = Query(e, 100, 12);  // pins what DRAM holds: no room for another object
+  Manager::Gauges g = mgr->gauges();
+  ASSERT_GT(g.dram.used_bytes + (64u << 10), g.dram.capacity) << "DRAM is not full";
+  Fill(e, 20, 1);
+  Fill(e, 21, 2);
+  faults->FailWrites(1, IoFault::kError);
+  PublishResult bad = Publish(e, 1, {20});
+  EXPECT_EQ(bad.stored, 0u);
+  EXPECT_EQ(bad.sealed, 0u);
+  EXPECT_EQ(bad.dropped, 1u);
+  PublishResult good = Publish(e, 2, {21});
+  EXPECT_EQ(good.stored, 1u);
+  EXPECT_EQ(good.sealed, 1u);
+  EXPECT_EQ(good.dropped, 0u);
+  ASSERT_TRUE(mgr->ReleaseQuery(session, pin.query).ok());
+  mgr->Drain();
+  EXPECT_EQ(Query(e, 1, 1).prefix, 0u);
+  RestoreExact(e, 2, {22});  // its payload CRCs were computed on the GPU from the pages
+}
+
+TEST_F(GpuTierGate, CufileWriteSecondsExcludeTheWaitForASlot) {
+  ASSERT_NO_FATAL_FAILURE(Start({}));
+  Engine& e = Register(SplitLayout(16, {16384}));
+  Fill(e, 0, 1);
+  Fill(e, 1, 2);
+  faults->HoldWrites(true);
+  auto publish = std::async(std::launch::async, [&] { return Publish(e, 1, {0, 1}); });
+  while (faults->held_events() < 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  faults->HoldWrites(false);  // the second write, waiting for the slot, is not held
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  faults->ReleaseHeld();
+  EXPECT_EQ(publish.get().sealed, 2u);
+  mgr->Drain();
+  Histogram* h = metrics.GetHistogram("orbitkv_ssd_cufile_write_seconds", "", LatencyBuckets(),
+                                      {{"device", "cuda:0"}});
+  const Histogram::Snapshot snap = h->Snap();
+  EXPECT_EQ(snap.count, 2u);
+  // The held write took >= 0.4 s; the other waited as long for the slot, which is not counted.
+  EXPECT_GE(snap.sum, 0.4);
+  EXPECT_LT(snap.sum, 0.7) << "the second write's wait for a slot was counted";
 }
 
 // ---- rings and shards -----------------------------------------------------------

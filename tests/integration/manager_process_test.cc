@@ -18,10 +18,13 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <pwd.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -31,6 +34,8 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -339,6 +344,48 @@ int CountFds(pid_t pid) {
   return n;
 }
 
+// A field of /proc/<pid>/status ("VmRSS" in kB, "Threads"), or -1.
+int64_t ProcStatusField(pid_t pid, const std::string& field) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(field + ":", 0) == 0) return std::stoll(line.substr(field.size() + 1));
+  }
+  return -1;
+}
+
+// SIGSTOP, then waits until every thread of `pid` is stopped (the signal is
+// asynchronous). False if that does not happen within 5 s.
+bool StopProcess(pid_t pid) {
+  if (::kill(pid, SIGSTOP) != 0) return false;
+  const std::string tasks = "/proc/" + std::to_string(pid) + "/task";
+  for (auto deadline = Clock::now() + 5s; Clock::now() < deadline;
+       std::this_thread::sleep_for(2ms)) {
+    bool all = true;
+    for (const auto& t : std::filesystem::directory_iterator(tasks)) {
+      std::ifstream in(t.path() / "stat");
+      std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      const size_t paren = stat.rfind(')');
+      const char state =
+          paren != std::string::npos && paren + 2 < stat.size() ? stat[paren + 2] : '?';
+      all = all && (state == 'T' || state == 't');
+    }
+    if (all) return true;
+  }
+  return false;
+}
+
+// Raises this process's RLIMIT_NOFILE (soft, and hard when root) to at least
+// `want`; the Manager processes it starts inherit it. False if it cannot.
+bool RaiseNofile(rlim_t want) {
+  rlimit r{};
+  if (::getrlimit(RLIMIT_NOFILE, &r) != 0) return false;
+  if (r.rlim_cur >= want) return true;
+  if (r.rlim_max < want) r.rlim_max = want;  // root only
+  r.rlim_cur = want;
+  return ::setrlimit(RLIMIT_NOFILE, &r) == 0;
+}
+
 // ---- the Manager process ---------------------------------------------------------
 
 struct ManagerFlags {
@@ -348,6 +395,7 @@ struct ManagerFlags {
   int shards = 2;
   int io_workers = 2;
   int queue_depth = 64;
+  std::vector<std::string> extra = {};  // more flags, as given
 };
 
 class ManagerProc {
@@ -372,6 +420,7 @@ class ManagerProc {
                                        std::to_string(f.queue_depth),
                                        "--log-level",
                                        "info"};
+      argv.insert(argv.end(), f.extra.begin(), f.extra.end());
       if (f.ssd) {
         for (const std::string& a :
              {std::string("--ssd-cache-path"), ssd_path, std::string("--ssd-cache-capacity"),
@@ -1588,6 +1637,495 @@ TEST_F(ManagerProcessTest, HostileMessagesGetErrorsAndManagerKeepsServing) {
   EXPECT_EQ(Field(v.out, "restore", "verified"), 8) << v.out;
   ExpectReleased();
   EXPECT_TRUE(mgr_->Running());
+}
+
+// ---- hardening (issue 11): limits, authentication, restore timeouts -----------------
+//
+// Registered as its own ctest (manager_hardening_test, --gtest_filter=Hardening*).
+
+class HardeningProcessTest : public ManagerProcessTest {
+ protected:
+  // Hello on a raw connection, then the reason the Manager gives for closing
+  // it (an ErrorReply with envelope id 0); OK if it closed without one.
+  static Status ClosingReason(RawConn& c) {
+    for (;;) {
+      RawConn::Reply r = c.Recv();
+      if (r.outcome != RawConn::Outcome::kReply) return Status::OK();
+      const auto* err = std::get_if<protocol::ErrorReply>(&r.msg.body);
+      if (err != nullptr && r.msg.id == 0) return err->status;
+    }
+  }
+  static void ExpectReason(const Status& st, StatusCode code, const std::string& needle) {
+    EXPECT_EQ(st.code(), code) << st.ToString();
+    EXPECT_NE(st.ToString().find(needle), std::string::npos) << st.ToString();
+  }
+};
+
+// 40 connections announcing 64 MiB frames and sending 40 MiB of each took the
+// old Manager from 39 MB to 3.17 GB RSS, 547 MB of it kept after they closed.
+TEST_F(HardeningProcessTest, PartialFramesStayUnderTheRequestBufferCap) {
+  constexpr int64_t kCapMib = 128;
+  ASSERT_NO_FATAL_FAILURE(
+      StartManager({.pool = "8mib", .ssd = false, .extra = {"--max-request-buffer", "128mib"}}));
+  const pid_t pid = mgr_->pid();
+  std::this_thread::sleep_for(300ms);
+  const int64_t baseline_kb = ProcStatusField(pid, "VmRSS");
+  ASSERT_GT(baseline_kb, 0);
+
+  constexpr int kConns = 40;
+  constexpr uint32_t kAnnounced = 64u << 20;
+  constexpr size_t kSent = 40u << 20;
+  std::vector<std::unique_ptr<RawConn>> conns;
+  std::vector<size_t> sent(kConns, 0);
+  for (int i = 0; i < kConns; ++i) {
+    conns.push_back(std::make_unique<RawConn>(socket_));
+    ASSERT_TRUE(conns.back()->connected());
+    const uint8_t hdr[4] = {static_cast<uint8_t>(kAnnounced), static_cast<uint8_t>(kAnnounced >> 8),
+                            static_cast<uint8_t>(kAnnounced >> 16),
+                            static_cast<uint8_t>(kAnnounced >> 24)};
+    ASSERT_TRUE(conns.back()->SendRaw(hdr, sizeof hdr));
+    ::fcntl(conns.back()->fd(), F_SETFL, ::fcntl(conns.back()->fd(), F_GETFL) | O_NONBLOCK);
+  }
+  const std::vector<uint8_t> chunk(1u << 20, 0xab);
+  int64_t peak_kb = baseline_kb;
+  auto last_progress = Clock::now();
+  while (Clock::now() - last_progress < 1500ms) {
+    bool progress = false;
+    for (int i = 0; i < kConns; ++i) {
+      while (sent[i] < kSent) {
+        const size_t want = std::min(chunk.size(), kSent - sent[i]);
+        const ssize_t n = ::send(conns[i]->fd(), chunk.data(), want, MSG_NOSIGNAL);
+        if (n <= 0) break;
+        sent[i] += static_cast<size_t>(n);
+        progress = true;
+      }
+    }
+    peak_kb = std::max(peak_kb, ProcStatusField(pid, "VmRSS"));
+    if (progress) last_progress = Clock::now();
+    std::this_thread::sleep_for(20ms);
+  }
+  size_t total = 0;
+  for (size_t n : sent) total += n;
+  const int64_t grown_mib = (peak_kb - baseline_kb) / 1024;
+  std::printf(
+      "  sent %zu MiB in all; Manager RSS %lld MiB -> peak %lld MiB (+%lld MiB, cap %lld)\n",
+      total >> 20, static_cast<long long>(baseline_kb / 1024),
+      static_cast<long long>(peak_kb / 1024), static_cast<long long>(grown_mib),
+      static_cast<long long>(kCapMib));
+  // The cap plus slack for the kernel's and allocator's own bookkeeping.
+  EXPECT_LE(grown_mib, kCapMib + 32) << "partial frames took more memory than the cap";
+  std::string err;
+  std::optional<Metrics> m = mgr_->Scrape(&err);
+  ASSERT_TRUE(m) << err;
+  EXPECT_LE(m->Get("orbitkv_protocol_buffered_bytes").value_or(-1), kCapMib << 20);
+  EXPECT_GE(m->Get("orbitkv_protocol_waiting_connections").value_or(-1), kConns - 2);
+
+  conns.clear();
+  int64_t after_kb = 0;
+  for (auto deadline = Clock::now() + 10s; Clock::now() < deadline;) {
+    after_kb = ProcStatusField(pid, "VmRSS");
+    if ((after_kb - baseline_kb) / 1024 <= 16) break;
+    std::this_thread::sleep_for(50ms);
+  }
+  std::printf("  after close: %lld MiB\n", static_cast<long long>(after_kb / 1024));
+  EXPECT_LE((after_kb - baseline_kb) / 1024, 16) << "memory not returned after close";
+  ASSERT_TRUE(mgr_->GaugesReachZero({"orbitkv_protocol_buffered_bytes", "orbitkv_sessions"}, 10s));
+  EXPECT_TRUE(Connect()) << "the Manager stopped serving";
+}
+
+// The old Manager ran one thread per connection (800 idle connections were
+// 812 threads).
+TEST_F(HardeningProcessTest, TwoThousandIdleConnectionsKeepTheThreadCountSmall) {
+  ASSERT_TRUE(RaiseNofile(8192)) << "cannot raise RLIMIT_NOFILE to 8192";
+  ASSERT_NO_FATAL_FAILURE(
+      StartManager({.pool = "8mib",
+                    .ssd = false,
+                    .extra = {"--max-connections", "4096", "--max-connections-per-uid", "4096"}}));
+  const pid_t pid = mgr_->pid();
+  const int64_t before = ProcStatusField(pid, "Threads");
+  std::vector<std::unique_ptr<RawConn>> conns;
+  for (int i = 0; i < 2000; ++i) {
+    conns.push_back(std::make_unique<RawConn>(socket_));
+    ASSERT_TRUE(conns.back()->connected()) << "connection " << i << ": " << std::strerror(errno);
+  }
+  ASSERT_TRUE(mgr_->WaitGaugeAtLeast("orbitkv_sessions", 2000, 30s));
+  const int64_t after = ProcStatusField(pid, "Threads");
+  std::printf("  Manager threads: %lld before, %lld with 2000 idle connections\n",
+              static_cast<long long>(before), static_cast<long long>(after));
+  EXPECT_LE(after, before + 2);
+  const auto t0 = Clock::now();
+  std::unique_ptr<Client> c = Connect();
+  ASSERT_TRUE(c);
+  EXPECT_LT(Clock::now() - t0, 2s);
+  c.reset();
+  conns.clear();
+  EXPECT_TRUE(mgr_->GaugesReachZero({"orbitkv_protocol_connections", "orbitkv_sessions"}, 20s));
+}
+
+TEST_F(HardeningProcessTest, Connection1025GetsAReason) {
+  ASSERT_TRUE(RaiseNofile(4096)) << "cannot raise RLIMIT_NOFILE to 4096";
+  ASSERT_NO_FATAL_FAILURE(StartManager({.pool = "8mib", .ssd = false}));
+  std::vector<std::unique_ptr<RawConn>> conns;
+  for (int i = 0; i < 1024; ++i) {
+    conns.push_back(std::make_unique<RawConn>(socket_));
+    ASSERT_TRUE(conns.back()->connected()) << "connection " << i;
+  }
+  ASSERT_TRUE(mgr_->WaitGaugeAtLeast("orbitkv_sessions", 1024, 30s));
+  ClientConfig cc;
+  cc.socket_path = socket_;
+  cc.timeout = 10s;
+  Result<std::unique_ptr<Client>> c = Client::Connect(cc);
+  ASSERT_FALSE(c.ok());
+  ExpectReason(c.status(), StatusCode::kResourceExhausted, "--max-connections");
+  conns.pop_back();
+  for (auto deadline = Clock::now() + 10s; Clock::now() < deadline;) {
+    c = Client::Connect(cc);
+    if (c.ok()) break;
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_TRUE(c.ok()) << "room again once one left: " << c.status().ToString();
+}
+
+TEST_F(HardeningProcessTest, LimitsAndRefusalsComeWithTypedReasons) {
+  ASSERT_NO_FATAL_FAILURE(StartManager({.pool = "8mib",
+                                        .ssd = false,
+                                        .extra = {"--max-frame-size", "1mib", "--max-fds-per-frame",
+                                                  "8", "--idle-timeout-ms", "1000"}}));
+  {  // A frame over --max-frame-size.
+    RawConn c(socket_);
+    const uint32_t len = 2u << 20;
+    const uint8_t hdr[4] = {static_cast<uint8_t>(len), static_cast<uint8_t>(len >> 8),
+                            static_cast<uint8_t>(len >> 16), static_cast<uint8_t>(len >> 24)};
+    ASSERT_TRUE(c.SendRaw(hdr, sizeof hdr));
+    ExpectReason(ClosingReason(c), StatusCode::kResourceExhausted, "more than the limit 1048576");
+  }
+  {  // More fds than --max-fds-per-frame.
+    RawConn c(socket_);
+    LayoutSpec spec;
+    spec.slot_bytes = std::vector<uint64_t>(9, 4096);
+    spec.pages = 2;
+    testing::HostPages pages(BuildLayout(spec));
+    RegisterRequest rr;
+    rr.ns = "fds";
+    rr.layout = BuildLayout(spec);
+    ASSERT_TRUE(c.Send(protocol::EncodeRequest(1, rr), pages.fds()).ok());
+    ExpectReason(ClosingReason(c), StatusCode::kResourceExhausted, "9 file descriptors");
+  }
+  // Idle without an instance: closed with a reason the client reports typed;
+  // a client that registered an instance stays.
+  std::unique_ptr<Client> idle = Connect();
+  std::unique_ptr<Client> busy = Connect();
+  ASSERT_TRUE(idle && busy);
+  LayoutSpec spec;
+  spec.slot_bytes = {4096};
+  spec.pages = 4;
+  testing::HostPages pages(BuildLayout(spec));
+  RegisterRequest rr;
+  rr.ns = "idle";
+  rr.layout = BuildLayout(spec);
+  Result<InstanceId> inst = busy->RegisterInstance(rr, pages.fds());
+  ASSERT_TRUE(inst.ok()) << inst.status().ToString();
+  std::this_thread::sleep_for(1800ms);
+  EXPECT_TRUE(idle->closed());
+  Status st = idle->ReleaseQuery(1, 1);
+  ExpectReason(st, StatusCode::kDeadlineExceeded, "--idle-timeout-ms");
+  EXPECT_FALSE(busy->closed());
+  QueryRequest q;
+  q.instance = *inst;
+  q.keys = {KeyOf(1)};
+  EXPECT_TRUE(busy->Query(q).ok());
+
+  // Another uid is refused with PermissionDenied naming it.
+  if (::geteuid() != 0) return;
+  ASSERT_EQ(::chmod(dir_.path().c_str(), 0755), 0);
+  ASSERT_EQ(::chmod(socket_.c_str(), 0666), 0);
+  int pfd[2];
+  ASSERT_EQ(::pipe(pfd), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(2);
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::memcpy(a.sun_path, socket_.c_str(), socket_.size());
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) ::_exit(3);
+    char buf[4096];
+    for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) {
+      if (::write(pfd[1], buf, static_cast<size_t>(n)) != n) ::_exit(4);
+    }
+    ::_exit(0);
+  }
+  ::close(pfd[1]);
+  std::string said;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(pfd[0], buf, sizeof buf)) > 0;) said.append(buf, n);
+  ::close(pfd[0]);
+  int ws = 0;
+  ASSERT_EQ(::waitpid(child, &ws, 0), child);
+  ASSERT_GT(said.size(), 4u) << "the refused peer was told nothing";
+  Result<protocol::DecodedMessage> msg = protocol::DecodeMessage(
+      std::span(reinterpret_cast<const uint8_t*>(said.data()) + 4, said.size() - 4));
+  ASSERT_TRUE(msg.ok()) << msg.status().ToString();
+  ExpectReason(std::get<protocol::ErrorReply>(msg->body).status, StatusCode::kPermissionDenied,
+               "uid 65534");
+}
+
+TEST_F(HardeningProcessTest, ClientClosedOnceTheManagerDies) {
+  ASSERT_NO_FATAL_FAILURE(StartManager({.pool = "8mib", .ssd = false}));
+  std::unique_ptr<Client> c = Connect();
+  ASSERT_TRUE(c);
+  EXPECT_FALSE(c->closed());
+  mgr_->Kill();
+  for (auto deadline = Clock::now() + 5s; Clock::now() < deadline && !c->closed();) {
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_TRUE(c->closed());
+}
+
+// The old client raised DeadlineExceeded at its timeout while the Manager,
+// once resumed, wrote the restore's pages anyway.
+TEST_F(HardeningProcessTest, RestoreTimeoutNeverReturnsWhileThePagesMayStillBeWritten) {
+  ASSERT_NO_FATAL_FAILURE(StartManager({.pool = "8mib", .ssd = false}));
+  LayoutSpec spec;
+  spec.slot_bytes = {4096, 1000};
+  spec.pages = 8;
+  const InstanceLayout layout = BuildLayout(spec);
+  testing::HostPages pages(layout);
+  ClientConfig cc;
+  cc.socket_path = socket_;
+  cc.timeout = 2000ms;
+  cc.restore_cancel_grace = 1000ms;
+  Result<std::unique_ptr<Client>> conn = Client::Connect(cc);
+  ASSERT_TRUE(conn.ok()) << conn.status().ToString();
+  Client& c = **conn;
+  RegisterRequest rr;
+  rr.ns = "restore-timeout";
+  rr.layout = layout;
+  Result<InstanceId> inst = c.RegisterInstance(rr, pages.fds());
+  ASSERT_TRUE(inst.ok()) << inst.status().ToString();
+  pages.Fill(0, 0, 7);
+  Result<PublishResult> pub = c.Publish({*inst, 0, {KeyOf(1)}, {0}, {}});
+  ASSERT_TRUE(pub.ok() && pub->sealed == 1) << pub.status().ToString();
+  auto query = [&] {
+    Result<QueryResult> q = c.Query({*inst, 0, {KeyOf(1)}, 60000});
+    EXPECT_TRUE(q.ok() && q->prefix == 1) << q.status().ToString();
+    return q.ok() ? q->query : 0;
+  };
+  // Resumes the Manager whatever happens below.
+  struct Resume {
+    pid_t pid;
+    ~Resume() { ::kill(pid, SIGCONT); }
+  } resume{mgr_->pid()};
+
+  // (1) The Manager stays stopped past timeout + grace: DeadlineExceeded, which
+  // says the pages are still owned; WaitRestore then waits for the completion.
+  const QueryId q1 = query();
+  pages.Fill(0, 1, 99);  // the engine's own bytes in the destination
+  ASSERT_TRUE(StopProcess(mgr_->pid()));
+  const uint64_t ticket = c.NewTicket();
+  const auto t0 = Clock::now();
+  Result<RestoreResult> r = c.Restore({*inst, q1, {0}, {1}}, ticket);
+  const auto took = Clock::now() - t0;
+  ASSERT_FALSE(r.ok());
+  ExpectReason(r.status(), StatusCode::kDeadlineExceeded, "WaitRestore");
+  EXPECT_GE(took, 2900ms) << "returned before the cancel grace";
+  EXPECT_TRUE(pages.Holds(0, 1, 99));
+  ASSERT_EQ(::kill(mgr_->pid(), SIGCONT), 0);
+  Result<RestoreResult> w = c.WaitRestore(ticket, 10s);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  ASSERT_EQ(w->blocks.size(), 1u);
+  // Whatever it was (restored, or caught by the cancel), nothing more is written.
+  const bool restored = w->blocks[0].status.ok();
+  if (restored) {
+    EXPECT_TRUE(pages.Holds(0, 1, 7));
+  }
+  std::this_thread::sleep_for(300ms);
+  EXPECT_TRUE(pages.Holds(0, 1, restored ? 7 : 99));
+
+  // (2) The Manager resumes within the grace: Restore returns the restore's
+  // completion, after which the pages never change.
+  const QueryId q2 = query();
+  pages.Fill(0, 2, 55);
+  ASSERT_TRUE(StopProcess(mgr_->pid()));
+  std::thread resumer([&] {
+    std::this_thread::sleep_for(2500ms);
+    ::kill(mgr_->pid(), SIGCONT);
+  });
+  r = c.Restore({*inst, q2, {0}, {2}}, c.NewTicket());
+  resumer.join();
+  ASSERT_TRUE(r.ok()) << "the completion came within the grace: " << r.status().ToString();
+  ASSERT_EQ(r->blocks.size(), 1u);
+  const bool restored2 = r->blocks[0].status.ok();
+  EXPECT_TRUE(pages.Holds(0, 2, restored2 ? 7 : 55));
+  std::this_thread::sleep_for(300ms);
+  EXPECT_TRUE(pages.Holds(0, 2, restored2 ? 7 : 55)) << "a page was written after Restore returned";
+}
+
+// A user who squats the default socket path (or binds a socket of the
+// Manager's path) must not get a single frame or fd from an engine, and must
+// not keep the Manager from knowing why it cannot start. Root only: it runs
+// the squatter and the Manager as two users it creates.
+TEST_F(HardeningProcessTest, SquattedSocketPathsAreRefusedByClientAndManager) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (useradd, setuid)";
+  auto ensure_user = [](const std::string& name) -> std::optional<std::pair<uid_t, gid_t>> {
+    if (::getpwnam(name.c_str()) == nullptr) {
+      const std::string cmd =
+          "useradd --system --no-create-home --shell /usr/sbin/nologin " + name + " 2>&1";
+      if (std::system(cmd.c_str()) != 0) return std::nullopt;
+    }
+    const passwd* pw = ::getpwnam(name.c_str());
+    if (pw == nullptr) return std::nullopt;
+    return std::make_pair(pw->pw_uid, pw->pw_gid);
+  };
+  const auto squatter = ensure_user("orbitkv-squat");
+  const auto victim = ensure_user("orbitkv-victim");
+  if (!squatter || !victim) GTEST_SKIP() << "useradd failed";
+  const std::string S = std::to_string(squatter->first), V = std::to_string(victim->first);
+  ASSERT_EQ(::chmod(dir_.path().c_str(), 0755), 0);
+  const std::string shared = dir_.File("shared");
+  ASSERT_EQ(::mkdir(shared.c_str(), 0755), 0);
+  ASSERT_EQ(::chmod(shared.c_str(), 01777), 0);
+
+  // The squatter: listens on `path` as uid S and reports how many bytes each
+  // of the first `accepts` connections sent before closing.
+  auto squat = [&](const std::string& path, int accepts, int report_fd) -> pid_t {
+    const pid_t pid = ::fork();
+    if (pid != 0) return pid;
+    if (::setgid(squatter->second) != 0 || ::setuid(squatter->first) != 0) ::_exit(2);
+    const int l = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::memcpy(a.sun_path, path.c_str(), path.size());
+    if (::bind(l, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(l, 8) != 0) {
+      ::_exit(3);
+    }
+    ::chmod(path.c_str(), 0777);
+    if (::write(report_fd, "L", 1) != 1) ::_exit(4);  // listening
+    for (int i = 0; i < accepts; ++i) {
+      const int c = ::accept(l, nullptr, nullptr);
+      char buf[4096];
+      uint32_t got = 0;
+      // Read what the client sends until it closes or goes quiet for 1 s.
+      timeval tv{1, 0};
+      ::setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+      for (ssize_t n; (n = ::read(c, buf, sizeof buf)) > 0;) got += static_cast<uint32_t>(n);
+      ::close(c);
+      if (::write(report_fd, &got, sizeof got) != sizeof got) ::_exit(5);
+    }
+    ::pause();  // keep listening until killed
+    ::_exit(0);
+  };
+  auto reap = [](pid_t pid) {
+    ::kill(pid, SIGKILL);
+    int ws;
+    ::waitpid(pid, &ws, 0);
+  };
+
+  // (1) A client refuses a server of another uid before sending anything, and
+  // accepts it only when that uid is named.
+  {
+    const std::string path = shared + "/squat.sock";
+    int rep[2];
+    ASSERT_EQ(::pipe(rep), 0);
+    const pid_t sq = squat(path, 2, rep[1]);
+    ::close(rep[1]);
+    char ready;
+    ASSERT_EQ(::read(rep[0], &ready, 1), 1);
+    ClientConfig cc;
+    cc.socket_path = path;
+    cc.timeout = 3s;
+    Result<std::unique_ptr<Client>> c = Client::Connect(cc);
+    ASSERT_FALSE(c.ok());
+    ExpectReason(c.status(), StatusCode::kPermissionDenied, "uid " + S);
+    uint32_t got = ~0u;
+    ASSERT_EQ(::read(rep[0], &got, sizeof got), static_cast<ssize_t>(sizeof got));
+    EXPECT_EQ(got, 0u) << "the squatter received bytes from a refusing client";
+    cc.server_uid = squatter->first;
+    c = Client::Connect(cc);
+    EXPECT_FALSE(c.ok());  // the squatter speaks no protocol
+    ASSERT_EQ(::read(rep[0], &got, sizeof got), static_cast<ssize_t>(sizeof got));
+    EXPECT_GT(got, 0u) << "with server_uid named, the client talks to that uid";
+    ::close(rep[0]);
+    reap(sq);
+  }
+
+  // The Manager as the victim user, on its default socket (no XDG_RUNTIME_DIR).
+  if (::access(manager_bin_.c_str(), R_OK | X_OK) != 0) GTEST_SKIP() << "binary not readable";
+  auto run_as_victim = [&](std::vector<std::string> flags) {
+    std::vector<std::string> argv = {"/usr/bin/setpriv",
+                                     "--reuid",
+                                     V,
+                                     "--regid",
+                                     V,
+                                     "--clear-groups",
+                                     "env",
+                                     "-u",
+                                     "XDG_RUNTIME_DIR",
+                                     manager_bin_,
+                                     "--pool-size",
+                                     "8mib",
+                                     "--metrics-port",
+                                     "0"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    return std::make_unique<Proc>("manager as " + V, argv);
+  };
+  const std::string victim_dir = "/tmp/orbitkv-" + V;
+  std::filesystem::remove_all(victim_dir);
+  {
+    std::unique_ptr<Proc> probe = run_as_victim({"--version"});
+    std::optional<int> st = probe->WaitExit(10s);
+    if (!st || !WIFEXITED(*st) || WEXITSTATUS(*st) != 0) {
+      GTEST_SKIP() << "cannot run the Manager as uid " << V << ": " << probe->Tail();
+    }
+  }
+  // (2) A squatter's directory at the default path: the Manager refuses to
+  // start and names the squatter's uid.
+  ASSERT_EQ(::mkdir(victim_dir.c_str(), 0777), 0);
+  ASSERT_EQ(::chmod(victim_dir.c_str(), 0777), 0);
+  ASSERT_EQ(::chown(victim_dir.c_str(), squatter->first, squatter->second), 0);
+  {
+    std::unique_ptr<Proc> m = run_as_victim({});
+    std::optional<int> st = m->WaitExit(20s);
+    ASSERT_TRUE(st && WIFEXITED(*st)) << m->Tail();
+    EXPECT_NE(WEXITSTATUS(*st), 0);
+    m->WaitEof(5s);
+    EXPECT_NE(m->Output().find("owned by uid " + S), std::string::npos) << m->Output();
+  }
+  std::filesystem::remove_all(victim_dir);
+  // (3) No squatter: the Manager creates a private directory; a stale socket
+  // of a killed Manager is replaced on restart.
+  for (int round = 0; round < 2; ++round) {
+    std::unique_ptr<Proc> m = run_as_victim({});
+    ASSERT_TRUE(m->WaitOutput("orbitkv-cache-manager ready", 20s)) << m->Tail();
+    struct stat st {};
+    ASSERT_EQ(::lstat(victim_dir.c_str(), &st), 0);
+    EXPECT_TRUE(S_ISDIR(st.st_mode));
+    EXPECT_EQ(st.st_uid, victim->first);
+    EXPECT_EQ(st.st_mode & 07777, 0700u);
+    m->Signal(SIGKILL);  // leaves its socket behind
+    m->WaitExit(10s);
+  }
+  std::filesystem::remove_all(victim_dir);
+  // (4) A live socket of another user on an explicit --socket: the Manager
+  // refuses it and names that user's uid.
+  {
+    const std::string path = shared + "/live.sock";
+    int rep[2];
+    ASSERT_EQ(::pipe(rep), 0);
+    const pid_t sq = squat(path, 1, rep[1]);
+    ::close(rep[1]);
+    char ready;
+    ASSERT_EQ(::read(rep[0], &ready, 1), 1);
+    std::unique_ptr<Proc> m = run_as_victim({"--socket", path});
+    std::optional<int> st = m->WaitExit(20s);
+    ASSERT_TRUE(st && WIFEXITED(*st)) << m->Tail();
+    EXPECT_NE(WEXITSTATUS(*st), 0);
+    m->WaitEof(5s);
+    EXPECT_NE(m->Output().find("uid " + S), std::string::npos) << m->Output();
+    ::close(rep[0]);
+    reap(sq);
+  }
 }
 
 }  // namespace

@@ -36,6 +36,7 @@ class Manager:
         self.ssd_dir = workdir / "ssd"
         self.ssd_dir.mkdir()
         self.log_path = workdir / "manager.log"
+        self.killed_by_test = False
         args = [
             binary,
             "--socket", self.socket_path,
@@ -78,8 +79,17 @@ class Manager:
     def client(self, **kwargs) -> orbitkv.Client:
         return orbitkv.Client(self.socket_path, **kwargs)
 
+    def kill(self) -> None:
+        """SIGKILL (the test means it: stop() then reports 0)."""
+        self.killed_by_test = True
+        self.proc.kill()
+        self.proc.wait()
+
     def stop(self) -> int:
-        """SIGTERM, wait for a clean exit; returns the exit code."""
+        """SIGTERM, wait for a clean exit; returns the exit code (0 after kill())."""
+        if self.killed_by_test:
+            self._log.close()
+            return 0
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:

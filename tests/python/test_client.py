@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import signal
 import socket
 import threading
 import time
@@ -400,3 +401,94 @@ def test_concurrent_restores_from_two_threads(client):
     for t in threads:
         t.join()
     assert not errors, errors
+
+
+# ---- connection state, limits and restore timeouts --------------------------------
+
+
+def test_closed_is_true_once_the_manager_dies(manager):
+    client = manager.client()
+    assert not client.closed
+    manager.kill()
+    deadline = time.monotonic() + 5
+    while not client.closed and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert client.closed, "Client.closed stayed False after the Manager died"
+    with pytest.raises(orbitkv.OrbitCancelledError):
+        client.query(1, 0, keys("dead", [0]))
+
+
+def test_limits_raise_their_typed_reason(start_manager):
+    m = start_manager(extra=["--max-connections", "1", "--idle-timeout-ms", "800"])
+    # The fixture's readiness probe may still hold the one slot for a moment.
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            first = m.client()
+            break
+        except orbitkv.ResourceExhaustedError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+    with pytest.raises(orbitkv.ResourceExhaustedError, match="--max-connections"):
+        m.client()
+    # Idle without an instance: closed by the Manager, with its reason.
+    time.sleep(1.5)
+    assert first.closed
+    with pytest.raises(orbitkv.DeadlineExceededError, match="--idle-timeout-ms"):
+        first.query(1, 0, keys("idle", [0]))
+
+
+def stop_process(pid: int) -> None:
+    """SIGSTOP, and wait until every thread of `pid` is stopped."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        states = []
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                states.append(f.read().rsplit(")", 1)[1].split()[0])
+        if all(s in ("T", "t") for s in states):
+            return
+        time.sleep(0.005)
+    raise AssertionError(f"process {pid} did not stop: {states}")
+
+
+# orbitkv/__init__.py (packaging) re-exports it once merged; the module has it.
+RestoreStillOwnedError = getattr(
+    orbitkv, "RestoreStillOwnedError", orbitkv._orbitkv.RestoreStillOwnedError
+)
+
+
+def test_restore_timeout_raises_still_owned_until_wait_restore(manager):
+    client = manager.client(timeout_ms=1000, restore_cancel_grace_ms=500)
+    ns = "stalled"
+    eng = Engine(orbitkv.split_layout(8, [4096, 1000]), seed=5)
+    inst = eng.register(client, ns)
+    written = eng.fill(0)
+    assert client.publish(inst, 0, keys(ns, [0]), [0]).sealed == 1
+    q = client.query(inst, 0, keys(ns, [0]))
+    mine = eng.fill(1)  # the engine's own bytes in the destination page
+    stop_process(manager.proc.pid)
+    try:
+        ticket = client.new_ticket()
+        start = time.monotonic()
+        with pytest.raises(RestoreStillOwnedError) as e:
+            client.restore(inst, q.query, [0], [1], ticket=ticket)
+        assert time.monotonic() - start >= 1.4  # timeout, then the cancel grace
+        assert isinstance(e.value, orbitkv.DeadlineExceededError)
+        assert e.value.ticket == ticket
+        assert "wait" in str(e.value).lower()
+        assert eng.read(1) == mine, "written while the Manager was stopped?" + str(
+            eng.read(1) == written
+        )
+    finally:
+        os.kill(manager.proc.pid, signal.SIGCONT)
+    results = client.wait_restore(ticket, timeout_ms=10000)
+    assert len(results) == 1
+    expected = written if results[0].ok else mine
+    assert eng.read(1) == expected
+    time.sleep(0.3)
+    assert eng.read(1) == expected, "a page was written after wait_restore returned"
+    with pytest.raises(orbitkv.InvalidArgumentError):
+        client.wait_restore(ticket, timeout_ms=100)

@@ -1,0 +1,1 @@
+"""benches.gds: native GPUDirect Storage qualification of a bare-metal host (see __main__)."""
