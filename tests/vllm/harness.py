@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -200,11 +201,11 @@ class Engine:
                                 prompt_logprobs_dict={}, pooler_output=None,
                                 kv_connector_output=kv_out)
         engine_out = self.scheduler.update_from_output(so, out)
-        for k, v in (wstats.data if wstats else {}).items():
-            self.stats[k] = self.stats.get(k, 0) + v
-        sstats = self.scheduler.connector.get_kv_connector_stats()
-        for k, v in (sstats.data if sstats else {}).items():
-            self.stats[k] = self.stats.get(k, 0) + v
+        # The connector's counters as vLLM reports them: worker and scheduler side summed.
+        for eco in engine_out.values():
+            st = eco.scheduler_stats
+            for k, v in ((st.kv_connector_stats or {}) if st is not None else {}).items():
+                self.stats[k] = self.stats.get(k, 0) + v
         if self.record is not None:
             checks = self._load_checks(plan, recving or set())
             self.record.step(plan.to_json(), recorded_writes, checks)
@@ -239,21 +240,29 @@ class Engine:
             bad = kvreplay.check_rows(self.spec, self.kv, list(req.all_token_ids), ids, 0, n)
             assert not bad, f"{req.request_id}: {len(bad)} wrong KV rows, first {bad[:3]}"
 
-    def run(self, max_steps: int = 200, until=None) -> None:
-        """Steps until no request is left (or `until()` is true)."""
-        for _ in range(max_steps):
-            if until is not None and until():
+    def run(self, timeout_s: float = 60.0, until=None) -> None:
+        """Steps until no request is left, delayed frees included (or `until()` holds);
+        idle steps (everything waits for the Manager) sleep 1 ms."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if until() if until is not None else not self.scheduler.has_requests():
                 return
-            if until is None and not self.scheduler.has_requests():
-                return
-            self.step()
-        raise AssertionError(f"not done after {max_steps} steps: {self.describe()}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"not done after {timeout_s} s: {self.describe()}")
+            if self.step().so.total_num_scheduled_tokens == 0:
+                time.sleep(0.001)
 
     def describe(self) -> str:
         return ", ".join(f"{r.request_id}:{r.status.name}" for r in self.scheduler.requests.values())
 
-    def drain_saves(self) -> None:
-        assert self.worker_core.wait_for_saves(30), "saves did not finish"
+    def serve(self, req: Request) -> Request:
+        """Runs `req` to the end (its saves done, its blocks freed), then drops
+        vLLM's local prefix cache, so the same prefix must come from the Manager."""
+        self.add(req)
+        self.run()
+        assert req.is_finished()
+        assert self.scheduler.reset_prefix_cache()
+        return req
 
     def free_blocks(self) -> int:
         return self.scheduler.kv_cache_manager.block_pool.get_num_free_blocks()

@@ -65,40 +65,38 @@ def _row_value(h: bytes, layer: int, kv: int, n: int) -> bytes:
     return (seed * (n // 32 + 1))[:n]
 
 
+def _rows(spec: dict, kv_caches: Dict[str, object], tokens: Sequence[int],
+          block_ids: Sequence[int], start: int, end: int):
+    """(label, row view, the forward's bytes) of every K and V row of [start, end)."""
+    bs = spec["block_size"]
+    hashes = row_hashes(tokens[:end])
+    for li, name in enumerate(spec["layers"]):
+        t = kv_caches[name]
+        row_bytes = t.shape[-2] * t.shape[-1] * t.element_size()
+        for kv in (0, 1):
+            for j in range(start, end):
+                row = t[_kv_index(spec, kv, block_ids[j // bs], j % bs)]
+                label = f"{name} {'KV'[kv]} token {j} (block {block_ids[j // bs]})"
+                yield label, row, _row_value(hashes[j], li, kv, row_bytes)
+
+
 def write_rows(spec: dict, kv_caches: Dict[str, object], tokens: Sequence[int],
                block_ids: Sequence[int], start: int, end: int) -> None:
     """The forward of positions [start, end) of a request with `tokens` in `block_ids`."""
     import torch
 
-    bs = spec["block_size"]
-    hashes = row_hashes(tokens[:end])
-    for li, name in enumerate(spec["layers"]):
-        t = kv_caches[name]
-        row_bytes = t.shape[-2] * t.shape[-1] * t.element_size()
-        for kv in (0, 1):
-            for j in range(start, end):
-                row = t[_kv_index(spec, kv, block_ids[j // bs], j % bs)]
-                value = torch.frombuffer(bytearray(_row_value(hashes[j], li, kv, row_bytes)),
-                                         dtype=torch.uint8)
-                row.copy_(value.view(t.dtype).view(row.shape))
+    for _, row, value in _rows(spec, kv_caches, tokens, block_ids, start, end):
+        v = torch.frombuffer(bytearray(value), dtype=torch.uint8)
+        row.copy_(v.view(row.dtype).view(row.shape))
 
 
 def check_rows(spec: dict, kv_caches: Dict[str, object], tokens: Sequence[int],
                block_ids: Sequence[int], start: int, end: int) -> List[str]:
     """Positions of [start, end) whose KV rows differ from the forward's; [] if all match."""
-    bs = spec["block_size"]
-    hashes = row_hashes(tokens[:end])
-    bad = []
-    for li, name in enumerate(spec["layers"]):
-        t = kv_caches[name]
-        row_bytes = t.shape[-2] * t.shape[-1] * t.element_size()
-        for kv in (0, 1):
-            for j in range(start, end):
-                row = t[_kv_index(spec, kv, block_ids[j // bs], j % bs)]
-                got = row.contiguous().cpu().view(-1).view(__import__("torch").uint8).numpy().tobytes()
-                if got != _row_value(hashes[j], li, kv, row_bytes):
-                    bad.append(f"{name} {'KV'[kv]} token {j} (block {block_ids[j // bs]})")
-    return bad
+    import torch
+
+    return [label for label, row, value in _rows(spec, kv_caches, tokens, block_ids, start, end)
+            if row.contiguous().cpu().view(-1).view(torch.uint8).numpy().tobytes() != value]
 
 
 class Recording:
@@ -118,20 +116,21 @@ class Recording:
 
 
 def replay(recording: dict, core, kv_caches: Dict[str, object], ready=None,
-           timeout_s: float = 60.0) -> dict:
+           timeout_s: float = 60.0, layout: str = "") -> dict:
     """Drives an orbitkv.vllm.worker.WorkerCore through a recording.
 
     Per step: handle_preemptions, start_load, the forward's writes, save
     (`ready` runs first on the saver thread, e.g. a CUDA synchronize), then
     get_finished until the step's checked loads finished; each check compares
     the loaded rows byte for byte. Returns counts; raises AssertionError on a
-    wrong byte or a load error.
+    wrong byte or a load error. `layout` names the tensors' layout when it is
+    not the recorded one.
     """
     import time
 
     from orbitkv.vllm.plan import StepPlan
 
-    spec = recording["spec"]
+    spec = dict(recording["spec"], **({"layout": layout} if layout else {}))
     checked = restored_steps = 0
     received: set = set()  # loads may finish earlier than in the recorded run
     for i, step in enumerate(recording["steps"]):

@@ -115,6 +115,29 @@ def rank_namespaces(vllm_config: "VllmConfig", kv_cache_config: "KVCacheConfig",
     }
 
 
+def rank_slot_bytes(vllm_config: "VllmConfig", kv_cache_config: "KVCacheConfig",
+                    pp_rank: int) -> List[int]:
+    """The slot sizes of one block on a rank of pipeline stage `pp_rank`, as the
+    worker registers them (orbitkv.vllm.layout): a K and a V slot per layer, or
+    one slot per layer for MLA. Every instance of a namespace must agree."""
+    from vllm.v1.kv_cache_interface import MLAAttentionSpec
+
+    spec = _group_spec(kv_cache_config)
+    layers = list(kv_cache_config.kv_cache_groups[0].layer_names)
+    pp = vllm_config.parallel_config.pipeline_parallel_size
+    if pp > 1:
+        from vllm.distributed.utils import get_pp_indices
+        from vllm.model_executor.models.utils import extract_layer_index
+
+        total = vllm_config.model_config.get_total_num_hidden_layers()
+        start, end = get_pp_indices(total, pp_rank, pp)
+        layers = [n for n in layers if start <= extract_layer_index(n) < end]
+    page = spec.page_size_bytes
+    if isinstance(spec, MLAAttentionSpec):
+        return [page] * len(layers)
+    return [page // 2] * (2 * len(layers))
+
+
 def _this_rank() -> tuple:
     """(tp_rank, pp_rank) of this worker; (0, 0) without vLLM's distributed groups."""
     from vllm.distributed import parallel_state as ps
@@ -149,12 +172,16 @@ class OrbitKVConnector(KVConnectorBase_V1):
         if role == KVConnectorRole.SCHEDULER:
             self._sched = SchedulerCore(
                 self._cfg,
-                [self._namespaces[k] for k in sorted(self._namespaces)],
+                [
+                    (self._namespaces[k], rank_slot_bytes(vllm_config, kv_cache_config, k[1]))
+                    for k in sorted(self._namespaces)
+                ],
                 self._block_size,
                 hash_block_size=kv_cache_config.hash_block_size,
             )
         else:
             tp_rank, pp_rank = _this_rank()
+            self._slot_bytes = rank_slot_bytes(vllm_config, kv_cache_config, pp_rank)
             ns = self._namespaces[(tp_rank, pp_rank)]
             rank = pp_rank * vllm_config.parallel_config.tensor_parallel_size + tp_rank
             self._worker = WorkerCore(self._cfg, ns, rank)
@@ -242,19 +269,14 @@ class OrbitKVConnector(KVConnectorBase_V1):
 
     def register_kv_caches(self, kv_caches: Dict[str, torch.Tensor]) -> None:
         assert self._worker is not None
-        spec = _group_spec(self._kv_cache_config)
         layout = describe_kv_caches(kv_caches, self._kv_cache_config.num_blocks)
-        expect = spec.page_size_bytes if hasattr(spec, "page_size_bytes") else None
-        per_layer: Dict[str, int] = {}
-        for s in layout.slots:
-            per_layer[s.layer] = per_layer.get(s.layer, 0) + s.bytes_per_page
-        if expect is not None:
-            wrong = {k: v for k, v in per_layer.items() if v != expect}
-            if wrong:
-                raise ValueError(
-                    f"OrbitKVConnector: KV bytes per block {wrong} differ from the KV cache "
-                    f"spec's {expect}"
-                )
+        got = [s.bytes_per_page for s in layout.slots]
+        if got != self._slot_bytes:
+            raise ValueError(
+                f"OrbitKVConnector: the KV tensors give {len(got)} slots per block "
+                f"({sorted(set(got))} bytes), the KV cache config {len(self._slot_bytes)} "
+                f"({sorted(set(self._slot_bytes))} bytes)"
+            )
         self._worker.register(layout)
 
     def handle_preemptions(self, kv_connector_metadata: KVConnectorMetadata) -> None:

@@ -1,12 +1,13 @@
 """vLLM KV cache tensors -> an OrbitKV instance layout (no vLLM import).
 
-One OrbitKV page is one vLLM block. Every layer tensor contributes one slot per
-index of the dimensions in front of its block dimension (K and V of the older
-per-layer ``(2, num_blocks, block_size, heads, head_size)`` layout; one slot
-for the block-first ``(num_blocks, 2, block_size, heads, head_size)`` and the
-cross-layer ``(num_blocks, layers, 2, ...)`` ones). The dimensions behind the
-block dimension must tile one dense byte range per block, in any stride order
-(vLLM's HND/NHD permutations pass). Offsets and strides come from the tensors'
+One OrbitKV page is one vLLM block. Every layer contributes two slots, its K
+and its V block, whether the tensor is the older per-layer
+``(2, num_blocks, block_size, heads, head_size)`` or the block-first
+``(num_blocks, 2, block_size, heads, head_size)`` one, so both store the same
+object and instances of either layout share it; a tensor without a K/V
+dimension (``(num_blocks, ...)``, e.g. MLA) is one slot. A slot must be one
+dense byte range per block, in any stride order (vLLM's HND/NHD permutations
+pass; the namespace keeps the two apart). Offsets and strides come from the tensors'
 real ``data_ptr()`` and ``stride()``, never from assumed shapes.
 
 Regions are the memory the tensors live in: for CUDA, the cudaMalloc
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-import weakref
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import orbitkv
@@ -34,8 +34,10 @@ _host_pages: Dict[int, Tuple[int, "orbitkv.HostPages"]] = {}
 
 def host_tensor(shape: Sequence[int], dtype, name: str = "orbitkv-vllm-kv"):
     """A zeroed CPU tensor of `shape`/`dtype` in a fresh sealed memfd
-    (:class:`orbitkv.HostPages`), so the Manager can map it. The memfd lives
-    as long as the tensor's storage does."""
+    (:class:`orbitkv.HostPages`), so the Manager can map it. The memfd stays
+    known to :func:`describe_kv_caches` (and alive) until
+    :func:`release_host_tensor` or the end of the process: views of the
+    tensor (permuted, sliced) find it too."""
     import torch
 
     itemsize = torch.empty((), dtype=dtype).element_size()
@@ -47,14 +49,14 @@ def host_tensor(shape: Sequence[int], dtype, name: str = "orbitkv-vllm-kv"):
     pages = orbitkv.HostPages(nbytes, name)
     flat = torch.frombuffer(pages, dtype=torch.uint8)
     t = flat.view(dtype).view(*shape)
-    base = flat.data_ptr()
     with _host_lock:
-        _host_pages[base] = (nbytes, pages)
-    weakref.finalize(flat, _forget_host_pages, base)
+        _host_pages[flat.data_ptr()] = (nbytes, pages)
     return t
 
 
-def _forget_host_pages(base: int) -> None:
+def release_host_tensor(t) -> None:
+    """Forgets the memfd of a :func:`host_tensor` (it is freed with the tensor's storage)."""
+    base, _ = _find_host_pages(t.data_ptr())
     with _host_lock:
         _host_pages.pop(base, None)
 
@@ -120,16 +122,22 @@ class KVLayout:
         return [f"{s.layer}{list(s.index)}:{s.bytes_per_page}" for s in self.slots]
 
 
-def block_dim(shape: Sequence[int], num_blocks: int) -> int:
-    """The block dimension of a vLLM KV tensor: 1 for (2, num_blocks, ...), 0 for
-    (num_blocks, ...). Anything else is a ValueError."""
-    if len(shape) >= 3 and shape[0] == 2 and shape[1] == num_blocks:
-        return 1
+def kv_dims(shape: Sequence[int], num_blocks: int) -> Tuple[int, Optional[int]]:
+    """(block dimension, K/V dimension or None) of a vLLM KV tensor.
+
+    (2, num_blocks, block_size, heads, head_size) -> (1, 0);
+    (num_blocks, 2, block_size, heads, head_size) -> (0, 1);
+    any other (num_blocks, ...) -> (0, None), one slot per layer (e.g. MLA).
+    """
+    if len(shape) == 5 and shape[0] == 2 and shape[1] == num_blocks:
+        return 1, 0
+    if len(shape) == 5 and shape[0] == num_blocks and shape[1] == 2:
+        return 0, 1
     if len(shape) >= 2 and shape[0] == num_blocks:
-        return 0
+        return 0, None
     raise ValueError(
-        f"KV cache tensor of shape {tuple(shape)}: no block dimension of size {num_blocks} "
-        "at position 0 or 1 (expected (2, num_blocks, ...) or (num_blocks, ...))"
+        f"KV cache tensor of shape {tuple(shape)}: expected (2, {num_blocks}, ...), "
+        f"({num_blocks}, 2, ...) or ({num_blocks}, ...)"
     )
 
 
@@ -181,15 +189,16 @@ def describe_kv_caches(kv_caches: Mapping[str, object], num_blocks: int) -> KVLa
     slots: List[SlotInfo] = []
     for name, t in kv_caches.items():
         shape, stride, item = tuple(t.shape), tuple(t.stride()), t.element_size()
-        b = block_dim(shape, num_blocks)
-        inner_shape, inner_stride = shape[b + 1 :], stride[b + 1 :]
-        if not _dense_span(inner_shape, inner_stride):
+        b, kv = kv_dims(shape, num_blocks)
+        inner = [d for d in range(len(shape)) if d not in (b, kv)]
+        inner_shape = [shape[d] for d in inner]
+        if not _dense_span(inner_shape, [stride[d] for d in inner]):
             raise ValueError(
                 f"KV cache {name}: shape {shape} strides {stride}: a block is not one dense range"
             )
         per_page = item
-        for s in inner_shape:
-            per_page *= s
+        for s_ in inner_shape:
+            per_page *= s_
         key, base, alloc, handle, pages = _region_of(t)
         if key not in regions:
             regions[key] = len(region_base)
@@ -201,17 +210,13 @@ def describe_kv_caches(kv_caches: Mapping[str, object], num_blocks: int) -> KVLa
             if pages is not None:
                 host.append(pages)
         r = regions[key]
-        outer = shape[:b]
-        idx_list: List[Tuple[int, ...]] = [()]
-        for size in outer:
-            idx_list = [i + (j,) for i in idx_list for j in range(size)]
-        for idx in idx_list:
-            start = t.data_ptr() + sum(i * s for i, s in zip(idx, stride[:b])) * item
+        page_stride = stride[b] * item
+        for idx in ((0, 1) if kv is not None else (None,)):
+            start = t.data_ptr() + (0 if idx is None else idx * stride[kv] * item)
             offset = start - region_base[r]
-            page_stride = stride[b] * item
             last = offset + (num_blocks - 1) * page_stride + per_page
             region_end[r] = max(region_end[r], region_base[r] + last)
-            slots.append(SlotInfo(name, idx, r, offset, page_stride, per_page))
+            slots.append(SlotInfo(name, () if idx is None else (idx,), r, offset, page_stride, per_page))
     region_bytes = [end - base for base, end in zip(region_base, region_end)]
     for r, alloc in enumerate(region_alloc):
         if alloc is not None and region_bytes[r] > alloc:

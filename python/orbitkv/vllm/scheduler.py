@@ -10,8 +10,9 @@ scheduler thread.
 
 Bounded and exception-free: every Manager call has ``query_timeout_ms``; a
 failed or slow call answers zero hits, closes the connection and skips the
-Manager for ``retry_interval_s``. The scheduler queries through small "probe"
-instances (one host page) registered in every rank's namespace; it releases
+Manager for ``retry_interval_s``. The scheduler queries through "probe"
+instances (one host page of the rank's slot sizes, never written: a memfd
+costs no memory until touched) registered in every rank's namespace; it releases
 each query at once (workers query again before they restore, so a hit that
 vanished in between is a load error and vLLM recomputes it).
 """
@@ -31,9 +32,6 @@ from .keys import block_key
 from .plan import LoadSpec, SaveSpec, StepPlan
 
 log = logging.getLogger("orbitkv.vllm")
-
-PROBE_BYTES = 4096
-
 
 @dataclasses.dataclass
 class _Req:
@@ -65,7 +63,7 @@ class SchedulerStats:
         "missed_blocks",
         "load_blocks_planned",
         "save_blocks_planned",
-        "load_failed_blocks",
+        "recompute_blocks",
     )
 
     def __init__(self) -> None:
@@ -76,12 +74,12 @@ class SchedulerCore:
     def __init__(
         self,
         config: ConnectorConfig,
-        namespaces: Sequence[str],
+        probes: Sequence[Tuple[str, Sequence[int]]],
         block_size: int,
         client_factory: Optional[Callable[[], "orbitkv.Client"]] = None,
         hash_block_size: Optional[int] = None,
     ) -> None:
-        if not namespaces:
+        if not probes:
             raise ValueError("SchedulerCore: no namespaces")
         hash_block_size = hash_block_size or block_size
         if block_size % hash_block_size:
@@ -90,7 +88,9 @@ class SchedulerCore:
             )
         self.hashes_per_block = block_size // hash_block_size
         self.cfg = config
-        self.namespaces = list(namespaces)
+        self.namespaces = [ns for ns, _ in probes]
+        # The Manager wants every instance of a namespace to have its slot sizes.
+        self._probe_layouts = [orbitkv.page_first_layout(1, list(b)) for _, b in probes]
         self.block_size = block_size
         self._client_factory = client_factory or (
             lambda: orbitkv.Client(
@@ -118,11 +118,13 @@ class SchedulerCore:
         client = None
         try:
             client = self._client_factory()
-            pages = [orbitkv.HostPages(PROBE_BYTES, "orbitkv-vllm-probe") for _ in self.namespaces]
-            layout = orbitkv.split_layout(1, [PROBE_BYTES])
+            pages = [
+                orbitkv.HostPages(lay.region_bytes[0], "orbitkv-vllm-probe")
+                for lay in self._probe_layouts
+            ]
             probes = [
-                client.register_instance(ns, 0, "host", layout, [p])
-                for ns, p in zip(self.namespaces, pages)
+                client.register_instance(ns, 0, "host", lay, [p])
+                for ns, lay, p in zip(self.namespaces, self._probe_layouts, pages)
             ]
         except (orbitkv.OrbitKVError, OSError) as e:
             if client is not None:
@@ -135,12 +137,7 @@ class SchedulerCore:
     def _fail(self, what: str) -> None:
         self._stats.values["query_failures"] += 1
         log.warning("OrbitKV: %s; no Manager lookups for %.1f s", what, self.cfg.retry_interval_s)
-        if self._client is not None:
-            self._client.close()
-        self._client, self._probes = None, []
-        for p in self._probe_pages:
-            p.close()
-        self._probe_pages = []
+        self.close()
         self._next_retry = time.monotonic() + self.cfg.retry_interval_s
 
     def query(self, keys: List[bytes]) -> Tuple[int, List[str]]:
@@ -286,7 +283,7 @@ class SchedulerCore:
                 # vLLM recomputes from the first failed block: save from there.
                 local = st.hit[0]
                 st.saved = min(st.saved, local + bad[0])
-                self._stats.values["load_failed_blocks"] += len(spec.block_ids) - bad[0]
+                self._stats.values["recompute_blocks"] += len(spec.block_ids) - bad[0]
         for req_id in finished_recving:
             st = self._reqs.get(req_id)
             if st is not None:
@@ -313,6 +310,7 @@ class SchedulerCore:
         return len(self._reqs)
 
     def close(self) -> None:
+        """Closes the connection (the Manager drops the probe instances)."""
         if self._client is not None:
             self._client.close()
         self._client, self._probes = None, []

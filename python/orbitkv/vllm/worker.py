@@ -228,22 +228,19 @@ class WorkerCore:
                 self._saves[spec.req_id].append(self._saver.submit(self._save, spec, ready))
 
     def _save(self, spec: SaveSpec, ready: Optional[Callable[[], None]]) -> None:
+        client = None
         try:
             if ready is not None:
                 ready()
             client, inst = self._session()
             if client is None:
-                with self._mu:
-                    self._stats.add("save_failed_blocks", len(spec.keys))
-                return
+                raise ConnectionError("no Manager")
             r = client.publish(inst, 0, spec.keys, spec.block_ids)
-        except (orbitkv.OrbitKVError, OSError) as e:
-            self._failed(f"save for {spec.req_id}: {e}", client if "client" in locals() else None)
-            with self._mu:
-                self._stats.add("save_failed_blocks", len(spec.keys))
-            return
-        except Exception as e:  # never into vLLM: a dropped save only costs hits
-            log.warning("OrbitKV: save of %s failed: %s", spec.req_id, e)
+        except Exception as e:  # never into vLLM: a dropped save only costs later hits
+            if client is not None and isinstance(e, (orbitkv.OrbitKVError, OSError)):
+                self._failed(f"save for {spec.req_id}: {e}", client)
+            elif client is not None:
+                log.warning("OrbitKV: save of %s failed: %s", spec.req_id, e)
             with self._mu:
                 self._stats.add("save_failed_blocks", len(spec.keys))
             return
