@@ -208,6 +208,8 @@ def test_preemption_while_loading_and_saving(manager, model_path):
     e.run()
     assert b.is_finished() and c.is_finished() and d.is_finished()
     assert e.stats.get("load_failed_blocks", 0) == 0
+    # Every planned block was restored (b's 4, and a preempted request's own saved blocks).
+    assert e.stats["restored_blocks_dram"] == e.stats["load_blocks_planned"] >= 4, e.stats
     e.assert_empty()
     e.close()
 
