@@ -77,13 +77,14 @@ def test_layouts_give_a_k_and_a_v_slot_per_layer(layout):
             got = bytes(d.host_regions[slot.region].view()[off : off + slot.bytes_per_page])
             assert got == want, f"{layout} slot {slot} page {page}"
     d.instance_layout().validate()
+    assert d.block_bytes() == 4 * block
 
 
 def test_layout_errors_are_clear():
     with pytest.raises(ValueError, match="expected"):
         describe_kv_caches({"l": host_tensor((3, 8, 16), torch.float16)}, 8)
     t = host_tensor((2, 8, 16, 4, 16), torch.float16)[:, :, :, :2, :]  # a block with holes
-    with pytest.raises(ValueError, match="not one dense range"):
+    with pytest.raises(ValueError, match="is not contiguous"):
         describe_kv_caches({"l": t}, 8)
-    with pytest.raises(ValueError, match="must live in OrbitKV host pages"):
+    with pytest.raises(ValueError, match="not in OrbitKV host memory"):
         describe_kv_caches({"l": torch.zeros((2, 8, 16, 2, 16))}, 8)
