@@ -66,8 +66,16 @@ class Gate:
         self.event.set()
 
 
-def finish(engine, req_id):
-    return engine.reqs[req_id].is_finished()
+def gated_load(e, seed: int, tokens: int):
+    """Serves a prompt, then starts loading the same prompt as request "b" with
+    the worker's load query held at a Gate; returns (b, gate) once it waits."""
+    e.serve(request("a", prompt(seed, tokens)))
+    gate = Gate(e.worker_core, query=True)
+    b = e.add(request("b", prompt(seed, tokens)))
+    e.step()
+    assert b.status == RequestStatus.WAITING_FOR_REMOTE_KVS
+    assert gate.entered.wait(10)
+    return b, gate
 
 
 def test_prefix_hit_across_requests_restores_the_saved_blocks(manager, model_path):
@@ -148,13 +156,10 @@ def test_prefix_hit_across_two_scheduler_instances(manager, model_path):
 
 def test_async_load_completes_only_when_the_worker_reports_it(manager, model_path):
     e = Engine(harness.vllm_config(model_path, extra(manager)))
-    e.serve(request("a", prompt(4, 3 * BLOCK_SIZE + 2)))
-    gate = Gate(e.worker_core, query=True)
-    b = e.add(request("b", prompt(4, 3 * BLOCK_SIZE + 2)))
+    b, gate = gated_load(e, 4, 3 * BLOCK_SIZE + 2)
     for _ in range(5):
         r = e.step()
         assert b.status == RequestStatus.WAITING_FOR_REMOTE_KVS and not r.recving
-    assert gate.entered.wait(10)
     gate.open()
     e.run(until=lambda: b.status == RequestStatus.RUNNING)
     assert b.num_computed_tokens >= 3 * BLOCK_SIZE
@@ -167,12 +172,7 @@ def test_async_load_completes_only_when_the_worker_reports_it(manager, model_pat
 
 def test_abort_while_loading_keeps_blocks_until_the_load_ends(manager, model_path):
     e = Engine(harness.vllm_config(model_path, extra(manager)))
-    e.serve(request("a", prompt(5, 4 * BLOCK_SIZE + 1)))
-    gate = Gate(e.worker_core, query=True)
-    b = e.add(request("b", prompt(5, 4 * BLOCK_SIZE + 1)))
-    e.step()
-    assert b.status == RequestStatus.WAITING_FOR_REMOTE_KVS
-    assert gate.entered.wait(10)
+    b, gate = gated_load(e, 5, 4 * BLOCK_SIZE + 1)
     free_before = e.free_blocks()
     e.scheduler.finish_requests("b", RequestStatus.FINISHED_ABORTED)
     for _ in range(3):
@@ -219,12 +219,7 @@ def test_failed_load_is_recomputed(start_manager, model_path):
     the blocks are load errors, vLLM recomputes them, the KV is right."""
     m = start_manager(pool_size="1mib")
     e = Engine(harness.vllm_config(model_path, extra(m)))
-    e.serve(request("a", prompt(9, 4 * BLOCK_SIZE + 1)))
-    b = e.add(request("b", prompt(9, 4 * BLOCK_SIZE + 1)))
-    gate = Gate(e.worker_core, query=True)
-    e.step()
-    assert b.status == RequestStatus.WAITING_FOR_REMOTE_KVS
-    assert gate.entered.wait(10)
+    b, gate = gated_load(e, 9, 4 * BLOCK_SIZE + 1)
     _evict_everything(m, e.worker_core.namespace, e.worker_core._layout)
     gate.open()
     e.run(until=lambda: b.is_finished())
@@ -239,8 +234,6 @@ def _evict_everything(m, ns, layout):
     """Publishes unrelated blocks of the same namespace until the pool dropped the old ones."""
     import hashlib
 
-    from orbitkv.vllm.layout import host_tensor  # noqa: F401  (layout of the same shape)
-
     pages = orbitkv.allocate_regions(layout.instance_layout())
     with orbitkv.Client(m.socket_path) as c:
         inst = c.register_instance(ns, 9, "host", layout.instance_layout(), pages)
@@ -252,12 +245,7 @@ def _evict_everything(m, ns, layout):
 
 def test_manager_killed_mid_run_gives_misses_not_errors(manager, model_path):
     e = Engine(harness.vllm_config(model_path, extra(manager)))
-    e.serve(request("a", prompt(10, 3 * BLOCK_SIZE + 1)))
-    b = e.add(request("b", prompt(10, 3 * BLOCK_SIZE + 1)))
-    gate = Gate(e.worker_core, query=True)
-    e.step()
-    assert b.status == RequestStatus.WAITING_FOR_REMOTE_KVS
-    assert gate.entered.wait(10)
+    b, gate = gated_load(e, 10, 3 * BLOCK_SIZE + 1)
     manager.kill()  # while b loads
     gate.open()
     c = e.add(request("c", prompt(11, 3 * BLOCK_SIZE + 1)))
