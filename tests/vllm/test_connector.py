@@ -14,6 +14,7 @@ import harness
 import kvreplay
 import orbitkv
 from harness import BLOCK_SIZE, Engine, request
+from orbitkv.vllm.config import ConnectorConfig
 from vllm.v1.request import RequestStatus
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "worker_replay.json"
@@ -334,3 +335,56 @@ def test_unsupported_vllm_version_is_refused():
     check_vllm_version("0.33.0")
     with pytest.raises(ImportError, match=r"supports vLLM 0\.33\.x.*has vLLM 0\.32\.0"):
         check_vllm_version("0.32.0")
+
+
+def test_sync_load_policy_restores_before_the_forward(manager, model_path):
+    e = Engine(harness.vllm_config(model_path, extra(manager, load_policy="sync")))
+    e.serve(request("a", prompt(15, 3 * BLOCK_SIZE + 1)))
+    b = e.add(request("b", prompt(15, 3 * BLOCK_SIZE + 1)))
+    r = e.step()
+    # Loaded and computed in the same step: no wait for remote KV.
+    assert r.plan.sync_load and [s.req_id for s in r.plan.loads] == ["b"]
+    assert r.so.has_sync_kv_loads and b.status == RequestStatus.RUNNING
+    assert r.so.num_scheduled_tokens["b"] == 1  # only the last prompt token is computed
+    e.run()
+    assert e.stats["restored_blocks_dram"] == 3
+    e.assert_empty()
+    e.close()
+
+
+@pytest.mark.parametrize("policy,saved", [("off", 0), ("prompt", 3), ("all", 4)])
+def test_save_policy_chooses_the_blocks_published(manager, model_path, policy, saved):
+    e = Engine(harness.vllm_config(model_path, extra(manager, save_policy=policy)))
+    # 3 prompt blocks + 8 tokens; 12 output tokens complete a 4th block.
+    e.serve(request("a", prompt(16, 3 * BLOCK_SIZE + 8), max_tokens=12))
+    assert e.stats.get("saved_blocks", 0) == saved
+    e.assert_empty()
+    e.close()
+
+
+def test_start_manager_starts_one_when_none_listens(tmp_path, model_path):
+    from orbitkv.vllm import launch
+
+    sock = str(tmp_path / "started.sock")
+    cfg = {"socket_path": sock, "start_manager": True, "pool_size": "64mib",
+           "manager_args": ["--metrics-port", "0"], "model_id": "tiny-llama"}
+    try:
+        e = Engine(harness.vllm_config(model_path, cfg))
+        assert len(launch._started) == 1 and launch.listening(sock)
+        e2 = Engine(harness.vllm_config(model_path, cfg))  # finds it listening
+        assert len(launch._started) == 1
+        e.serve(request("a", prompt(17, 2 * BLOCK_SIZE + 1)))
+        b = e2.add(request("b", prompt(17, 2 * BLOCK_SIZE + 1)))
+        e2.step()
+        assert b.status == RequestStatus.WAITING_FOR_REMOTE_KVS
+        e2.run()
+        assert e2.stats["restored_blocks_dram"] == 2
+        e.close()
+        e2.close()
+    finally:
+        launch._stop_started()
+    assert not launch.listening(sock)
+    missing = ConnectorConfig(socket_path=sock, start_manager=True,
+                              manager_binary=str(tmp_path / "none"))
+    with pytest.raises(RuntimeError, match="not executable"):
+        launch.ensure_manager(missing)
