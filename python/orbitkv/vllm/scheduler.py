@@ -44,6 +44,7 @@ class _Req:
     saved: int = 0  # blocks [0, saved) are stored, loaded, or their save is issued
     hit: Tuple[int, int, List[str]] = (0, 0, [])  # (local blocks, Manager hits, tiers) of the last query
     load: Optional[LoadSpec] = None  # the async load in flight (until finished_recving)
+    last_load: Optional[LoadSpec] = None  # the latest load, for its load errors
     saves_issued: bool = False
 
     def sync_keys(self) -> List[bytes]:
@@ -210,13 +211,14 @@ class SchedulerCore:
         st = self._reqs.get(req_id)
         if st is None or num_external_tokens <= 0:
             return
-        n = num_external_tokens // self.block_size
         local, hits, tiers = st.hit
-        if n > hits:
-            raise AssertionError(f"vLLM asked {req_id} for {n} external blocks, {hits} were offered")
+        n = num_external_tokens // self.block_size
+        if n > hits:  # never offered; load what was, vLLM recomputes the rest
+            log.warning("OrbitKV: vLLM took %d external blocks of %s, %d were offered", n, req_id, hits)
+            n = hits
         ids = list(block_ids[local : local + n])
         spec = LoadSpec(req_id, st.keys[local : local + n], ids)
-        st.load = spec
+        st.load = st.last_load = spec
         self._pending_loads.append(spec)
         for t in tiers[:n]:
             self._stats.values["hit_blocks_" + t] += 1
@@ -275,8 +277,8 @@ class SchedulerCore:
     def on_output(self, finished_recving: Set[str], invalid_block_ids: Set[int]) -> None:
         """Worker results of a step: finished loads, blocks whose load failed."""
         for st in self._reqs.values():
-            spec = st.load
-            if spec is None:
+            spec = st.last_load
+            if spec is None or not invalid_block_ids:
                 continue
             bad = [i for i, b in enumerate(spec.block_ids) if b in invalid_block_ids]
             if bad:
