@@ -56,19 +56,21 @@ def wait_listening(path: str, proc: subprocess.Popen, log: Path) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--manager", required=True, help="orbitkv-cache-manager (a CUDA build)")
-    ap.add_argument("--device", default="cuda:0")
+    ap.add_argument("--device", default="cuda:0", help="cuda:N, or host to check the script on CPU")
     ap.add_argument("--fixture", default=str(HERE.parent / "vllm" / "fixtures" / "worker_replay.json"))
     ap.add_argument("--ssd-dir", default=os.environ.get("TMPDIR", "/var/tmp"))
     args = ap.parse_args()
 
     import torch
 
-    if not torch.cuda.is_available():
+    from orbitkv.vllm.config import ConnectorConfig
+    from orbitkv.vllm.layout import describe_kv_caches, host_tensor
+    from orbitkv.vllm.worker import WorkerCore
+
+    host = args.device == "host"  # the same replay on host tensors: checks this script on CPU
+    if not host and not torch.cuda.is_available():
         print("SKIP: no CUDA device")
         return 77
-    from orbitkv.vllm.config import ConnectorConfig
-    from orbitkv.vllm.layout import describe_kv_caches
-    from orbitkv.vllm.worker import WorkerCore
 
     rec = json.loads(Path(args.fixture).read_text())
     work = Path(tempfile.mkdtemp(prefix="orbitkv-vllm-gate-", dir=args.ssd_dir))
@@ -80,11 +82,15 @@ def main() -> int:
     failed = False
     try:
         wait_listening(sock, proc, log)
-        torch.cuda.set_device(torch.device(args.device))
+        if host:
+            allocate, ready = host_tensor, None
+        else:
+            torch.cuda.set_device(torch.device(args.device))
+            ready = torch.cuda.synchronize
+            allocate = lambda shape, dtype: torch.zeros(shape, dtype=dtype, device=args.device)  # noqa: E731
         for layout in kvreplay.LAYOUTS:
             spec = dict(rec["spec"], layout=layout)
-            kv = kvreplay.make_kv_caches(
-                spec, args.device, lambda shape, dtype: torch.zeros(shape, dtype=dtype, device=args.device))
+            kv = kvreplay.make_kv_caches(spec, args.device, allocate)
             desc = describe_kv_caches(kv, spec["num_blocks"])
             core = WorkerCore(ConnectorConfig(socket_path=sock), rec["namespace"] + f"|gate={layout}", 0)
             core.register(desc)
@@ -93,7 +99,7 @@ def main() -> int:
                 failed = True
                 continue
             try:
-                result = kvreplay.replay(rec, core, kv, ready=torch.cuda.synchronize, layout=layout)
+                result = kvreplay.replay(rec, core, kv, ready=ready, layout=layout)
                 stats = core.take_stats()
                 print(f"PASS layout={layout} device={desc.device} regions={len(desc.region_bytes)} "
                       f"slots={len(desc.slots)} steps={result['steps']} "
