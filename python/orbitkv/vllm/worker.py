@@ -154,7 +154,9 @@ class WorkerCore:
     # ---- loads -----------------------------------------------------------------
 
     def start_load(self, plan: StepPlan) -> None:
-        """Submits the plan's loads; remembers its delayed-free requests."""
+        """Submits the plan's loads; remembers its delayed-free requests. A sync
+        plan's loads are waited for here, before the forward (vLLM skips
+        wait_for_layer_load when it replays a CUDA graph)."""
         with self._mu:
             self._delayed.update(plan.delayed_free)
             self._step_loads = []
@@ -165,6 +167,8 @@ class WorkerCore:
                     self._step_loads.append(f)
                 else:
                     self._async_loads.add(spec.req_id)
+        if plan.sync_load:
+            self.wait_for_layer_load()
 
     def wait_for_layer_load(self) -> None:
         """Blocks until this step's synchronous loads are done (no-op for async ones)."""
