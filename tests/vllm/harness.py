@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import time
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -152,6 +153,8 @@ class Engine:
         so = self.scheduler.schedule()
         meta = so.kv_connector_metadata
         plan = meta.plan
+        # vLLM's multiprocess executors pickle the scheduler output to the workers.
+        assert pickle.loads(pickle.dumps(meta)).plan == plan
         # The forward: positions [computed, computed + scheduled) of every scheduled request.
         writes = []
         for r in so.scheduled_new_reqs:
