@@ -7,6 +7,7 @@
 #   ORBITKV_SKIP_SANITIZERS=1  skip the two sanitizer builds (local iteration)
 #   ORBITKV_SKIP_WHEEL=1       skip the wheel + fresh-venv Python package step
 #   ORBITKV_SKIP_FUZZ=1        skip the libFuzzer runs; ORBITKV_FUZZ_SECONDS=N per target
+#   ORBITKV_SKIP_VLLM=1        skip the vLLM connector tests (and making their venv)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -38,6 +39,23 @@ if [[ ${ORBITKV_SKIP_WHEEL:-0} != 1 ]]; then
   ORBITKV_WHEEL_CMAKE_ARGS=${ORBITKV_WHEEL_CMAKE_ARGS:--Ccmake.define.ORBITKV_WITH_CUDA=OFF} \
     "$root/scripts/py_env.sh"
 fi
+
+# The vLLM connector in vLLM's real scheduler: the pinned vLLM venv (made once, cached), the
+# orbitkv module built for its interpreter (build-vllm/), the Manager from build/.
+if [[ ${ORBITKV_SKIP_VLLM:-0} != 1 ]]; then
+  step "vLLM connector tests (tests/vllm, pinned vLLM venv, build-vllm/)"
+  if vpy=$("$root/scripts/vllm_env.sh"); then
+    cmake -S . -B build-vllm -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DORBITKV_WITH_CUDA=OFF \
+      -DPython3_EXECUTABLE="$vpy" -Dpybind11_DIR="$("$vpy" -m pybind11 --cmakedir)" >/dev/null
+    cmake --build build-vllm -j "$jobs" --target _orbitkv
+    PYTHONPATH="$root/build-vllm/python" PYTHONDONTWRITEBYTECODE=1 \
+      ORBITKV_MANAGER_BINARY="$root/build/src/server/orbitkv-cache-manager" \
+      "$vpy" -m pytest -q -p no:cacheprovider tests/vllm
+  else
+    echo "SKIPPED: vLLM connector tests: the pinned vLLM environment could not be created (why: above)"
+  fi
+fi
+
 if [[ ${ORBITKV_SKIP_SANITIZERS:-0} != 1 ]]; then
   sanitizer_tests=(common_test io_test catalog_test ssd_store_test dram_cache_test object_format_test manager_test protocol_test gpu_platform_fake_test gpu_tier_gate_test gpu_tier_two_device_test fault_matrix_test)
   for san in address thread; do

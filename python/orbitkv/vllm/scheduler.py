@@ -1,0 +1,321 @@
+"""The connector's scheduler side, without vLLM types: hits, load and save plans.
+
+:class:`SchedulerCore` answers "how many tokens beyond vLLM's local hits can
+the Manager restore" with a metadata-only Query of the request's keys, plans
+the load into the blocks vLLM allocated, plans saves of complete blocks after
+each step, and decides which finished requests keep their blocks until the
+workers' saves are done. It is driven by :class:`~orbitkv.vllm.connector.OrbitKVConnector`
+with values taken from vLLM's objects; everything here runs on vLLM's
+scheduler thread.
+
+Bounded and exception-free: every Manager call has ``query_timeout_ms``; a
+failed or slow call answers zero hits, closes the connection and skips the
+Manager for ``retry_interval_s``. The scheduler queries through "probe"
+instances (one host page of the rank's slot sizes, never written: a memfd
+costs no memory until touched) registered in every rank's namespace; it releases
+each query at once (workers query again before they restore, so a hit that
+vanished in between is a load error and vLLM recomputes it).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+import time
+from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
+
+import orbitkv
+
+from .config import ConnectorConfig
+from .keys import block_key
+from .plan import LoadSpec, SaveSpec, StepPlan
+
+log = logging.getLogger("orbitkv.vllm")
+
+@dataclasses.dataclass
+class _Req:
+    block_hashes: Sequence[bytes]  # vLLM's list; it grows as tokens are appended
+    salt: Optional[str]
+    num_prompt_tokens: int
+    hashes_per_block: int = 1  # vLLM may hash at a finer granularity than its blocks
+    keys: List[bytes] = dataclasses.field(default_factory=list)
+    block_ids: List[int] = dataclasses.field(default_factory=list)
+    saved: int = 0  # blocks [0, saved) are stored, loaded, or their save is issued
+    hit: Tuple[int, int, List[str]] = (0, 0, [])  # (local blocks, Manager hits, tiers) of the last query
+    load: Optional[LoadSpec] = None  # the async load in flight (until finished_recving)
+    last_load: Optional[LoadSpec] = None  # the latest load, for its load errors
+    saves_issued: bool = False
+
+    def sync_keys(self) -> List[bytes]:
+        """One key per complete block: the hash at the block's last token."""
+        r = self.hashes_per_block
+        for i in range(len(self.keys), len(self.block_hashes) // r):
+            self.keys.append(block_key(self.block_hashes[(i + 1) * r - 1], self.salt))
+        return self.keys
+
+
+class SchedulerStats:
+    FIELDS = (
+        "queries",
+        "query_failures",
+        "hit_blocks_dram",
+        "hit_blocks_ssd",
+        "missed_blocks",
+        "load_blocks_planned",
+        "save_blocks_planned",
+        "recompute_blocks",
+    )
+
+    def __init__(self) -> None:
+        self.values = dict.fromkeys(self.FIELDS, 0)
+
+
+class SchedulerCore:
+    def __init__(
+        self,
+        config: ConnectorConfig,
+        probes: Sequence[Tuple[str, Sequence[int]]],
+        block_size: int,
+        client_factory: Optional[Callable[[], "orbitkv.Client"]] = None,
+        hash_block_size: Optional[int] = None,
+    ) -> None:
+        if not probes:
+            raise ValueError("SchedulerCore: no namespaces")
+        hash_block_size = hash_block_size or block_size
+        if block_size % hash_block_size:
+            raise ValueError(
+                f"block size {block_size} is not a multiple of the hash block size {hash_block_size}"
+            )
+        self.hashes_per_block = block_size // hash_block_size
+        self.cfg = config
+        self.namespaces = [ns for ns, _ in probes]
+        # The Manager wants every instance of a namespace to have its slot sizes.
+        self._probe_layouts = [orbitkv.page_first_layout(1, list(b)) for _, b in probes]
+        self.block_size = block_size
+        self._client_factory = client_factory or (
+            lambda: orbitkv.Client(
+                config.resolved_socket_path(),
+                timeout_ms=config.query_timeout_ms,
+                client_name="vllm-scheduler",
+            )
+        )
+        self._client: Optional[orbitkv.Client] = None
+        self._probes: List[int] = []
+        self._probe_pages: List[orbitkv.HostPages] = []
+        self._next_retry = 0.0
+        self._reqs: Dict[str, _Req] = {}
+        self._pending_loads: List[LoadSpec] = []
+        self._delayed: List[str] = []
+        self._stats = SchedulerStats()
+
+    # ---- the Manager -------------------------------------------------------
+
+    def _session(self) -> Optional["orbitkv.Client"]:
+        if self._client is not None:
+            return self._client
+        if time.monotonic() < self._next_retry:
+            return None
+        client = None
+        try:
+            client = self._client_factory()
+            pages = [
+                orbitkv.HostPages(lay.region_bytes[0], "orbitkv-vllm-probe")
+                for lay in self._probe_layouts
+            ]
+            probes = [
+                client.register_instance(ns, 0, "host", lay, [p])
+                for ns, lay, p in zip(self.namespaces, self._probe_layouts, pages)
+            ]
+        except (orbitkv.OrbitKVError, OSError) as e:
+            if client is not None:
+                client.close()
+            self._fail(f"connect to {self.cfg.resolved_socket_path()}: {e}")
+            return None
+        self._client, self._probes, self._probe_pages = client, probes, pages
+        return client
+
+    def _fail(self, what: str) -> None:
+        self._stats.values["query_failures"] += 1
+        log.warning("OrbitKV: %s; no Manager lookups for %.1f s", what, self.cfg.retry_interval_s)
+        self.close()
+        self._next_retry = time.monotonic() + self.cfg.retry_interval_s
+
+    def query(self, keys: List[bytes]) -> Tuple[int, List[str]]:
+        """(blocks every rank can restore, tiers of rank 0's blocks); (0, []) on any failure."""
+        client = self._session()
+        if client is None or not keys:
+            return 0, []
+        self._stats.values["queries"] += 1
+        prefix, tiers = len(keys), []
+        try:
+            for i, inst in enumerate(self._probes):
+                q = client.query(inst, 0, keys[:prefix], ttl_ms=self.cfg.query_timeout_ms)
+                if q.query:
+                    client.release_query(inst, q.query)
+                if i == 0:
+                    tiers = list(q.sources)
+                prefix = min(prefix, q.prefix)
+                if prefix == 0:
+                    break
+        except (orbitkv.OrbitKVError, OSError) as e:
+            self._fail(f"query: {e}")
+            return 0, []
+        return prefix, tiers[:prefix]
+
+    # ---- vLLM's scheduler hooks ----------------------------------------------
+
+    def num_new_matched_blocks(
+        self,
+        req_id: str,
+        block_hashes: Sequence[bytes],
+        salt: Optional[str],
+        num_prompt_tokens: int,
+        num_tokens: int,
+        num_computed_tokens: int,
+    ) -> int:
+        """Blocks beyond `num_computed_tokens` (block aligned) the Manager can restore."""
+        st = self._reqs.get(req_id)
+        if st is None:
+            st = self._reqs[req_id] = _Req(
+                block_hashes, salt, num_prompt_tokens, hashes_per_block=self.hashes_per_block
+            )
+        local = num_computed_tokens // self.block_size
+        st.saved = max(st.saved, local)
+        if self.cfg.load_policy == "off":
+            return 0
+        keys = st.sync_keys()
+        # vLLM computes at least the last token itself.
+        limit = min(len(keys), (num_tokens - 1) // self.block_size)
+        if limit <= local:
+            return 0
+        hits, tiers = self.query(keys[local:limit])
+        self._stats.values["missed_blocks"] += (limit - local) - hits
+        if hits < self.cfg.min_hit_blocks:
+            hits, tiers = 0, []
+        st.hit = (local, hits, tiers)
+        # Blocks the Manager holds need no save.
+        st.saved = max(st.saved, local + hits)
+        return hits
+
+    def hit_tiers(self, req_id: str, num_blocks: int) -> Dict[str, int]:
+        """Blocks per tier ('dram', 'ssd') of the last query's first `num_blocks` hits."""
+        st = self._reqs.get(req_id)
+        if st is None:
+            return {}
+        return dict(collections.Counter(st.hit[2][:num_blocks]))
+
+    def after_alloc(self, req_id: str, block_ids: Sequence[int], num_external_tokens: int) -> None:
+        """vLLM allocated `block_ids` (every block of the request) and will take
+        `num_external_tokens` from us."""
+        st = self._reqs.get(req_id)
+        if st is None or num_external_tokens <= 0:
+            return
+        local, hits, tiers = st.hit
+        n = num_external_tokens // self.block_size
+        if n > hits:  # never offered; load what was, vLLM recomputes the rest
+            log.warning("OrbitKV: vLLM took %d external blocks of %s, %d were offered", n, req_id, hits)
+            n = hits
+        ids = list(block_ids[local : local + n])
+        spec = LoadSpec(req_id, st.keys[local : local + n], ids)
+        st.load = st.last_load = spec
+        self._pending_loads.append(spec)
+        for t in tiers[:n]:
+            self._stats.values["hit_blocks_" + t] += 1
+        self._stats.values["load_blocks_planned"] += n
+
+    def build_plan(
+        self,
+        new_reqs: Sequence[Tuple[str, Sequence[int], int]],
+        cached_reqs: Sequence[Tuple[str, Optional[Sequence[int]], bool, int]],
+        num_scheduled_tokens: Dict[str, int],
+        num_spec_tokens: Dict[str, int],
+        preempted: Set[str],
+    ) -> StepPlan:
+        """The step's plan. new_reqs: (req_id, block_ids, num_computed_tokens);
+        cached_reqs: (req_id, new_block_ids or None, resumed, num_computed_tokens)."""
+        plan = StepPlan(sync_load=self.cfg.load_policy == "sync")
+        plan.loads, self._pending_loads = self._pending_loads, []
+        if self.cfg.load_policy == "sync":
+            for spec in plan.loads:
+                self._reqs[spec.req_id].load = None  # done within this step
+        plan.delayed_free, self._delayed = self._delayed, []
+        plan.preempted = sorted(preempted)
+        scheduled: List[Tuple[_Req, str, int]] = []
+        for req_id, block_ids, computed in new_reqs:
+            st = self._reqs.get(req_id)
+            if st is not None:
+                st.block_ids = list(block_ids)
+                scheduled.append((st, req_id, computed))
+        for req_id, new_ids, resumed, computed in cached_reqs:
+            st = self._reqs.get(req_id)
+            if st is None:
+                continue
+            if resumed:
+                st.block_ids = list(new_ids or [])
+            elif new_ids:
+                st.block_ids.extend(new_ids)
+            scheduled.append((st, req_id, computed))
+        if self.cfg.save_policy == "off":
+            return plan
+        for st, req_id, computed in scheduled:
+            if st.load is not None:
+                continue  # its blocks are being written by the Manager
+            done = computed + num_scheduled_tokens.get(req_id, 0) - num_spec_tokens.get(req_id, 0)
+            end = min(done // self.block_size, len(st.sync_keys()), len(st.block_ids))
+            if self.cfg.save_policy == "prompt":
+                end = min(end, st.num_prompt_tokens // self.block_size)
+            if end > st.saved:
+                plan.saves.append(
+                    SaveSpec(req_id, st.keys[st.saved : end], st.block_ids[st.saved : end])
+                )
+                self._stats.values["save_blocks_planned"] += end - st.saved
+                st.saved = end
+                st.saves_issued = True
+        return plan
+
+    def on_output(self, finished_recving: Set[str], invalid_block_ids: Set[int]) -> None:
+        """Worker results of a step: finished loads, blocks whose load failed."""
+        for st in self._reqs.values():
+            spec = st.last_load
+            if spec is None or not invalid_block_ids:
+                continue
+            bad = [i for i, b in enumerate(spec.block_ids) if b in invalid_block_ids]
+            if bad:
+                # vLLM recomputes from the first failed block: save from there.
+                local = st.hit[0]
+                st.saved = min(st.saved, local + bad[0])
+                self._stats.values["recompute_blocks"] += len(spec.block_ids) - bad[0]
+        for req_id in finished_recving:
+            st = self._reqs.get(req_id)
+            if st is not None:
+                st.load = None
+
+    def request_finished(self, req_id: str) -> bool:
+        """True if vLLM must keep the request's blocks until a worker reports it
+        in finished_sending (saves of its blocks were issued)."""
+        st = self._reqs.pop(req_id, None)
+        if st is None:
+            return False
+        if st.load is not None:
+            return False  # vLLM keeps blocks of a loading request until finished_recving
+        if st.saves_issued:
+            self._delayed.append(req_id)
+            return True
+        return False
+
+    def take_stats(self) -> Dict[str, int]:
+        stats, self._stats = self._stats, SchedulerStats()
+        return stats.values
+
+    def tracked(self) -> int:
+        return len(self._reqs)
+
+    def close(self) -> None:
+        """Closes the connection (the Manager drops the probe instances)."""
+        if self._client is not None:
+            self._client.close()
+        self._client, self._probes = None, []
+        for p in self._probe_pages:
+            p.close()
+        self._probe_pages = []

@@ -1,0 +1,326 @@
+"""The connector's worker side, without vLLM: restore and publish vLLM blocks.
+
+:class:`WorkerCore` owns one Manager connection and one registered instance
+(one TP/PP rank's KV cache, see :mod:`orbitkv.vllm.layout`). It executes the
+:class:`~orbitkv.vllm.plan.StepPlan` of every step: loads run on a loader
+thread (query the keys on this instance, restore the hits into the planned
+blocks), saves on a saver thread (publish complete blocks once the step's
+forward is done). Completion is reported through :meth:`get_finished` and
+failed blocks through :meth:`take_load_errors`, so vLLM recomputes them.
+
+Threads: vLLM's model-runner thread calls the public methods; the two
+executor threads run the Manager calls (which release the GIL). State shared
+with them is guarded by ``_mu``. A Manager that is down, restarts or times
+out fails the affected loads (their blocks are load errors) and drops saves;
+nothing raises into vLLM after :meth:`register`. Reconnection (and
+re-registration) is tried at most every ``retry_interval_s``.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures as futures
+import logging
+import threading
+import time
+from typing import Callable, Dict, List, Optional, Set, Tuple
+
+import orbitkv
+
+from .config import ConnectorConfig
+from .layout import KVLayout
+from .plan import LoadSpec, SaveSpec, StepPlan
+
+log = logging.getLogger("orbitkv.vllm")
+
+
+class WorkerStats:
+    """Counters since the last take(): blocks and bytes restored per tier, saved, failed."""
+
+    FIELDS = (
+        "restored_blocks_dram",
+        "restored_blocks_ssd",
+        "restored_bytes",
+        "load_failed_blocks",
+        "saved_blocks",
+        "saved_bytes",
+        "save_skipped_blocks",
+        "save_dropped_blocks",
+        "save_failed_blocks",
+    )
+
+    def __init__(self) -> None:
+        self.values = dict.fromkeys(self.FIELDS, 0)
+
+    def add(self, name: str, n: int) -> None:
+        self.values[name] += n
+
+
+class WorkerCore:
+    def __init__(
+        self,
+        config: ConnectorConfig,
+        namespace: str,
+        rank: int,
+        client_factory: Optional[Callable[[], "orbitkv.Client"]] = None,
+    ) -> None:
+        self.cfg = config
+        self.namespace = namespace
+        self.rank = rank
+        self._client_factory = client_factory or (
+            lambda: orbitkv.Client(
+                config.resolved_socket_path(),
+                timeout_ms=config.io_timeout_ms,
+                client_name=f"vllm-worker-{rank}",
+            )
+        )
+        self._mu = threading.Lock()
+        self._layout: Optional[KVLayout] = None
+        self._client: Optional[orbitkv.Client] = None
+        self._instance = 0
+        self._next_retry = 0.0
+        self._block_bytes = 0
+        # Guarded by _mu.
+        self._loads: Dict[str, futures.Future] = {}  # req_id -> load in flight or done
+        self._async_loads: Set[str] = set()  # loads reported through finished_recving
+        self._saves: Dict[str, List[futures.Future]] = collections.defaultdict(list)
+        self._delayed: Set[str] = set()  # finished requests waiting for finished_sending
+        self._load_errors: Set[int] = set()
+        self._stats = WorkerStats()
+        self._step_loads: List[futures.Future] = []  # sync loads of the current step
+        self._loader = futures.ThreadPoolExecutor(1, thread_name_prefix="orbitkv-load")
+        self._saver = futures.ThreadPoolExecutor(1, thread_name_prefix="orbitkv-save")
+
+    # ---- registration --------------------------------------------------------
+
+    def register(self, layout: KVLayout) -> None:
+        """Registers the KV cache with the Manager (or later, when it is down)."""
+        self._layout = layout
+        self._block_bytes = layout.block_bytes()
+        if not self._connect():
+            log.warning(
+                "OrbitKV: no Manager at %s yet; the KV cache registers when it answers",
+                self.cfg.resolved_socket_path(),
+            )
+
+    def _connect(self) -> bool:
+        """A live client and instance, connecting and registering if needed."""
+        with self._mu:
+            if self._client is not None:
+                return True
+            if self._layout is None or time.monotonic() < self._next_retry:
+                return False
+        try:
+            client = self._client_factory()
+            lay = self._layout
+            inst = client.register_instance(
+                self.namespace,
+                self.rank,
+                lay.device,
+                lay.instance_layout(),
+                lay.host_regions if lay.device == "host" else [],
+                lay.ipc_handles if lay.device != "host" else None,
+            )
+        except (orbitkv.OrbitKVError, OSError) as e:
+            self._failed(f"register {self.namespace}: {e}")
+            return False
+        with self._mu:
+            self._client, self._instance = client, inst
+        log.info("OrbitKV: registered %s (%d blocks of %d bytes, %s)",
+                 self.namespace, lay.num_blocks, self._block_bytes, lay.device)
+        return True
+
+    def _failed(self, what: str, client: Optional["orbitkv.Client"] = None) -> None:
+        """A Manager call failed: drop the connection, back off."""
+        log.warning("OrbitKV: %s; Manager calls pause for %.1f s", what, self.cfg.retry_interval_s)
+        with self._mu:
+            if client is None or client is self._client:
+                old, self._client, self._instance = self._client, None, 0
+            else:
+                old = None
+            self._next_retry = time.monotonic() + self.cfg.retry_interval_s
+        if old is not None:
+            try:
+                old.close()
+            except orbitkv.OrbitKVError:
+                pass  # closing a dead connection: nothing left to release
+
+    def _session(self) -> Tuple[Optional["orbitkv.Client"], int]:
+        if not self._connect():
+            return None, 0
+        with self._mu:
+            return self._client, self._instance
+
+    # ---- loads -----------------------------------------------------------------
+
+    def start_load(self, plan: StepPlan) -> None:
+        """Submits the plan's loads; remembers its delayed-free requests. A sync
+        plan's loads are waited for here, before the forward (vLLM skips
+        wait_for_layer_load when it replays a CUDA graph)."""
+        with self._mu:
+            self._delayed.update(plan.delayed_free)
+            self._step_loads = []
+            for spec in plan.loads:
+                f = self._loader.submit(self._load, spec)
+                self._loads[spec.req_id] = f
+                if plan.sync_load:
+                    self._step_loads.append(f)
+                else:
+                    self._async_loads.add(spec.req_id)
+        if plan.sync_load:
+            self.wait_for_layer_load()
+
+    def wait_for_layer_load(self) -> None:
+        """Blocks until this step's synchronous loads are done (no-op for async ones)."""
+        with self._mu:
+            pending, self._step_loads = self._step_loads, []
+        futures.wait(pending)
+
+    def _load(self, spec: LoadSpec) -> None:
+        failed = set(spec.block_ids)
+        try:
+            failed = self._restore(spec)
+        except Exception as e:  # never into vLLM: the blocks are recomputed
+            log.warning("OrbitKV: load of %s failed: %s", spec.req_id, e)
+        with self._mu:
+            self._load_errors.update(failed)
+            self._stats.add("load_failed_blocks", len(failed))
+
+    def _restore(self, spec: LoadSpec) -> Set[int]:
+        """Restores what the Manager has; returns the blocks left unrestored."""
+        client, inst = self._session()
+        if client is None:
+            return set(spec.block_ids)
+        try:
+            q = client.query(inst, 0, spec.keys, ttl_ms=self.cfg.query_ttl_ms)
+            if q.prefix == 0:
+                return set(spec.block_ids)
+            n = q.prefix
+            try:
+                results = client.restore(inst, q.query, list(range(n)), spec.block_ids[:n])
+            finally:
+                try:
+                    client.release_query(inst, q.query)
+                except orbitkv.NotFoundError:
+                    pass  # the restore consumed every source: nothing left to release
+        except (orbitkv.OrbitKVError, OSError) as e:
+            self._failed(f"restore for {spec.req_id}: {e}", client)
+            return set(spec.block_ids)
+        failed = set(spec.block_ids[n:])
+        by_tier = collections.Counter()
+        for r in results:
+            if r.ok:
+                by_tier[r.source] += 1
+            else:
+                failed.add(spec.block_ids[r.block])
+                log.warning("OrbitKV: block %d of %s not restored: %s", r.block, spec.req_id, r.error)
+        with self._mu:
+            self._stats.add("restored_blocks_dram", by_tier["dram"])
+            self._stats.add("restored_blocks_ssd", by_tier["ssd"])
+            self._stats.add("restored_bytes", sum(by_tier.values()) * self._block_bytes)
+        return failed
+
+    # ---- saves -----------------------------------------------------------------
+
+    def save(self, plan: StepPlan, ready: Optional[Callable[[], None]] = None) -> None:
+        """Publishes the plan's saves on the saver thread after `ready()` returns
+        (e.g. a CUDA event's synchronize: the step's forward wrote the blocks)."""
+        if not plan.saves:
+            return
+        with self._mu:
+            for spec in plan.saves:
+                self._saves[spec.req_id].append(self._saver.submit(self._save, spec, ready))
+
+    def _save(self, spec: SaveSpec, ready: Optional[Callable[[], None]]) -> None:
+        client = None
+        try:
+            if ready is not None:
+                ready()
+            client, inst = self._session()
+            if client is None:
+                raise ConnectionError("no Manager")
+            r = client.publish(inst, 0, spec.keys, spec.block_ids)
+        except Exception as e:  # never into vLLM: a dropped save only costs later hits
+            if client is not None and isinstance(e, (orbitkv.OrbitKVError, OSError)):
+                self._failed(f"save for {spec.req_id}: {e}", client)
+            elif client is not None:
+                log.warning("OrbitKV: save of %s failed: %s", spec.req_id, e)
+            with self._mu:
+                self._stats.add("save_failed_blocks", len(spec.keys))
+            return
+        with self._mu:
+            self._stats.add("saved_blocks", r.stored)
+            self._stats.add("saved_bytes", r.stored * self._block_bytes)
+            self._stats.add("save_skipped_blocks", r.skipped)
+            self._stats.add("save_dropped_blocks", r.dropped)
+
+    def handle_preemptions(self, plan: StepPlan) -> None:
+        """Waits for the saves of the plan's preempted requests: vLLM hands their
+        blocks to other requests in this step's forward."""
+        with self._mu:
+            pending = [f for r in plan.preempted for f in self._saves.get(r, ())]
+        futures.wait(pending)
+
+    def wait_for_saves(self, timeout: Optional[float] = None) -> bool:
+        """Waits for every submitted save (tests, shutdown). True if all finished."""
+        with self._mu:
+            pending = [f for fs in self._saves.values() for f in fs]
+        done, not_done = futures.wait(pending, timeout=timeout)
+        return not not_done
+
+    # ---- completion ------------------------------------------------------------
+
+    def get_finished(self) -> Tuple[Set[str], Set[str]]:
+        """(finished_sending, finished_recving) since the last call.
+
+        finished_recving: requests whose asynchronous load ended (restored or
+        failed; failed blocks are in take_load_errors()). finished_sending:
+        the plans' delayed_free requests (the scheduler kept their blocks),
+        once no save or load of theirs is in flight.
+        """
+        with self._mu:
+            recving = set()
+            for req_id in list(self._async_loads):
+                if self._loads[req_id].done():
+                    recving.add(req_id)
+                    self._async_loads.discard(req_id)
+            for req_id, f in list(self._loads.items()):
+                if f.done() and req_id not in self._async_loads:
+                    del self._loads[req_id]
+            for req_id, fs in list(self._saves.items()):
+                fs[:] = [f for f in fs if not f.done()]
+                if not fs:
+                    del self._saves[req_id]
+            sending = set()
+            for req_id in list(self._delayed):
+                if req_id not in self._saves and req_id not in self._loads:
+                    sending.add(req_id)
+                    self._delayed.discard(req_id)
+        return sending, recving
+
+    def take_load_errors(self) -> Set[int]:
+        with self._mu:
+            errors, self._load_errors = self._load_errors, set()
+        return errors
+
+    def take_stats(self) -> Dict[str, int]:
+        with self._mu:
+            stats, self._stats = self._stats, WorkerStats()
+        return stats.values
+
+    def busy(self) -> bool:
+        with self._mu:
+            return bool(self._loads or self._saves)
+
+    def close(self) -> None:
+        """Finishes queued work, unregisters and closes the connection."""
+        self._loader.shutdown(wait=True)
+        self._saver.shutdown(wait=True)
+        with self._mu:
+            client, inst, self._client = self._client, self._instance, None
+        if client is not None:
+            try:
+                client.unregister_instance(inst)
+            except orbitkv.OrbitKVError:
+                pass  # the Manager went away: the instance went with the session
+            client.close()

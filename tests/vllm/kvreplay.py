@@ -1,0 +1,165 @@
+"""A stand-in forward pass and a plan replayer for the connector's worker side.
+
+No vLLM import: tests/vllm (CPU, host tensors) and tests/gpu/vllm_worker_gate.py
+(CUDA tensors on a GPU host) share it.
+
+The "forward" writes, for every token position j a request computes, the KV
+row that a model would: a value that depends on the tokens 0..j only (a
+SHA-256 chain over the token ids), different per layer and K/V. So a block
+restored from the Manager must hold exactly the bytes the forward would have
+written, and check_rows() proves that byte for byte.
+
+The tensors come in vLLM's layouts: "kv_first" is the older per-layer
+(2, num_blocks, block_size, heads, head_size); "block_first" is
+(num_blocks, 2, block_size, heads, head_size); "hnd" is kv_first whose memory
+is (2, num_blocks, heads, block_size, head_size) seen through permuted strides.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Dict, List, Sequence
+
+LAYOUTS = ("kv_first", "block_first", "hnd")
+
+
+def row_hashes(tokens: Sequence[int]) -> List[bytes]:
+    """h[j] depends on tokens[0..j] only."""
+    out, h = [], b"\0" * 32
+    for t in tokens:
+        h = hashlib.sha256(h + int(t).to_bytes(8, "little", signed=True)).digest()
+        out.append(h)
+    return out
+
+
+def make_kv_caches(spec: dict, device: str, allocate) -> Dict[str, object]:
+    """Per-layer KV tensors: allocate(shape, dtype) returns a tensor on `device`."""
+    import torch
+
+    dtype = getattr(torch, spec["dtype"])
+    nb, bs, h, d = spec["num_blocks"], spec["block_size"], spec["num_kv_heads"], spec["head_size"]
+    out = {}
+    for name in spec["layers"]:
+        kind = spec["layout"]
+        if kind == "kv_first":
+            t = allocate((2, nb, bs, h, d), dtype)
+        elif kind == "block_first":
+            t = allocate((nb, 2, bs, h, d), dtype)
+        elif kind == "hnd":
+            t = allocate((2, nb, h, bs, d), dtype).permute(0, 1, 3, 2, 4)
+        else:
+            raise ValueError(f"unknown layout {kind}")
+        out[name] = t
+    return out
+
+
+def _kv_index(spec: dict, kv: int, block: int, offset: int):
+    if spec["layout"] == "block_first":
+        return (block, kv, offset)
+    return (kv, block, offset)
+
+
+def _row_value(h: bytes, layer: int, kv: int, n: int) -> bytes:
+    seed = hashlib.sha256(h + bytes([layer, kv])).digest()
+    return (seed * (n // 32 + 1))[:n]
+
+
+def _rows(spec: dict, kv_caches: Dict[str, object], tokens: Sequence[int],
+          block_ids: Sequence[int], start: int, end: int):
+    """(label, row view, the forward's bytes) of every K and V row of [start, end)."""
+    bs = spec["block_size"]
+    hashes = row_hashes(tokens[:end])
+    for li, name in enumerate(spec["layers"]):
+        t = kv_caches[name]
+        row_bytes = t.shape[-2] * t.shape[-1] * t.element_size()
+        for kv in (0, 1):
+            for j in range(start, end):
+                row = t[_kv_index(spec, kv, block_ids[j // bs], j % bs)]
+                label = f"{name} {'KV'[kv]} token {j} (block {block_ids[j // bs]})"
+                yield label, row, _row_value(hashes[j], li, kv, row_bytes)
+
+
+def write_rows(spec: dict, kv_caches: Dict[str, object], tokens: Sequence[int],
+               block_ids: Sequence[int], start: int, end: int) -> None:
+    """The forward of positions [start, end) of a request with `tokens` in `block_ids`."""
+    import torch
+
+    for _, row, value in _rows(spec, kv_caches, tokens, block_ids, start, end):
+        v = torch.frombuffer(bytearray(value), dtype=torch.uint8)
+        row.copy_(v.view(row.dtype).view(row.shape))
+
+
+def check_rows(spec: dict, kv_caches: Dict[str, object], tokens: Sequence[int],
+               block_ids: Sequence[int], start: int, end: int) -> List[str]:
+    """Positions of [start, end) whose KV rows differ from the forward's; [] if all match."""
+    import torch
+
+    return [label for label, row, value in _rows(spec, kv_caches, tokens, block_ids, start, end)
+            if row.contiguous().cpu().view(-1).view(torch.uint8).numpy().tobytes() != value]
+
+
+class Recording:
+    """Steps of a scheduler-driven run, for replay without vLLM: per step the
+    plan (JSON), the forward's writes, and the loads to check once finished."""
+
+    def __init__(self, spec: dict, namespace: str) -> None:
+        self.data = {"spec": dict(spec), "namespace": namespace, "steps": []}
+
+    def step(self, plan_json: dict, writes: List[dict], checks: List[dict]) -> None:
+        self.data["steps"].append({"plan": plan_json, "writes": writes, "checks": checks})
+
+    def dump(self, path: str) -> None:
+        with open(path, "w") as f:
+            json.dump(self.data, f, indent=1, sort_keys=True)
+            f.write("\n")
+
+
+def replay(recording: dict, core, kv_caches: Dict[str, object], ready=None,
+           timeout_s: float = 60.0, layout: str = "") -> dict:
+    """Drives an orbitkv.vllm.worker.WorkerCore through a recording.
+
+    Per step: handle_preemptions, start_load, the forward's writes, save
+    (`ready` runs first on the saver thread, e.g. a CUDA synchronize), then
+    get_finished until the step's checked loads finished; each check compares
+    the loaded rows byte for byte. Returns counts; raises AssertionError on a
+    wrong byte or a load error. `layout` names the tensors' layout when it is
+    not the recorded one.
+    """
+    import time
+
+    from orbitkv.vllm.plan import StepPlan
+
+    spec = dict(recording["spec"], **({"layout": layout} if layout else {}))
+    checked = restored_steps = 0
+    received: set = set()  # loads may finish earlier than in the recorded run
+    for i, step in enumerate(recording["steps"]):
+        plan = StepPlan.from_json(step["plan"])
+        core.handle_preemptions(plan)
+        core.start_load(plan)
+        core.wait_for_layer_load()
+        for w in step["writes"]:
+            write_rows(spec, kv_caches, w["tokens"], w["block_ids"], w["start"], w["end"])
+        core.save(plan, ready)
+        want = {c["req_id"] for c in step["checks"]}
+        deadline = time.monotonic() + timeout_s
+        while True:
+            _, recving = core.get_finished()
+            received |= recving
+            if want <= received:
+                break
+            if time.monotonic() > deadline:
+                raise AssertionError(f"step {i}: loads of {sorted(want - received)} did not finish")
+            time.sleep(0.005)
+        errors = core.take_load_errors()
+        if errors:
+            raise AssertionError(f"step {i}: load errors in blocks {sorted(errors)}")
+        for c in step["checks"]:
+            bad = check_rows(spec, kv_caches, c["tokens"], c["block_ids"], c["start"], c["end"])
+            if bad:
+                raise AssertionError(f"step {i}: {c['req_id']}: {len(bad)} wrong rows, first {bad[:3]}")
+            checked += c["end"] - c["start"]
+        restored_steps += bool(step["checks"])
+        if not core.wait_for_saves(timeout_s):
+            raise AssertionError(f"step {i}: saves did not finish in {timeout_s} s")
+    return {"steps": len(recording["steps"]), "checked_tokens": checked, "load_steps": restored_steps}
