@@ -10,8 +10,9 @@
 # Every package is pinned in tests/sglang/requirements.txt and installed with
 # --no-deps, so nothing is resolved and the set is exactly the file. The venv is
 # stamped with the file's sha256: a second run with the same file does nothing,
-# a changed file rebuilds it. pip's download cache (~/.cache/pip) is kept, so
-# the wheels (about 4 GB, torch and its CUDA libraries) are downloaded once.
+# a changed file rebuilds it. pip's download cache is kept beside the venvs
+# ($ORBITKV_VENV_DIR/pip-cache unless PIP_CACHE_DIR is set), so the wheels
+# (about 4 GB, torch and its CUDA libraries) are downloaded once.
 # Exit status: 0 ready, 1 the environment cannot be created (the reason on stderr).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -40,6 +41,7 @@ pyver=$("$base_python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
   fail "$base_python lacks venv/ensurepip (Debian: apt-get install python3-venv)"
 
 mkdir -p "$venv_root"
+export PIP_CACHE_DIR=${PIP_CACHE_DIR:-$venv_root/pip-cache}
 # The stamp is written last: a run that stopped half way leaves no stamp, and
 # the next run starts the venv over.
 rm -rf "$venv"

@@ -279,33 +279,34 @@ class _PoolBinding:
         q = self._client.query(self.instance, _GROUP, [page_key(k) for k in chunk], self.ttl_ms)
         if q.prefix == 0:
             return 0
-        ok = 0
         try:
-            blocks = list(range(q.prefix))
-            results = self._client.restore(self.instance, q.query, blocks, pages[: q.prefix])
-            for j, res in enumerate(results):
-                if not res.ok:
-                    logger.warning(
-                        "orbitkv.sglang: restoring page %s of %s failed: %s",
-                        chunk[j], self.name, res.error,
-                    )
-                    break
-                copy_out(pages[j], base + j)
-                ok += 1
-        finally:
-            if ok < q.prefix:
-                try:
-                    self._client.release_query(self.instance, q.query)
-                except orbitkv.NotFoundError:
-                    pass  # already gone with the restore
+            # Every block of the prefix: the Manager ends the query with it.
+            results = self._client.restore(
+                self.instance, q.query, list(range(q.prefix)), pages[: q.prefix]
+            )
+        except BaseException:
+            try:
+                self._client.release_query(self.instance, q.query)
+            except orbitkv.OrbitKVError:
+                pass  # the restore's own error is the one to raise
+            raise
+        ok = 0
+        for j, res in enumerate(results):
+            if not res.ok:
+                logger.warning(
+                    "orbitkv.sglang: restoring page %s of %s failed: %s",
+                    chunk[j], self.name, res.error,
+                )
+                break
+            copy_out(pages[j], base + j)
+            ok += 1
         return ok
 
     def close(self) -> None:
-        try:
-            self._client.unregister_instance(self.instance)
-        finally:
-            self.staging = None
-            self.region.close()
+        """Frees the staging region (after the connection closed: the Manager
+        unregisters a closed connection's instances itself)."""
+        self.staging = None
+        self.region.close()
 
 
 class OrbitKVStorage(HiCacheStorage):
@@ -567,16 +568,11 @@ class OrbitKVStorage(HiCacheStorage):
         return m
 
     def close(self) -> None:
-        """Unregisters every pool's instance and closes the connection. Idempotent."""
+        """Closes the connection (the Manager unregisters its instances, also when
+        it is already gone) and frees the staging regions. Idempotent."""
         with self._bind_lock:
             bindings, self._bindings = list(self._bindings.values()), {}
-        try:
-            for b in bindings:
-                if not self._client.closed:
-                    b.close()
-                else:
-                    b.staging = None
-                    b.region.close()
-        finally:
-            if not self._client.closed:
-                self._client.close()
+        if not self._client.closed:
+            self._client.close()
+        for b in bindings:
+            b.close()
