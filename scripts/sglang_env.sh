@@ -10,9 +10,10 @@
 # Every package is pinned in tests/sglang/requirements.txt and installed with
 # --no-deps, so nothing is resolved and the set is exactly the file. The venv is
 # stamped with the file's sha256: a second run with the same file does nothing,
-# a changed file rebuilds it. pip's download cache is kept beside the venvs
-# ($ORBITKV_VENV_DIR/pip-cache unless PIP_CACHE_DIR is set), so the wheels
-# (about 4 GB, torch and its CUDA libraries) are downloaded once.
+# a changed file rebuilds it, so the wheels (about 4 GB: torch and its CUDA
+# libraries; the venv is 5.5 GB) are downloaded once per requirements file.
+# pip's download cache goes beside the venvs ($ORBITKV_VENV_DIR/pip-cache
+# unless PIP_CACHE_DIR is set) where pip keeps one.
 # Exit status: 0 ready, 1 the environment cannot be created (the reason on stderr).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
