@@ -5,6 +5,7 @@
 # under ASan+UBSan and TSan, and the clang-format check.
 #   scripts/test.sh            everything
 #   ORBITKV_SKIP_SANITIZERS=1  skip the two sanitizer builds (local iteration)
+#   ORBITKV_SKIP_WHEEL=1       skip the wheel + fresh-venv Python package step
 #   ORBITKV_SKIP_FUZZ=1        skip the libFuzzer runs; ORBITKV_FUZZ_SECONDS=N per target
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -24,6 +25,16 @@ cmake --build build -j "$jobs"
 
 step "unit and integration tests"
 ctest --test-dir build --output-on-failure -j "$jobs"
+
+if [[ ${ORBITKV_SKIP_WHEEL:-0} != 1 ]]; then
+  # The orbitkv wheel (pyproject.toml) in a fresh venv from the python3 on
+  # PATH, with pinned torch/transformers/numpy/pytest (cached venv, pip cache),
+  # its tests against the installed package. Without CUDA: the main build
+  # above compiled and tested the CUDA sources.
+  step "Python package: wheel in a fresh virtual environment (scripts/py_env.sh)"
+  ORBITKV_WHEEL_CMAKE_ARGS=${ORBITKV_WHEEL_CMAKE_ARGS:--Ccmake.define.ORBITKV_WITH_CUDA=OFF} \
+    "$root/scripts/py_env.sh"
+fi
 
 step "SGLang adapter (tests/sglang, in the pinned SGLang venv; build-sglang/)"
 # scripts/sglang_env.sh creates the venv once (cached); the orbitkv module is

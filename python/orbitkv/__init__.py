@@ -17,6 +17,12 @@ keys, queries key chains and restores hits into its pages::
         q = client.query(inst, 0, [key])
         results = client.restore(inst, q.query, list(range(q.prefix)), dest_pages)
 
+torch tensors (CUDA or CPU) register through :mod:`orbitkv.torch`, and
+:mod:`orbitkv.transformers` is a prefix cache for transformers models; neither
+is imported here, so ``import orbitkv`` does not need (or import) torch. The
+wheel bundles the Manager: the ``orbitkv-cache-manager`` console script, or
+:func:`manager_binary` for its path.
+
 Every Manager error raises a subclass of :class:`OrbitKVError` (one per
 Status code); malformed arguments detected locally raise ``ValueError`` /
 ``TypeError``. Blocking calls release the GIL.
@@ -27,6 +33,7 @@ from __future__ import annotations
 from typing import List, Sequence, Union
 
 from . import _orbitkv
+from ._manager import manager_binary
 from ._orbitkv import (  # noqa: F401  (re-exports)
     KEY_BYTES,
     MAX_GROUPS,
@@ -94,6 +101,7 @@ __all__ = [
     "UnavailableError",
     "allocate_regions",
     "default_socket_path",
+    "manager_binary",
     "page_first_layout",
     "slot_view",
     "split_layout",

@@ -361,12 +361,17 @@ struct PyInstanceLayout {
   py::list groups;
 };
 
+// A new list with the items of `seq`. Always a copy, even of a list: a layout
+// owns its lists, so a shared default argument or a list the caller keeps
+// changing never leaks into another layout.
 py::list ToList(py::handle seq, const char* what) {
   if (PyUnicode_Check(seq.ptr()) || PyBytes_Check(seq.ptr()) ||
       !py::isinstance<py::iterable>(seq)) {
     throw py::type_error(std::string(what) + " must be a list, not " + TypeName(seq));
   }
-  return py::list(py::reinterpret_borrow<py::iterable>(seq));
+  PyObject* copy = PySequence_List(seq.ptr());
+  if (copy == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::list>(copy);
 }
 
 GroupLayout ToGroup(const PyGroupLayout& g) {
@@ -707,7 +712,8 @@ Where one slot of a storage group lives: slot `slot_id` of page p is
 
 A storage group: `num_slots` slots of sizes `slot_bytes` (the whole group, all
 writers; num_slots defaults to len(slot_bytes)) and `slots`, the SlotLayouts
-this instance holds. The list fields are live Python lists.)doc")
+this instance holds. The constructor and the setters copy the sequences they
+are given; the list attributes are then this layout's own live lists.)doc")
       .def(py::init([](uint32_t group_id, py::object num_slots, py::handle slot_bytes,
                        py::handle slots) {
              PyGroupLayout g;
@@ -749,8 +755,9 @@ this instance holds. The list fields are live Python lists.)doc")
 
 An instance's pages: page ids are [0, num_pages); `region_bytes` gives the size
 of each region passed to register_instance (in order); `groups` the
-GroupLayouts. The list fields are live Python lists. validate() applies the
-Manager's rules locally.)doc")
+GroupLayouts. The constructor and the setters copy the sequences they are
+given; the list attributes are then this layout's own live lists. validate()
+applies the Manager's rules locally.)doc")
       .def(py::init([](uint64_t num_pages, py::handle region_bytes, py::handle groups) {
              PyInstanceLayout l;
              l.num_pages = num_pages;

@@ -1,7 +1,8 @@
 """Fixtures: a real orbitkv-cache-manager per test, on a temporary socket with
 a temporary SSD cache directory under /var/tmp (disk-backed, not tmpfs).
 
-The binary comes from $ORBITKV_MANAGER_BINARY (ctest sets it), else
+The binary comes from $ORBITKV_MANAGER_BINARY (ctest sets it), else the one
+bundled in the installed wheel (scripts/py_env.sh), else
 build/src/server/orbitkv-cache-manager. The orbitkv package must be importable
 (ctest sets PYTHONPATH=<build>/python).
 """
@@ -93,7 +94,10 @@ class Manager:
 
 @pytest.fixture
 def manager_binary() -> str:
-    binary = os.environ.get("ORBITKV_MANAGER_BINARY", str(DEFAULT_BINARY))
+    try:  # $ORBITKV_MANAGER_BINARY, else the one in the installed wheel
+        binary = orbitkv.manager_binary()
+    except FileNotFoundError:
+        binary = str(DEFAULT_BINARY)
     if not os.access(binary, os.X_OK):
         pytest.fail(f"Manager binary {binary} is missing (set ORBITKV_MANAGER_BINARY)")
     return binary
