@@ -299,3 +299,15 @@ def test_sglang_shm_pool_memory_cannot_be_shared_zero_copy(sglang_manager):
     with sglang_manager.client() as c:
         with pytest.raises(orbitkv.OrbitKVError, match="(?i)seal"):
             c.register_instance("zero-copy-probe", 0, "host", layout, [fd])
+
+
+def test_an_untested_sglang_version_is_refused(monkeypatch):
+    import importlib.metadata as md
+
+    real = md.version
+    monkeypatch.setattr(md, "version", lambda name: "0.4.0" if name == "sglang" else real(name))
+    monkeypatch.delenv("ORBITKV_SGLANG_ALLOW_UNTESTED", raising=False)
+    with pytest.raises(ImportError, match="tested with sglang 0.5.23, found 0.4.0"):
+        orbitkv.sglang._check_sglang()
+    monkeypatch.setenv("ORBITKV_SGLANG_ALLOW_UNTESTED", "1")
+    assert orbitkv.sglang._check_sglang() == "0.4.0"
