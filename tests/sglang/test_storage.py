@@ -311,3 +311,37 @@ def test_an_untested_sglang_version_is_refused(monkeypatch):
         orbitkv.sglang._check_sglang()
     monkeypatch.setenv("ORBITKV_SGLANG_ALLOW_UNTESTED", "1")
     assert orbitkv.sglang._check_sglang() == "0.4.0"
+
+
+def test_concurrent_calls_share_a_small_staging_area(sglang_manager):
+    """SGLang's prefetch and backup threads call at once; with room for two pages
+    in staging, four threads moving six pages each still get their own bytes."""
+    import threading
+
+    pool = make_pool("page_first", device_tokens=128)
+    ps = pool.page_size
+    one_page = pool.get_dummy_flat_data_page().numel() * 2
+    backend = attach(sglang_manager, pool, staging_bytes=2 * one_page)
+    errors = []
+
+    def worker(t: int) -> None:
+        try:
+            ks = keys(6, f"thread{t}-")
+            src, dst = range(t * 6, t * 6 + 6), range(30 + t * 6, 36 + t * 6)
+            assert backend.batch_set_v1(ks, indices(src, ps)) == [True] * 6
+            assert backend.batch_get_v1(ks, indices(dst, ps)) == [True] * 6
+            for a, b in zip(src, dst):
+                assert page_bytes(pool, a * ps) == page_bytes(pool, b * ps)
+        except BaseException as e:  # noqa: BLE001 (reported below)
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=60)
+    try:
+        assert not any(th.is_alive() for th in threads), "a call hung on the staging area"
+        assert not errors, errors
+    finally:
+        backend.close()
