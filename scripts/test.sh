@@ -56,6 +56,22 @@ if [[ ${ORBITKV_SKIP_VLLM:-0} != 1 ]]; then
   fi
 fi
 
+if [[ ${ORBITKV_SKIP_SGLANG:-0} != 1 ]]; then
+  step "SGLang adapter (tests/sglang, in the pinned SGLang venv; build-sglang/)"
+  # scripts/sglang_env.sh creates the venv once (cached); the orbitkv module is
+  # built for its interpreter. Only a venv that cannot be created skips, with why.
+  if sglang_venv=$("$root/scripts/sglang_env.sh" | tail -1); then
+    cmake -S . -B build-sglang -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DORBITKV_WITH_CUDA=OFF \
+      -DPython3_EXECUTABLE="$sglang_venv/bin/python" \
+      -Dpybind11_DIR="$("$sglang_venv/bin/python" -m pybind11 --cmakedir)" >/dev/null
+    cmake --build build-sglang -j "$jobs" --target _orbitkv
+    PYTHONPATH=build-sglang/python ORBITKV_MANAGER_BINARY=build/src/server/orbitkv-cache-manager \
+      PYTHONDONTWRITEBYTECODE=1 "$sglang_venv/bin/python" -m pytest -q -p no:cacheprovider tests/sglang
+  else
+    echo "SKIPPED tests/sglang: scripts/sglang_env.sh could not create the SGLang venv (reason above)"
+  fi
+fi
+
 if [[ ${ORBITKV_SKIP_SANITIZERS:-0} != 1 ]]; then
   sanitizer_tests=(common_test io_test catalog_test ssd_store_test dram_cache_test object_format_test manager_test protocol_test gpu_platform_fake_test gpu_tier_gate_test gpu_tier_two_device_test fault_matrix_test)
   for san in address thread; do
