@@ -12,6 +12,8 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 jobs=$(nproc)
+# ccache (scripts/setup.sh installs it; CMakeLists.txt uses it) shares objects between build dirs.
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$root}
 "$root/scripts/setup.sh"
 
 # /usr/bin/python3 is the interpreter Debian's python3-* packages serve.
