@@ -156,7 +156,8 @@ bool HugeBuffersFit(const FioParams& p) {
   return FreeHugetlbBytes() >= need + need / 8 + 4 * kMiB;
 }
 
-Ceiling MeasureFioRead(FioParams p, uint64_t staging_bytes) {
+Ceiling BestReadCeiling(FioParams p, uint64_t staging_bytes, const std::string& file,
+                        const std::function<Ceiling(FioParams&)>& measure) {
   const uint64_t bs = std::max<uint64_t>(4096, AlignUp(p.block_bytes, 4096));
   const uint32_t configured = p.iodepth;
   const uint32_t staged = static_cast<uint32_t>(
@@ -170,11 +171,9 @@ Ceiling MeasureFioRead(FioParams p, uint64_t staging_bytes) {
     for (FioMode mode : {FioMode::kRandRead, FioMode::kRead}) {
       p.iodepth = depth;
       p.mode = mode;
-      p.huge_buffers = HugeBuffersFit(p);
-      Ceiling c = MeasureFio(p);
-      if (!c.ok && best.ok) continue;
+      Ceiling c = measure(p);
       if (!c.ok) {
-        best = c;
+        if (!best.ok) best = c;
         continue;
       }
       tried += fmt::format("{}{} qd {}{}: {:.2f}", tried.empty() ? "" : ", ",
@@ -184,10 +183,17 @@ Ceiling MeasureFioRead(FioParams p, uint64_t staging_bytes) {
     }
   }
   std::error_code ec;
-  std::filesystem::remove(p.dir + "/fio-ceiling.bin", ec);
-  if (!best.ok) return best;
-  best.what = "best of [" + tried + " GB/s]: " + best.what;
-  if (best.what.find("4 KiB-page") != std::string::npos) {
+  std::filesystem::remove(p.dir + file, ec);
+  if (best.ok) best.what = "best of [" + tried + " GB/s]: " + best.what;
+  return best;
+}
+
+Ceiling MeasureFioRead(FioParams p, uint64_t staging_bytes) {
+  Ceiling best = BestReadCeiling(p, staging_bytes, "/fio-ceiling.bin", [](FioParams& q) {
+    q.huge_buffers = HugeBuffersFit(q);
+    return MeasureFio(q);
+  });
+  if (best.ok && best.what.find("4 KiB-page") != std::string::npos) {
     best.what +=
         " (no free hugetlb pages: the Manager's staging sits on 2 MiB pages, so it may beat this; "
         "reserve some with vm.nr_hugepages for a like-for-like ceiling)";

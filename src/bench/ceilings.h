@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,12 @@ Ceiling MeasureFio(const FioParams& params);
 // pages, and devices that take a bounded number of segments per request read
 // large blocks faster from large pages. `what` lists every run.
 Ceiling MeasureFioRead(FioParams params, uint64_t staging_bytes);
+// The read sweep both disk ceilings share: random and sequential reads at the
+// configured depth and at the depth `staging_bytes` allows (the file laid out
+// once, removed at the end: `file` under params.dir); the best one, with every
+// figure tried in its description. `measure` runs one (mode, depth).
+Ceiling BestReadCeiling(FioParams params, uint64_t staging_bytes, const std::string& file,
+                        const std::function<Ceiling(FioParams&)>& measure);
 // Whether hugetlb pages are free for fio's buffers at these parameters.
 bool HugeBuffersFit(const FioParams& params);
 // Extracts the bandwidth from fio's JSON output (exposed for tests).

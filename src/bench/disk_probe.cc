@@ -170,33 +170,8 @@ Ceiling MeasureUringProbe(const FioParams& p) {
 }
 
 Ceiling MeasureUringProbeRead(FioParams p, uint64_t staging_bytes) {
-  const uint64_t bs = std::max<uint64_t>(4096, AlignUp(p.block_bytes, 4096));
-  const uint32_t configured = p.iodepth;
-  const uint32_t staged = static_cast<uint32_t>(
-      std::clamp<uint64_t>(staging_bytes / (bs * std::max<uint32_t>(1, p.jobs)), 1, configured));
-  std::vector<uint32_t> depths = {configured};
-  if (staged != configured) depths.push_back(staged);
-  Ceiling best;
-  std::string tried;
-  p.remove_file = false;  // lay the file out once
-  for (uint32_t depth : depths) {
-    for (FioMode mode : {FioMode::kRandRead, FioMode::kRead}) {
-      p.iodepth = depth;
-      p.mode = mode;
-      Ceiling c = MeasureUringProbe(p);
-      if (!c.ok) {
-        if (!best.ok) best = c;
-        continue;
-      }
-      tried += fmt::format("{}{} qd {}: {:.2f}", tried.empty() ? "" : ", ", ModeName(mode), depth,
-                           c.bytes_per_s / 1e9);
-      if (!best.ok || c.bytes_per_s > best.bytes_per_s) best = c;
-    }
-  }
-  std::error_code ec;
-  std::filesystem::remove(p.dir + kProbeFile, ec);
-  if (best.ok) best.what = "best of [" + tried + " GB/s]: " + best.what;
-  return best;
+  return BestReadCeiling(p, staging_bytes, kProbeFile,
+                         [](FioParams& q) { return MeasureUringProbe(q); });
 }
 
 }  // namespace orbitkv::bench
