@@ -91,8 +91,9 @@ class PrefillResult:
     position's logits [1, vocab] (float32); restored_tokens / computed_tokens;
     sources: blocks restored per tier ('dram', 'ssd'); errors: (block, code,
     message) of blocks whose restore failed (recomputed); published: blocks
-    newly stored; timings (seconds): query, restore (Manager copies and the
-    gather into the cache), compute, publish, total."""
+    newly stored; budget_continuations: queries cut by the Manager's query
+    byte budget and followed by another; timings (seconds): query, restore
+    (Manager copies and the gather into the cache), compute, publish, total."""
 
     cache: DynamicCache
     logits: torch.Tensor
@@ -102,6 +103,7 @@ class PrefillResult:
     errors: List[tuple] = field(default_factory=list)
     published: int = 0
     restored_bytes: int = 0
+    budget_continuations: int = 0
     timings: Dict[str, float] = field(default_factory=dict)
 
 
@@ -200,14 +202,11 @@ class PrefixCache:
     def query(self, keys: List[bytes]):
         return self.reg.query(keys, self.ttl_ms)
 
-    def _restore(self, q, keys: List[bytes], blocks: int, result: PrefillResult):
-        """Restores blocks [0, blocks) of query q; returns per-layer K and V
-        [1, H, n*16, D] of the restored prefix (n <= blocks: cut at the first
+    def _restore(self, q, keys: List[bytes], blocks: int, result: PrefillResult, ks, vs, base: int):
+        """Restores blocks [0, blocks) of query q, whose keys are keys[base:],
+        into tokens [base*16, ...) of the per-layer K and V tensors ks, vs
+        [1, H, T, D]. Returns how many blocks it restored (cut at the first
         failed block)."""
-        T = blocks * BLOCK_TOKENS
-        ks = [torch.empty((1, self.kv_heads, T, self.head_dim), dtype=self.dtype, device=self.device)
-              for _ in range(self.layers)]
-        vs = [torch.empty_like(k) for k in ks]
         done = 0
         while done < blocks:
             n = min(self.num_pages, blocks - done)
@@ -217,12 +216,12 @@ class PrefixCache:
                 if not r.ok:
                     result.errors.append((r.block, r.code, r.error))
                     if r.code == "Corruption" and len(self.bad_keys) < 65536:
-                        self.bad_keys.add(keys[r.block])
+                        self.bad_keys.add(keys[base + r.block])
                     break
                 result.sources[r.source] = result.sources.get(r.source, 0) + 1
                 good += 1
             if good:
-                lo, hi = done * BLOCK_TOKENS, (done + good) * BLOCK_TOKENS
+                lo, hi = (base + done) * BLOCK_TOKENS, (base + done + good) * BLOCK_TOKENS
                 for l in range(self.layers):
                     page = self.pages[l][:good]  # [n, 2, H, 16, D]
                     ks[l][0, :, lo:hi].copy_(page[:, 0].transpose(0, 1).reshape(self.kv_heads, -1, self.head_dim))
@@ -237,11 +236,45 @@ class PrefixCache:
                 self.reg.release_query(q.query)
             except NotFoundError:
                 pass
-            T = done * BLOCK_TOKENS
-            ks = [k[:, :, :T] for k in ks]
-            vs = [v[:, :, :T] for v in vs]
         result.restored_bytes += done * self.block_bytes
-        return done, ks, vs
+        return done
+
+    def _restore_prefix(self, keys: List[bytes], restorable: int, cache: DynamicCache,
+                        result: PrefillResult) -> int:
+        """Queries and restores the longest cached prefix of keys[:restorable]
+        into `cache`; returns its length in blocks. A query cut by the Manager's
+        query byte budget (budget_limited: a prefix larger than the budget, by
+        default the DRAM pool) is followed, once its blocks are restored and
+        its leases gone, by a query for the rest of the chain."""
+        T = restorable * BLOCK_TOKENS
+        ks = vs = None
+        done = 0
+        query_s = restore_s = 0.0
+        while done < restorable:
+            t = time.perf_counter()
+            q = self.query(keys[done:restorable])
+            query_s += time.perf_counter() - t
+            if q.prefix == 0:
+                break
+            t = time.perf_counter()
+            if ks is None:
+                ks = [torch.empty((1, self.kv_heads, T, self.head_dim), dtype=self.dtype,
+                                  device=self.device) for _ in range(self.layers)]
+                vs = [torch.empty_like(k) for k in ks]
+            n = self._restore(q, keys, q.prefix, result, ks, vs, done)
+            restore_s += time.perf_counter() - t
+            done += n
+            result.budget_continuations += int(bool(q.budget_limited))
+            if n < q.prefix or not q.budget_limited:
+                break
+        t = time.perf_counter()
+        if done:
+            cut = done * BLOCK_TOKENS
+            self._fill_cache(cache, [k[:, :, :cut] for k in ks], [v[:, :, :cut] for v in vs])
+        _sync(self.device)
+        result.timings["query"] = query_s
+        result.timings["restore"] = restore_s + time.perf_counter() - t
+        return done
 
     def extend(self, cache: DynamicCache, token_ids: Sequence[int]) -> torch.Tensor:
         """Runs the model over `token_ids` after what `cache` holds, in chunks of
@@ -301,15 +334,7 @@ class PrefixCache:
         restored_blocks = 0
         t = time.perf_counter()
         if restore and restorable > 0:
-            q = self.query(keys[:restorable])
-            result.timings["query"] = time.perf_counter() - t
-            t = time.perf_counter()
-            if q.prefix > 0:
-                restored_blocks, ks, vs = self._restore(q, keys, q.prefix, result)
-                if restored_blocks:
-                    self._fill_cache(cache, ks, vs)
-            _sync(self.device)
-            result.timings["restore"] = time.perf_counter() - t
+            restored_blocks = self._restore_prefix(keys, restorable, cache, result)
         result.restored_tokens = restored_blocks * BLOCK_TOKENS
         t = time.perf_counter()
         result.logits = self.extend(cache, ids[result.restored_tokens :])

@@ -119,3 +119,33 @@ def test_example_chat_restores_earlier_turns(manager_binary):
         # in whole 16-token blocks, come back.
         assert restored[i] >= ((prompt[i - 1] + 7) // 16) * 16, out.stdout
         assert restored[i] + computed[i] == prompt[i]
+
+
+def test_prefix_larger_than_query_budget_restores_whole(start_manager):
+    """A prefix larger than the Manager's query byte budget (the DRAM pool):
+    the first query is budget_limited, and PrefixCache follows it with queries
+    for the rest of the chain instead of recomputing it (the H200 gate's SSD
+    scenarios restored 95 of 256 blocks before this)."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    cfg = Qwen3Config(vocab_size=128, hidden_size=128, intermediate_size=128,
+                      num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=4,
+                      head_dim=64, tie_word_embeddings=True)
+    cfg._name_or_path = "tiny-budget"
+    torch.manual_seed(0)
+    model = Qwen3ForCausalLM(cfg).eval()  # 128 KiB of KV per 16-token block
+    m = start_manager("2mib")  # with an SSD cache (the fixture's)
+    g = torch.Generator().manual_seed(2)
+    prefix = torch.randint(0, 128, (48 * 16,), generator=g).tolist()  # 48 blocks, 6 MiB
+    with m.client() as c1, okt.PrefixCache(model, c1, num_pages=8, chunk_tokens=128) as p1:
+        r1 = p1.prefill(prefix, restore=False)
+        assert r1.published == 48
+        ref = p1.extend(okt.clone_cache(r1.cache, model.config), [5])
+    with m.client() as c2, okt.PrefixCache(model, c2, num_pages=8, chunk_tokens=128) as p2:
+        first = p2.query(okt.block_keys(p2.ns, prefix))
+        assert first.budget_limited and 0 < first.prefix < 48, first
+        p2.reg.release_query(first.query)
+        r2 = p2.prefill(prefix + [5])
+        assert r2.errors == [] and r2.restored_tokens == 48 * 16, (r2.sources, r2.restored_tokens)
+        assert r2.budget_continuations >= 1
+        assert torch.equal(r2.logits, ref)
