@@ -89,8 +89,8 @@ def block_keys(ns: str, token_ids: Sequence[int], block_tokens: int = BLOCK_TOKE
 class PrefillResult:
     """cache: the DynamicCache over the whole prompt; logits: the last
     position's logits [1, vocab] (float32); restored_tokens / computed_tokens;
-    sources: blocks restored per tier ('dram', 'ssd'); errors: (block, code,
-    message) of blocks whose restore failed (recomputed); published: blocks
+    sources: blocks restored per tier ('dram', 'ssd'); errors: (block index in
+    the prompt's chain, code, message) of blocks whose restore failed (recomputed); published: blocks
     newly stored; budget_continuations: queries cut by the Manager's query
     byte budget and followed by another; timings (seconds): query, restore
     (Manager copies and the gather into the cache), compute, publish, total."""
@@ -214,7 +214,7 @@ class PrefixCache:
             good = 0
             for r in res:
                 if not r.ok:
-                    result.errors.append((r.block, r.code, r.error))
+                    result.errors.append((base + r.block, r.code, r.error))
                     if r.code == "Corruption" and len(self.bad_keys) < 65536:
                         self.bad_keys.add(keys[base + r.block])
                     break

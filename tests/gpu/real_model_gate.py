@@ -66,8 +66,8 @@ HERE = Path(__file__).resolve()
 
 def shape(tiny: bool) -> dict:
     if tiny:
-        return dict(prefix=256, suffixes=[40, 23], filler=3072, chunk=64, corrupt_block=5,
-                    layers=2, hidden=128, inter=256, heads=4, kv_heads=2, head_dim=64, vocab=512)
+        return dict(prefix=256, suffixes=[40, 23], filler=3072, chunk=64, corrupt_block=13,
+                    layers=4, hidden=128, inter=256, heads=4, kv_heads=2, head_dim=64, vocab=512)
     return dict(prefix=4096, suffixes=[519, 263], filler=4096, chunk=512, corrupt_block=100,
                 layers=24, hidden=1024, inter=3072, heads=16, kv_heads=8, head_dim=128,
                 vocab=32000)
@@ -400,7 +400,10 @@ def driver(args) -> int:
     bb = block_bytes(s, args.device)
     prefix_bytes = bb * s["prefix"] // 16
     pool_big = max(64 << 20, 4 * (prefix_bytes + bb * s["filler"] // 16))
-    pool_small = max(4 << 20, prefix_bytes // 2)
+    # Half the prefix: the filler evicts it, and the query budget (the pool
+    # less its read staging) cuts the prefix's query, so restores continue
+    # the chain in further queries; the corrupted block lies past the first.
+    pool_small = max(1 << 20, prefix_bytes // 2)
     capacity = max(64 << 20, 8 * (prefix_bytes + bb * (s["filler"] + 2048) // 16))
     pages = max(64, s["prefix"] // 16)
     scenarios = [x for x in args.scenarios.split(",") if x]
