@@ -9,6 +9,7 @@ build/src/server/orbitkv-cache-manager. The orbitkv package must be importable
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -28,27 +29,31 @@ TMP_ROOT = "/var/tmp" if os.path.isdir("/var/tmp") else None
 
 
 class Manager:
-    """A running orbitkv-cache-manager process."""
+    """A running orbitkv-cache-manager process on a fixed socket (ssd: with an
+    SSD cache under workdir/ssd). It can be killed, paused (SIGSTOP),
+    resumed and started again on the same socket and state."""
 
-    def __init__(self, binary: str, workdir: Path, pool_size: str, extra: list[str]):
-        self.workdir = workdir
+    def __init__(self, binary: str, workdir: Path, pool_size: str, extra: list[str],
+                 ssd: bool = True):
+        self.binary, self.workdir, self.pool_size = binary, workdir, pool_size
+        self.extra, self.ssd = list(extra), ssd
         self.socket_path = str(workdir / "m.sock")
         self.ssd_dir = workdir / "ssd"
-        self.ssd_dir.mkdir()
         self.log_path = workdir / "manager.log"
+        self.start()
+
+    def start(self) -> None:
+        """Starts the process (again, after kill()) and waits until it listens."""
+        args = [self.binary, "--socket", self.socket_path, "--metrics-port", "0",
+                "--pool-size", self.pool_size]
+        if self.ssd:
+            self.ssd_dir.mkdir(exist_ok=True)
+            args += ["--ssd-cache-path", str(self.ssd_dir / "cache.bin"),
+                     "--ssd-cache-capacity", "64mib", "--ssd-shards", "2"]
         self.killed_by_test = False
-        args = [
-            binary,
-            "--socket", self.socket_path,
-            "--metrics-port", "0",
-            "--pool-size", pool_size,
-            "--ssd-cache-path", str(self.ssd_dir / "cache.bin"),
-            "--ssd-cache-capacity", "64mib",
-            "--ssd-shards", "2",
-            *extra,
-        ]
-        self._log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT)
+        self._log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen([*args, *self.extra], stdout=self._log,
+                                     stderr=subprocess.STDOUT)
         self._wait_ready()
 
     def log(self) -> str:
@@ -80,17 +85,24 @@ class Manager:
         return orbitkv.Client(self.socket_path, **kwargs)
 
     def kill(self) -> None:
-        """SIGKILL (the test means it: stop() then reports 0)."""
+        """SIGKILL (the test means it: stop() then reports 0, unless start()ed again)."""
         self.killed_by_test = True
         self.proc.kill()
         self.proc.wait()
+        self._log.close()
+
+    def pause(self) -> None:
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self.proc.send_signal(signal.SIGCONT)
 
     def stop(self) -> int:
         """SIGTERM, wait for a clean exit; returns the exit code (0 after kill())."""
         if self.killed_by_test:
-            self._log.close()
             return 0
         if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)  # a paused one too
             self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(timeout=30)
@@ -113,17 +125,20 @@ def manager_binary() -> str:
     return binary
 
 
-@pytest.fixture
-def start_manager(manager_binary):
-    """Factory: start_manager(pool_size="64mib", extra=[...]) -> Manager. Every
-    Manager started is stopped with SIGTERM at teardown and must exit 0."""
+@contextlib.contextmanager
+def managers(binary: str, ssd_default: bool = True):
+    """The Manager factory behind start_manager fixtures (tests/vllm and
+    tests/sglang load it from here): start(pool_size="64mib", extra=[...],
+    ssd=ssd_default) -> Manager. Every Manager started is stopped with SIGTERM
+    at the end and must exit 0."""
     started: list[Manager] = []
     dirs: list[str] = []
 
-    def start(pool_size: str = "64mib", extra: list[str] | None = None) -> Manager:
+    def start(pool_size: str = "64mib", extra: list[str] | None = None,
+              ssd: bool = ssd_default) -> Manager:
         workdir = tempfile.mkdtemp(prefix="orbitkv-py-", dir=TMP_ROOT)
         dirs.append(workdir)
-        m = Manager(manager_binary, Path(workdir), pool_size, list(extra or []))
+        m = Manager(binary, Path(workdir), pool_size, list(extra or []), ssd)
         started.append(m)
         return m
 
@@ -137,6 +152,13 @@ def start_manager(manager_binary):
     for d in dirs:
         shutil.rmtree(d, ignore_errors=True)
     assert not failures, "\n".join(failures)
+
+
+@pytest.fixture
+def start_manager(manager_binary):
+    """start_manager(pool_size="64mib", extra=[...], ssd=True) -> Manager (managers())."""
+    with managers(manager_binary) as start:
+        yield start
 
 
 @pytest.fixture

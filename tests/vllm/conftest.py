@@ -8,14 +8,8 @@ every test here is skipped with the reason.
 
 from __future__ import annotations
 
-import os
-import shutil
-import signal
-import socket
-import subprocess
+import importlib.util
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -29,90 +23,22 @@ try:
 except ImportError as e:  # pragma: no cover - environment without vLLM
     pytest.skip(f"vLLM connector tests need vllm and orbitkv: {e}", allow_module_level=True)
 
-TMP_ROOT = "/var/tmp" if os.path.isdir("/var/tmp") else None
-
-
-class ManagerProc:
-    """An orbitkv-cache-manager on a fixed socket; can be killed, paused, restarted."""
-
-    def __init__(self, binary: str, workdir: Path, pool_size: str, ssd: bool) -> None:
-        self.binary, self.workdir, self.pool_size, self.ssd = binary, workdir, pool_size, ssd
-        self.socket_path = str(workdir / "m.sock")
-        self.log_path = workdir / "manager.log"
-        self.proc = None
-        self.start()
-
-    def start(self) -> None:
-        args = [self.binary, "--socket", self.socket_path, "--metrics-port", "0",
-                "--pool-size", self.pool_size]
-        if self.ssd:
-            (self.workdir / "ssd").mkdir(exist_ok=True)
-            args += ["--ssd-cache-path", str(self.workdir / "ssd" / "cache.bin"),
-                     "--ssd-cache-capacity", "64mib", "--ssd-shards", "2"]
-        self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"Manager exited with {self.proc.returncode}:\n{self.log()}")
-            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                s.connect(self.socket_path)
-                return
-            except OSError:
-                time.sleep(0.02)
-            finally:
-                s.close()
-        raise RuntimeError(f"Manager did not listen:\n{self.log()}")
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def kill(self) -> None:
-        self.proc.kill()
-        self.proc.wait()
-        self._log.close()
-
-    def pause(self) -> None:
-        self.proc.send_signal(signal.SIGSTOP)
-
-    def resume(self) -> None:
-        self.proc.send_signal(signal.SIGCONT)
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-                raise AssertionError(f"Manager ignored SIGTERM:\n{self.log()}")
-            self._log.close()
-            return self.proc.returncode
-        return 0
+# The Manager process class and factory of tests/python/conftest.py, loaded
+# from there, not copied (tests/sglang does the same).
+_spec = importlib.util.spec_from_file_location(
+    "orbitkv_python_conftest", HERE.parent / "python" / "conftest.py")
+_python_conftest = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_python_conftest)
+ManagerProc = _python_conftest.Manager
+manager_binary = _python_conftest.manager_binary
 
 
 @pytest.fixture
-def start_manager():
-    binary = os.environ.get("ORBITKV_MANAGER_BINARY", "")
-    if not binary or not os.access(binary, os.X_OK):
-        pytest.fail(f"set ORBITKV_MANAGER_BINARY to orbitkv-cache-manager (got {binary!r})")
-    started, dirs = [], []
-
-    def start(pool_size: str = "64mib", ssd: bool = False) -> ManagerProc:
-        d = Path(tempfile.mkdtemp(prefix="orbitkv-vllm-", dir=TMP_ROOT))
-        dirs.append(d)
-        m = ManagerProc(binary, d, pool_size, ssd)
-        started.append(m)
-        return m
-
-    yield start
-    failures = [f"Manager exited with {rc}:\n{m.log()}" for m in started if (rc := m.stop()) != 0]
-    for d in dirs:
-        shutil.rmtree(d, ignore_errors=True)
-    assert not failures, "\n".join(failures)
+def start_manager(manager_binary):
+    """start_manager(pool_size="64mib", ssd=False) -> ManagerProc: the connector
+    tests run on a DRAM-only Manager unless a test asks for SSD."""
+    with _python_conftest.managers(manager_binary, ssd_default=False) as start:
+        yield start
 
 
 @pytest.fixture
