@@ -17,6 +17,7 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <netinet/in.h>
 #include <pwd.h>
 #include <signal.h>
@@ -1567,22 +1568,20 @@ TEST_F(HardeningProcessTest, RestoreTimeoutNeverReturnsWhileThePagesMayStillBeWr
 // A user who squats the default socket path (or binds a socket of the
 // Manager's path) must not get a single frame or fd from an engine, and must
 // not keep the Manager from knowing why it cannot start. Root only: it runs
-// the squatter and the Manager as two users it creates.
+// the squatter and the Manager as two uids with no account (setuid needs no
+// passwd entry), so the test leaves no users behind on the machine.
 TEST_F(HardeningProcessTest, SquattedSocketPathsAreRefusedByClientAndManager) {
-  if (::geteuid() != 0) GTEST_SKIP() << "needs root (useradd, setuid)";
-  auto ensure_user = [](const std::string& name) -> std::optional<std::pair<uid_t, gid_t>> {
-    if (::getpwnam(name.c_str()) == nullptr) {
-      const std::string cmd =
-          "useradd --system --no-create-home --shell /usr/sbin/nologin " + name + " 2>&1";
-      if (std::system(cmd.c_str()) != 0) return std::nullopt;
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (setuid)";
+  // Two ids below 65534 (nobody) that no account or group names.
+  auto free_id = [](uint32_t below) -> std::optional<std::pair<uid_t, gid_t>> {
+    for (uint32_t id = below - 1; id > 60000; --id) {
+      if (::getpwuid(id) == nullptr && ::getgrgid(id) == nullptr) return std::make_pair(id, id);
     }
-    const passwd* pw = ::getpwnam(name.c_str());
-    if (pw == nullptr) return std::nullopt;
-    return std::make_pair(pw->pw_uid, pw->pw_gid);
+    return std::nullopt;
   };
-  const auto squatter = ensure_user("orbitkv-squat");
-  const auto victim = ensure_user("orbitkv-victim");
-  if (!squatter || !victim) GTEST_SKIP() << "useradd failed";
+  const auto squatter = free_id(65534);
+  const auto victim = squatter ? free_id(squatter->first) : std::nullopt;
+  if (!squatter || !victim) GTEST_SKIP() << "no free uid in 60001..65533";
   const std::string S = std::to_string(squatter->first), V = std::to_string(victim->first);
   ASSERT_EQ(::chmod(dir_.path().c_str(), 0755), 0);
   const std::string shared = dir_.File("shared");
@@ -1594,7 +1593,10 @@ TEST_F(HardeningProcessTest, SquattedSocketPathsAreRefusedByClientAndManager) {
   auto squat = [&](const std::string& path, int accepts, int report_fd) -> pid_t {
     const pid_t pid = ::fork();
     if (pid != 0) return pid;
-    if (::setgid(squatter->second) != 0 || ::setuid(squatter->first) != 0) ::_exit(2);
+    if (::setgroups(0, nullptr) != 0 || ::setgid(squatter->second) != 0 ||
+        ::setuid(squatter->first) != 0) {
+      ::_exit(2);
+    }
     const int l = ::socket(AF_UNIX, SOCK_STREAM, 0);
     sockaddr_un a{};
     a.sun_family = AF_UNIX;
