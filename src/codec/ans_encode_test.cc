@@ -187,6 +187,9 @@ Form ExpectCpuFrame(DType dtype, const std::vector<uint8_t>& raw, uint32_t chunk
         << raw.size() << " bytes, chunk " << chunk << ": first difference at byte "
         << (diff.first - gpu.begin()) << " of " << gpu.size();
   }
+  std::vector<uint8_t> back(raw.size(), kPoison);
+  EXPECT_TRUE(Decode(gpu, back, CodecId::kAns).ok());
+  EXPECT_EQ(back, raw);
   return FormOf(cpu);
 }
 
