@@ -6,53 +6,12 @@
 #include <vector>
 
 #include "codec/ans_chunk.h"
+#include "codec/ans_encode.h"
 #include "codec/codec_internal.h"
 #include "codec/frame_layout.h"
 
 namespace orbitkv::codec::internal {
 namespace {
-
-uint32_t ChunkCount(uint64_t elems, uint32_t chunk) {
-  return static_cast<uint32_t>((elems + chunk - 1) / chunk);
-}
-
-uint32_t PickChunkElements(uint64_t elems, uint32_t requested) {
-  if (requested != 0) return requested;
-  // Enough chunks to spread one segment over 32 GPU warps, none so small that
-  // the 128 bytes of lane states per chunk weigh.
-  const uint64_t per32 = (elems + 31) / 32;
-  const uint64_t rounded = (per32 + 31) / 32 * 32;
-  return static_cast<uint32_t>(std::clamp<uint64_t>(rounded, 2048, 8192));
-}
-
-// Scales a histogram to sum exactly kAnsProbScale, each present symbol >= 1.
-std::array<uint16_t, 256> NormalizeFrequencies(const std::array<uint64_t, 256>& count,
-                                               uint64_t total) {
-  std::array<uint16_t, 256> freq{};
-  int64_t sum = 0;
-  int biggest = 0;
-  for (int s = 0; s < 256; ++s) {
-    if (count[s] == 0) continue;
-    const uint64_t f = std::max<uint64_t>(1, count[s] * kAnsProbScale / total);
-    freq[s] = static_cast<uint16_t>(f);
-    sum += f;
-    if (count[s] > count[biggest]) biggest = s;
-  }
-  if (sum < kAnsProbScale) {
-    freq[biggest] = static_cast<uint16_t>(freq[biggest] + (kAnsProbScale - sum));
-  }
-  while (sum > kAnsProbScale) {
-    // Take from the largest frequencies first (least relative cost).
-    int top = -1;
-    for (int s = 0; s < 256; ++s) {
-      if (freq[s] > 1 && (top < 0 || freq[s] > freq[top])) top = s;
-    }
-    const int64_t take = std::min<int64_t>(sum - kAnsProbScale, std::max(1, freq[top] / 16));
-    freq[top] = static_cast<uint16_t>(freq[top] - take);
-    sum -= take;
-  }
-  return freq;
-}
 
 struct EncodedPlane {
   uint8_t mode = kAnsPlaneRaw;
@@ -60,14 +19,9 @@ struct EncodedPlane {
   std::vector<uint8_t> data;
 };
 
-// floor(x / f) = (x * Reciprocal(f)) >> 44 for every x < 2^32 and f <= 4096:
-// the reciprocal overshoots 2^44 / f by at most 1, so the quotient gains less
-// than x / 2^44 < 2^-12 <= 1 / f, too little to reach the next integer.
-uint64_t Reciprocal(uint32_t f) { return f == 0 ? 0 : (uint64_t{1} << 44) / f + 1; }
-
-void EncodeChunk(const uint8_t* sym, uint32_t n, const std::array<uint16_t, 256>& freq,
-                 const std::array<uint32_t, 256>& cum, const std::array<uint64_t, 256>& rcp,
-                 std::vector<uint16_t>& words, std::vector<uint8_t>& data) {
+void EncodeChunk(const uint8_t* sym, uint32_t n, const AnsEncTable& table,
+                 const std::array<uint64_t, 256>& rcp, std::vector<uint16_t>& words,
+                 std::vector<uint8_t>& data) {
   uint32_t state[kAnsLanes];
   std::fill(state, state + kAnsLanes, kAnsStateLow);
   // At most one word per symbol; written branch-free (renormalisation is a
@@ -79,15 +33,13 @@ void EncodeChunk(const uint8_t* sym, uint32_t n, const std::array<uint16_t, 256>
     const uint32_t lanes = std::min(kAnsLanes, n - t * kAnsLanes);
     for (uint32_t j = lanes; j-- > 0;) {
       const uint8_t s = sym[t * kAnsLanes + j];
-      const uint32_t f = freq[s];
+      const uint32_t f = table.freq[s];
       uint32_t x = state[j];
-      const bool renorm = uint64_t{x} >= (uint64_t{f} << (32 - kAnsProbBits));
+      const bool renorm = AnsRenorm(x, f);
       words[nw] = static_cast<uint16_t>(x);
       nw += renorm;
       x = renorm ? x >> 16 : x;
-      // (x / f) * 4096 + x % f + cum, without the division.
-      const uint32_t q = static_cast<uint32_t>((static_cast<unsigned __int128>(x) * rcp[s]) >> 44);
-      state[j] = x + cum[s] + q * (kAnsProbScale - f);
+      state[j] = AnsEncodeStep(x, f, table.cum[s], rcp[s]);
     }
   }
   words.resize(nw);
@@ -104,22 +56,21 @@ void EncodeChunk(const uint8_t* sym, uint32_t n, const std::array<uint16_t, 256>
 EncodedPlane EncodePlane(const std::vector<uint8_t>& sym, uint32_t chunk, uint32_t chunks) {
   EncodedPlane plane;
   const uint64_t n = sym.size();
-  std::array<uint64_t, 256> count{};
+  uint32_t count[256] = {};
   for (uint8_t s : sym) ++count[s];
-  const std::array<uint16_t, 256> freq = NormalizeFrequencies(count, n);
-  std::array<uint32_t, 256> cum{};
-  for (int s = 1; s < 256; ++s) cum[s] = cum[s - 1] + freq[s - 1];
+  AnsEncTable table;
+  AnsBuildEncTable(count, n, &table);
   std::array<uint64_t, 256> rcp{};
-  for (int s = 0; s < 256; ++s) rcp[s] = Reciprocal(freq[s]);
+  for (int s = 0; s < 256; ++s) rcp[s] = AnsReciprocal(table.freq[s]);
 
   plane.table.resize(kAnsFreqTableBytes + 4 * size_t{chunks});
-  for (int s = 0; s < 256; ++s) Store16(plane.table.data() + 2 * s, freq[s]);
+  for (int s = 0; s < 256; ++s) Store16(plane.table.data() + 2 * s, table.freq[s]);
   plane.data.reserve(n / 2 + kAnsStatesBytes * chunks);
   std::vector<uint16_t> words;
   for (uint32_t c = 0; c < chunks; ++c) {
     const uint64_t first = uint64_t{c} * chunk;
     const uint32_t len = static_cast<uint32_t>(std::min<uint64_t>(chunk, n - first));
-    EncodeChunk(sym.data() + first, len, freq, cum, rcp, words, plane.data);
+    EncodeChunk(sym.data() + first, len, table, rcp, words, plane.data);
     Store32(plane.table.data() + kAnsFreqTableBytes + 4 * c,
             static_cast<uint32_t>(plane.data.size()));
     // Incompressible: stop as soon as the coded plane cannot win.
@@ -135,8 +86,6 @@ EncodedPlane EncodePlane(const std::vector<uint8_t>& sym, uint32_t chunk, uint32
   return plane;
 }
 
-size_t Align4(size_t v) { return (v + 3) / 4 * 4; }
-
 }  // namespace
 
 size_t AnsMaxEncodedSize(const SegmentInfo&, size_t raw_bytes) {
@@ -147,12 +96,12 @@ Result<size_t> AnsEncode(const SegmentInfo& info, std::span<const uint8_t> raw,
                          std::span<uint8_t> out, const EncodeOptions& options) {
   const uint32_t planes = static_cast<uint32_t>(DTypeBytes(info.dtype));
   const uint64_t elems = raw.size() / planes;
-  const uint32_t chunk = PickChunkElements(elems, options.ans_chunk_elements);
+  const uint32_t chunk = AnsChunkElements(elems, options.ans_chunk_elements);
   if (chunk % kAnsLanes != 0 || chunk > kAnsMaxChunkElements) {
     return Status::InvalidArgument("ans: chunk elements must be a multiple of 32 up to 2^20, not " +
                                    std::to_string(chunk));
   }
-  const uint32_t chunks = ChunkCount(elems, chunk);
+  const uint32_t chunks = AnsChunkCount(elems, chunk);
   std::vector<EncodedPlane> coded(planes);
   size_t size = kAnsHeaderBytes;
   if (elems > 0) {
@@ -162,8 +111,8 @@ Result<size_t> AnsEncode(const SegmentInfo& info, std::span<const uint8_t> raw,
       coded[p] = EncodePlane(sym, chunk, chunks);
       size += coded[p].table.size();
     }
-    size = Align4(size);
-    for (const EncodedPlane& c : coded) size += Align4(c.data.size());
+    size = AnsAlign4(size);
+    for (const EncodedPlane& c : coded) size += AnsAlign4(c.data.size());
   }
   uint8_t* o = out.data();
   if (size >= kFramePrefixBytes + raw.size()) {
@@ -185,8 +134,8 @@ Result<size_t> AnsEncode(const SegmentInfo& info, std::span<const uint8_t> raw,
     std::copy(coded[p].table.begin(), coded[p].table.end(), o + at);
     at += coded[p].table.size();
   }
-  std::fill(o + at, o + Align4(at), 0);
-  at = Align4(at);
+  std::fill(o + at, o + AnsAlign4(at), 0);
+  at = AnsAlign4(at);
   for (uint32_t p = 0; p < planes; ++p) {
     uint8_t* d = o + kAnsPlaneDescOffset + kAnsPlaneDescBytes * p;
     d[0] = coded[p].mode;
@@ -194,8 +143,8 @@ Result<size_t> AnsEncode(const SegmentInfo& info, std::span<const uint8_t> raw,
     Store32(d + 8, static_cast<uint32_t>(coded[p].data.size()));
     Store32(d + 12, static_cast<uint32_t>(table_at[p]));
     std::copy(coded[p].data.begin(), coded[p].data.end(), o + at);
-    std::fill(o + at + coded[p].data.size(), o + Align4(at + coded[p].data.size()), 0);
-    at = Align4(at + coded[p].data.size());
+    std::fill(o + at + coded[p].data.size(), o + AnsAlign4(at + coded[p].data.size()), 0);
+    at = AnsAlign4(at + coded[p].data.size());
   }
   return at;
 }
@@ -283,7 +232,7 @@ Status DecodeWith(AnsChunkDecoder decode, const FrameInfo& fi, std::span<const u
   }
   const uint64_t elems = fi.decoded_size / planes;
   const uint32_t chunks = Load32(f + kAnsChunksOffset);
-  if (chunks != ChunkCount(elems, chunk)) return Bad("chunk count does not match the sizes");
+  if (chunks != AnsChunkCount(elems, chunk)) return Bad("chunk count does not match the sizes");
   for (uint32_t p = planes; p < kAnsMaxPlanes; ++p) {
     const uint8_t* d = f + kAnsPlaneDescOffset + kAnsPlaneDescBytes * p;
     if (std::any_of(d, d + kAnsPlaneDescBytes, [](uint8_t b) { return b != 0; })) {

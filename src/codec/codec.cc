@@ -112,15 +112,8 @@ Result<size_t> Encode(CodecId id, const SegmentInfo& info, std::span<const uint8
 namespace internal {
 void WritePrefix(uint8_t* out, CodecId id, DType dtype, uint8_t flags, uint64_t decoded_size,
                  uint64_t frame_size, uint32_t param) {
-  Store32(out, kFrameMagic);
-  out[kPrefixCodec] = static_cast<uint8_t>(id);
-  out[kPrefixVersion] = CodecFormatVersion(id);
-  out[kPrefixDType] = static_cast<uint8_t>(dtype);
-  out[kPrefixFlags] = flags;
-  Store64(out + kPrefixDecodedSize, decoded_size);
-  Store64(out + kPrefixFrameSize, frame_size);
-  Store32(out + kPrefixParam, param);
-  Store32(out + kFrameCrcOffset, 0);
+  WriteFramePrefix(out, static_cast<uint8_t>(id), CodecFormatVersion(id),
+                   static_cast<uint8_t>(dtype), flags, decoded_size, frame_size, param);
 }
 }  // namespace internal
 

@@ -132,7 +132,28 @@ Result<std::vector<Status>> CudaDecoder::Finish(cudaStream_t stream) {
 }
 
 namespace {
+
 constexpr size_t kHeaderSlot = 128;  // >= the TurboQuant header (48 + 64 bytes)
+
+// What every GPU encoder needs of a segment (Encode's size checks, alignment,
+// the frame buffer's capacity). REQUIRES: a known info.dtype.
+Status CheckSegment(size_t i, const DeviceSegment& s, CodecId codec, const SegmentInfo& info) {
+  const std::string which = "CudaEncoder: segment " + std::to_string(i);
+  if (reinterpret_cast<uintptr_t>(s.raw) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(s.frame) % 16 != 0) {
+    return Status::InvalidArgument(which + ": raw and frame must be 16-byte aligned");
+  }
+  if (s.raw_size % DTypeBytes(info.dtype) != 0 || s.raw_size > (uint64_t{1} << 31)) {
+    return Status::InvalidArgument(which + ": not a whole number of elements up to 2 GiB");
+  }
+  const size_t bound = MaxEncodedSize(codec, info, s.raw_size);
+  if (s.frame_capacity < bound) {
+    return Status::InvalidArgument(which + ": frame buffer below MaxEncodedSize " +
+                                   std::to_string(bound));
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 struct CudaEncoder::Buffers {
@@ -146,6 +167,13 @@ struct CudaEncoder::Buffers {
   float* dev_codebook = nullptr;
   uint32_t* dev_crc = nullptr;
   Crc32cTables* dev_tables = nullptr;
+  uint64_t* host_sizes = nullptr;  // pinned: the frame sizes
+  uint64_t* dev_sizes = nullptr;
+  internal::AnsEncodeJob* host_jobs = nullptr;  // pinned
+  internal::AnsEncodeJob* dev_jobs = nullptr;
+  uint8_t* dev_scratch = nullptr;  // ans: histograms, tables, word counts
+  size_t scratch_bytes = 0;
+  uint32_t pending = 0;  // segments of the last EncodeAsync
 
   ~Buffers() {
     // Teardown: nothing useful to do with a failure here.
@@ -153,11 +181,16 @@ struct CudaEncoder::Buffers {
     cudaFreeHost(host_segments);
     cudaFreeHost(host_frames);
     cudaFreeHost(host_codebook);
+    cudaFreeHost(host_sizes);
+    cudaFreeHost(host_jobs);
     cudaFree(dev_segments);
     cudaFree(dev_frames);
     cudaFree(dev_codebook);
     cudaFree(dev_crc);
     cudaFree(dev_tables);
+    cudaFree(dev_sizes);
+    cudaFree(dev_jobs);
+    cudaFree(dev_scratch);
   }
 };
 
@@ -194,6 +227,14 @@ Result<std::unique_ptr<CudaEncoder>> CudaEncoder::Create(uint32_t max_segments) 
       cudaMalloc(reinterpret_cast<void**>(&b->dev_crc), sizeof(uint32_t) * n));
   ORBITKV_CUDA_RETURN_IF_ERROR(
       cudaMalloc(reinterpret_cast<void**>(&b->dev_tables), sizeof(Crc32cTables)));
+  ORBITKV_CUDA_RETURN_IF_ERROR(
+      cudaMallocHost(reinterpret_cast<void**>(&b->host_sizes), sizeof(uint64_t) * n));
+  ORBITKV_CUDA_RETURN_IF_ERROR(
+      cudaMalloc(reinterpret_cast<void**>(&b->dev_sizes), sizeof(uint64_t) * n));
+  ORBITKV_CUDA_RETURN_IF_ERROR(
+      cudaMallocHost(reinterpret_cast<void**>(&b->host_jobs), sizeof(internal::AnsEncodeJob) * n));
+  ORBITKV_CUDA_RETURN_IF_ERROR(
+      cudaMalloc(reinterpret_cast<void**>(&b->dev_jobs), sizeof(internal::AnsEncodeJob) * n));
   const Crc32cTables tables = MakeCrc32cTables();
   ORBITKV_CUDA_RETURN_IF_ERROR(
       cudaMemcpy(b->dev_tables, &tables, sizeof tables, cudaMemcpyHostToDevice));
@@ -203,10 +244,11 @@ Result<std::unique_ptr<CudaEncoder>> CudaEncoder::Create(uint32_t max_segments) 
 Status CudaEncoder::EncodeAsync(CodecId codec, const SegmentInfo& info,
                                 std::span<const DeviceSegment> segments, cudaStream_t stream,
                                 const EncodeOptions& options) {
+  if (codec == CodecId::kAns) return EncodeAnsAsync(info, segments, stream, options);
   const bool tq = codec == CodecId::kTurboQuant4 || codec == CodecId::kTurboQuant3;
   if (codec != CodecId::kFp8 && !tq) {
     return Status::Unavailable("CudaEncoder: no GPU encoder for codec " +
-                               std::string(CodecName(codec)) + " (encode it on the CPU)");
+                               std::string(CodecName(codec)) + " (it has no frame)");
   }
   if (info.dtype != DType::kBf16 && info.dtype != DType::kFp16) {
     return Status::InvalidArgument("CudaEncoder: segments must be bf16 or fp16");
@@ -220,20 +262,9 @@ Status CudaEncoder::EncodeAsync(CodecId codec, const SegmentInfo& info,
   uint64_t max_raw = 0, max_frame = 0;
   for (size_t i = 0; i < segments.size(); ++i) {
     const DeviceSegment& s = segments[i];
-    const std::string which = "CudaEncoder: segment " + std::to_string(i);
-    if (reinterpret_cast<uintptr_t>(s.raw) % 16 != 0 ||
-        reinterpret_cast<uintptr_t>(s.frame) % 16 != 0) {
-      return Status::InvalidArgument(which + ": raw and frame must be 16-byte aligned");
-    }
-    if (s.raw_size % 2 != 0 || s.raw_size > (uint64_t{1} << 31)) {
-      return Status::InvalidArgument(which + ": not a whole number of 16-bit elements up to 2 GiB");
-    }
+    ORBITKV_RETURN_IF_ERROR(CheckSegment(i, s, codec, info));
     if (tq) ORBITKV_RETURN_IF_ERROR(internal::TurboQuantCheckShape(info, s.raw_size));
     const size_t size = MaxEncodedSize(codec, info, s.raw_size);
-    if (s.frame_capacity < size) {
-      return Status::InvalidArgument(which + ": frame buffer below MaxEncodedSize " +
-                                     std::to_string(size));
-    }
     uint8_t* h = b_->host_headers + kHeaderSlot * i;
     const size_t header =
         tq ? internal::WriteTurboQuantHeader(bits, info, s.raw_size, options.turboquant_seed, h)
@@ -243,9 +274,11 @@ Status CudaEncoder::EncodeAsync(CodecId codec, const SegmentInfo& info,
         cudaMemcpyAsync(s.frame, h, header, cudaMemcpyHostToDevice, stream));
     b_->host_segments[i] = {s.raw, s.raw_size, s.frame, size};
     b_->host_frames[i] = {s.frame, size, nullptr, 0};
+    b_->host_sizes[i] = size;
     max_raw = std::max<uint64_t>(max_raw, s.raw_size);
     max_frame = std::max<uint64_t>(max_frame, size);
   }
+  b_->pending = static_cast<uint32_t>(segments.size());
   if (segments.empty()) return Status::OK();
   const size_t n = segments.size();
   if (tq) {
@@ -268,9 +301,86 @@ Status CudaEncoder::EncodeAsync(CodecId codec, const SegmentInfo& info,
   return Status::OK();
 }
 
-Status CudaEncoder::Finish(cudaStream_t stream) {
-  ORBITKV_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+Status CudaEncoder::EncodeAnsAsync(const SegmentInfo& info, std::span<const DeviceSegment> segments,
+                                   cudaStream_t stream, const EncodeOptions& options) {
+  const auto dtype = static_cast<uint8_t>(info.dtype);
+  if (dtype < 1 || dtype > 3) return Status::InvalidArgument("CudaEncoder: unknown element dtype");
+  if (segments.size() > b_->max_segments) {
+    return Status::InvalidArgument("CudaEncoder: " + std::to_string(segments.size()) +
+                                   " segments, created for " + std::to_string(b_->max_segments));
+  }
+  const auto planes = static_cast<uint32_t>(DTypeBytes(info.dtype));
+  const auto align16 = [](size_t v) { return (v + 15) / 16 * 16; };
+  std::vector<size_t> at(segments.size());
+  size_t scratch = 0;
+  uint64_t max_raw = 0, max_items = 0;
+  for (size_t i = 0; i < segments.size(); ++i) {
+    const DeviceSegment& s = segments[i];
+    ORBITKV_RETURN_IF_ERROR(CheckSegment(i, s, CodecId::kAns, info));
+    const uint64_t elems = s.raw_size / planes;
+    const uint32_t chunk = internal::AnsChunkElements(elems, options.ans_chunk_elements);
+    if (chunk % kAnsLanes != 0 || chunk > kAnsMaxChunkElements) {
+      return Status::InvalidArgument(
+          "ans: chunk elements must be a multiple of 32 up to 2^20, not " + std::to_string(chunk));
+    }
+    const uint32_t chunks = internal::AnsChunkCount(elems, chunk);
+    internal::AnsEncodeJob& job = b_->host_jobs[i];
+    job = {};
+    job.raw = s.raw;
+    job.raw_size = s.raw_size;
+    job.frame = s.frame;
+    job.planes = planes;
+    job.chunk = chunk;
+    job.chunks = chunks;
+    job.dtype = dtype;
+    at[i] = scratch;
+    scratch += sizeof(uint32_t) * kAnsMaxPlanes * 256 +
+               sizeof(internal::AnsEncTable) * kAnsMaxPlanes +
+               align16(sizeof(uint32_t) * planes * uint64_t{chunks});
+    b_->host_frames[i] = {s.frame, 0, nullptr, 0};
+    max_raw = std::max<uint64_t>(max_raw, s.raw_size);
+    max_items = std::max<uint64_t>(max_items, uint64_t{planes} * chunks);
+  }
+  b_->pending = static_cast<uint32_t>(segments.size());
+  if (segments.empty()) return Status::OK();
+  if (scratch > b_->scratch_bytes) {
+    // The previous call has finished (one EncodeAsync then Finish at a time).
+    ORBITKV_CUDA_RETURN_IF_ERROR(cudaFree(b_->dev_scratch));
+    b_->dev_scratch = nullptr;
+    b_->scratch_bytes = 0;
+    ORBITKV_CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(&b_->dev_scratch), scratch));
+    b_->scratch_bytes = scratch;
+  }
+  for (size_t i = 0; i < segments.size(); ++i) {
+    internal::AnsEncodeJob& job = b_->host_jobs[i];
+    uint8_t* base = b_->dev_scratch + at[i];
+    job.counts = reinterpret_cast<uint32_t*>(base);
+    base += sizeof(uint32_t) * kAnsMaxPlanes * 256;
+    job.tables = reinterpret_cast<internal::AnsEncTable*>(base);
+    base += sizeof(internal::AnsEncTable) * kAnsMaxPlanes;
+    job.words = reinterpret_cast<uint32_t*>(base);
+  }
+  const size_t n = segments.size();
+  ORBITKV_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(b_->dev_scratch, 0, scratch, stream));
+  ORBITKV_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(b_->dev_jobs, b_->host_jobs,
+                                               sizeof(internal::AnsEncodeJob) * n,
+                                               cudaMemcpyHostToDevice, stream));
+  ORBITKV_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(b_->dev_frames, b_->host_frames,
+                                               sizeof(internal::KernelFrame) * n,
+                                               cudaMemcpyHostToDevice, stream));
+  ORBITKV_CUDA_RETURN_IF_ERROR(internal::LaunchAnsEncode(
+      CodecFormatVersion(CodecId::kAns), b_->dev_jobs, b_->dev_frames, b_->dev_sizes,
+      static_cast<uint32_t>(n), max_raw, max_items, b_->dev_tables, b_->dev_crc, stream));
+  ORBITKV_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(b_->host_sizes, b_->dev_sizes, sizeof(uint64_t) * n,
+                                               cudaMemcpyDeviceToHost, stream));
   return Status::OK();
+}
+
+Result<std::vector<uint64_t>> CudaEncoder::Finish(cudaStream_t stream) {
+  ORBITKV_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  std::vector<uint64_t> sizes(b_->host_sizes, b_->host_sizes + b_->pending);
+  b_->pending = 0;
+  return sizes;
 }
 
 }  // namespace orbitkv::codec

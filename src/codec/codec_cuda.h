@@ -6,8 +6,8 @@
 // malformed past that point fails with Corruption and its output bytes are
 // unspecified: callers fail the block (the engine recomputes it).
 // One decoder per stream at a time: DecodeAsync then Finish; not thread-safe.
-// CudaEncoder writes fp8 and TurboQuant frames on the GPU that are byte for
-// byte the CPU encoder's (ans encodes on the CPU only).
+// CudaEncoder writes ans, fp8 and TurboQuant frames on the GPU that are byte
+// for byte the CPU encoder's; likewise one EncodeAsync then Finish at a time.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -58,10 +58,12 @@ class CudaDecoder {
 
 // One raw segment in device memory and its frame buffer. Both 16-byte aligned.
 struct DeviceSegment {
-  const uint8_t* raw = nullptr;  // input, device: bf16/fp16 elements
+  const uint8_t* raw = nullptr;  // input, device: elements of info.dtype (bf16/fp16; ans
+                                 // also fp8)
   uint64_t raw_size = 0;         // input
-  uint8_t* frame = nullptr;      // output, device: MaxEncodedSize(codec, info, raw_size) bytes,
-                                 // exactly the frame's size for fp8 and TurboQuant
+  uint8_t* frame = nullptr;      // output, device: MaxEncodedSize(codec, info, raw_size) bytes
+                                 // (fp8, TurboQuant: exactly the frame's size; ans: the frame
+                                 // is data-dependent, its size comes from Finish)
   uint64_t frame_capacity = 0;   // input
 };
 
@@ -76,17 +78,21 @@ class CudaEncoder {
   // Enqueues the encoding of `segments` (all of `info`) on `stream`: the
   // frames the CPU's Encode(codec, info, raw, ..., options) gives.
   // InvalidArgument for shapes Encode refuses, small or misaligned buffers,
-  // more than max_segments; Unavailable for ans and none (encode those on
-  // the CPU). Buffers stay valid until Finish returns.
+  // more than max_segments; Unavailable for none (no frame). Buffers stay
+  // valid until Finish returns. ans grows device scratch (about 4 bytes per
+  // chunk and plane, 5 KiB per segment) when a call needs more than any before.
   Status EncodeAsync(CodecId codec, const SegmentInfo& info,
                      std::span<const DeviceSegment> segments, cudaStream_t stream,
                      const EncodeOptions& options = {});
-  // Waits for the stream; the frames are complete when it returns OK.
-  Status Finish(cudaStream_t stream);
+  // Waits for the stream; the frames are complete when it returns, with their
+  // sizes (one per segment of the last EncodeAsync).
+  Result<std::vector<uint64_t>> Finish(cudaStream_t stream);
 
  private:
   struct Buffers;
   explicit CudaEncoder(std::unique_ptr<Buffers> b);
+  Status EncodeAnsAsync(const SegmentInfo& info, std::span<const DeviceSegment> segments,
+                        cudaStream_t stream, const EncodeOptions& options);
   std::unique_ptr<Buffers> b_;
 };
 

@@ -4,6 +4,10 @@
 // CPU's does.
 #include "codec/codec_kernels.h"
 
+#include <cub/block/block_scan.cuh>
+
+#include <algorithm>
+
 #include "codec/frame_layout.h"
 
 namespace orbitkv::codec::internal {
@@ -519,10 +523,187 @@ __global__ void __launch_bounds__(kTqWarps * 32)
   }
 }
 
-__global__ void StoreCrcKernel(const KernelSegment* segments, uint32_t count,
-                               const uint32_t* crc_acc) {
+__global__ void StoreCrcKernel(const KernelFrame* frames, uint32_t count, const uint32_t* crc_acc) {
   const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < count) reinterpret_cast<uint32_t*>(segments[i].frame)[kFrameCrcOffset / 4] = ~crc_acc[i];
+  if (i < count) {
+    reinterpret_cast<uint32_t*>(const_cast<uint8_t*>(frames[i].frame))[kFrameCrcOffset / 4] =
+        ~crc_acc[i];
+  }
+}
+
+// ---- GPU ans encoder (ans_encode.h describes the passes) --------------------
+
+constexpr uint32_t kAnsEncWarps = 8;
+
+// grid (blocks, count), 256 threads: per-plane byte histograms.
+__global__ void AnsHistogramKernel(const AnsEncodeJob* jobs) {
+  __shared__ uint32_t hist[kAnsMaxPlanes * 256];
+  for (uint32_t i = threadIdx.x; i < kAnsMaxPlanes * 256; i += blockDim.x) hist[i] = 0;
+  __syncthreads();
+  const AnsEncodeJob& job = jobs[blockIdx.y];
+  const uint64_t stride = uint64_t{gridDim.x} * blockDim.x;
+  for (uint64_t b = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; b < job.raw_size;
+       b += stride) {
+    const uint32_t plane = job.planes == 2 ? static_cast<uint32_t>(b & 1) : 0;
+    atomicAdd(&hist[plane * 256 + job.raw[b]], 1u);
+  }
+  __syncthreads();
+  for (uint32_t i = threadIdx.x; i < job.planes * 256; i += blockDim.x) {
+    if (hist[i] != 0) atomicAdd(&job.counts[i], hist[i]);
+  }
+}
+
+// grid (count), one thread per plane: the frequency tables.
+__global__ void AnsTableKernel(AnsEncodeJob* jobs) {
+  const AnsEncodeJob& job = jobs[blockIdx.x];
+  const uint64_t elems = job.raw_size / job.planes;
+  if (threadIdx.x < job.planes && elems > 0) {
+    AnsBuildEncTable(job.counts + 256 * threadIdx.x, elems, &job.tables[threadIdx.x]);
+  }
+}
+
+// The job's tables and reciprocals in shared memory. Called by the whole block.
+__device__ void LoadAnsEncTables(const AnsEncodeJob& job, AnsEncTable* t, uint64_t (*rcp)[256]) {
+  for (uint32_t i = threadIdx.x; i < job.planes * 256; i += blockDim.x) {
+    const uint32_t p = i / 256, s = i % 256;
+    t[p].freq[s] = job.tables[p].freq[s];
+    t[p].cum[s] = job.tables[p].cum[s];
+    rcp[p][s] = AnsReciprocal(job.tables[p].freq[s]);
+  }
+  __syncthreads();
+}
+
+// One warp encodes chunk c of plane p: with stream == nullptr it only counts
+// the words; otherwise it writes the chunk's stream (`total` words, as
+// counted) at stream. Returns the words.
+__device__ uint32_t AnsEncodeChunkWarp(const AnsEncodeJob& job, uint32_t p, uint32_t c,
+                                       const AnsEncTable& t, const uint64_t* rcp, uint8_t* stream,
+                                       uint32_t total) {
+  const uint32_t lane = threadIdx.x & 31;
+  const uint64_t elems = job.raw_size / job.planes;
+  const uint64_t first = uint64_t{c} * job.chunk;
+  const uint32_t n = AnsChunkLength(elems, job.chunk, c);
+  uint8_t* words = stream == nullptr ? nullptr : stream + kAnsStatesBytes;
+  uint32_t x = kAnsStateLow, emitted = 0;
+  for (uint32_t step = (n + kAnsLanes - 1) / kAnsLanes; step-- > 0;) {
+    const uint32_t i = step * kAnsLanes + lane;
+    const bool active = i < n;
+    const uint8_t s = active ? job.raw[(first + i) * job.planes + p] : 0;
+    const bool renorm = active && AnsRenorm(x, t.freq[s]);
+    const uint32_t mask = __ballot_sync(0xffffffffu, renorm);
+    if (active) AnsEncodeLane(&x, s, renorm, mask, lane, emitted, t, rcp, words, total);
+    emitted += __popc(mask);
+  }
+  if (stream != nullptr) {
+    Store32(stream + 4 * lane, x);
+    if (lane == 0 && total % 2 != 0) Store16(words + 2 * total, 0);
+  }
+  return emitted;
+}
+
+// grid (blocks, count), kAnsEncWarps warps: words[item] for item = p * chunks + c.
+__global__ void __launch_bounds__(kAnsEncWarps * 32) AnsCountKernel(const AnsEncodeJob* jobs) {
+  __shared__ AnsEncTable t[kAnsMaxPlanes];
+  __shared__ uint64_t rcp[kAnsMaxPlanes][256];
+  const AnsEncodeJob& job = jobs[blockIdx.y];
+  const uint64_t items = uint64_t{job.planes} * job.chunks;
+  if (uint64_t{blockIdx.x} * kAnsEncWarps >= items) return;
+  LoadAnsEncTables(job, t, rcp);
+  for (uint64_t item = uint64_t{blockIdx.x} * kAnsEncWarps + threadIdx.x / 32; item < items;
+       item += uint64_t{gridDim.x} * kAnsEncWarps) {
+    const uint32_t p = static_cast<uint32_t>(item / job.chunks);
+    const uint32_t c = static_cast<uint32_t>(item % job.chunks);
+    const uint32_t w = AnsEncodeChunkWarp(job, p, c, t[p], rcp[p], nullptr, 0);
+    if ((threadIdx.x & 31) == 0) job.words[item] = w;
+  }
+}
+
+// grid (count), 256 threads: the layout from the word counts, the header and
+// the chunk_end tables (inclusive prefix sums of the stream sizes).
+constexpr uint32_t kAnsLayoutThreads = 256;
+__global__ void __launch_bounds__(kAnsLayoutThreads)
+    AnsLayoutKernel(uint8_t version, AnsEncodeJob* jobs, KernelFrame* frames, uint64_t* sizes) {
+  using Scan = cub::BlockScan<uint32_t, kAnsLayoutThreads>;
+  __shared__ typename Scan::TempStorage scan;
+  __shared__ unsigned long long coded[kAnsMaxPlanes];
+  __shared__ AnsFrameLayout layout;
+  AnsEncodeJob& job = jobs[blockIdx.x];
+  if (threadIdx.x < kAnsMaxPlanes) coded[threadIdx.x] = 0;
+  __syncthreads();
+  for (uint32_t p = 0; p < job.planes; ++p) {
+    unsigned long long mine = 0;
+    for (uint32_t c = threadIdx.x; c < job.chunks; c += blockDim.x) {
+      mine += AnsStreamBytes(job.words[uint64_t{p} * job.chunks + c]);
+    }
+    if (mine != 0) atomicAdd(&coded[p], mine);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const uint64_t sums[kAnsMaxPlanes] = {coded[0], coded[1]};
+    layout = AnsPlanFrame(job.planes, job.raw_size / job.planes, job.chunks, sums, job.raw_size);
+    const uint16_t* freq[kAnsMaxPlanes] = {job.tables[0].freq, job.tables[1].freq};
+    AnsWriteHeader(job.frame, layout, version, job.dtype, job.raw_size, job.chunk, job.chunks,
+                   freq);
+    job.layout = layout;
+    frames[blockIdx.x].frame_size = layout.frame_size;
+    sizes[blockIdx.x] = layout.frame_size;
+  }
+  __syncthreads();
+  if (layout.stored) return;
+  for (uint32_t p = 0; p < job.planes; ++p) {
+    if (layout.mode[p] != kAnsPlaneRans) continue;
+    uint8_t* ends = job.frame + layout.table_off[p] + kAnsFreqTableBytes;
+    uint32_t running = 0;
+    for (uint32_t base = 0; base < job.chunks; base += blockDim.x) {
+      const uint32_t c = base + threadIdx.x;
+      const uint32_t bytes =
+          c < job.chunks ? AnsStreamBytes(job.words[uint64_t{p} * job.chunks + c]) : 0;
+      uint32_t inclusive = 0, tile = 0;
+      Scan(scan).InclusiveSum(bytes, inclusive, tile);
+      if (c < job.chunks) Store32(ends + 4 * uint64_t{c}, running + inclusive);
+      running += tile;
+      __syncthreads();  // scan storage reuse
+    }
+  }
+}
+
+// grid (blocks, count), kAnsEncWarps warps: the plane data (streams, raw
+// planes and their padding), or the raw bytes of a stored frame.
+__global__ void __launch_bounds__(kAnsEncWarps * 32) AnsWriteKernel(const AnsEncodeJob* jobs) {
+  __shared__ AnsEncTable t[kAnsMaxPlanes];
+  __shared__ uint64_t rcp[kAnsMaxPlanes][256];
+  const AnsEncodeJob& job = jobs[blockIdx.y];
+  const AnsFrameLayout& l = job.layout;
+  if (l.stored) {
+    const uint64_t stride = uint64_t{gridDim.x} * blockDim.x;
+    for (uint64_t i = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < job.raw_size;
+         i += stride) {
+      job.frame[kFramePrefixBytes + i] = job.raw[i];
+    }
+    return;
+  }
+  const uint64_t items = uint64_t{job.planes} * job.chunks;
+  if (uint64_t{blockIdx.x} * kAnsEncWarps >= items) return;
+  LoadAnsEncTables(job, t, rcp);
+  const uint32_t lane = threadIdx.x & 31;
+  const uint64_t elems = job.raw_size / job.planes;
+  for (uint64_t item = uint64_t{blockIdx.x} * kAnsEncWarps + threadIdx.x / 32; item < items;
+       item += uint64_t{gridDim.x} * kAnsEncWarps) {
+    const uint32_t p = static_cast<uint32_t>(item / job.chunks);
+    const uint32_t c = static_cast<uint32_t>(item % job.chunks);
+    uint8_t* data = job.frame + l.data_off[p];
+    const uint64_t first = uint64_t{c} * job.chunk;
+    if (l.mode[p] == kAnsPlaneRaw) {
+      const uint32_t n = AnsChunkLength(elems, job.chunk, c);
+      for (uint32_t i = lane; i < n; i += 32)
+        data[first + i] = job.raw[(first + i) * job.planes + p];
+      if (c + 1 == job.chunks && elems + lane < AnsAlign4(elems)) data[elems + lane] = 0;
+      continue;
+    }
+    const uint8_t* ends = job.frame + l.table_off[p] + kAnsFreqTableBytes;
+    const uint32_t begin = c == 0 ? 0 : Load32(ends + 4 * (uint64_t{c} - 1));
+    AnsEncodeChunkWarp(job, p, c, t[p], rcp[p], data + begin, job.words[item]);
+  }
 }
 
 uint32_t GridX(uint64_t work_units, uint64_t per_block) {
@@ -569,7 +750,32 @@ cudaError_t LaunchEncode(uint8_t codec, bool bf16, uint32_t head_dim, uint64_t s
   if (err != cudaSuccess) return err;
   const dim3 crc_grid(GridX(max_frame_size, uint64_t{kCrcPieceBytes} * kCrcThreads), count);
   FrameCrcKernel<<<crc_grid, kCrcThreads, 0, stream>>>(frames_for_crc, tables, crc_acc);
-  StoreCrcKernel<<<(count + 127) / 128, 128, 0, stream>>>(segments, count, crc_acc);
+  StoreCrcKernel<<<(count + 127) / 128, 128, 0, stream>>>(frames_for_crc, count, crc_acc);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchAnsEncode(uint8_t version, AnsEncodeJob* jobs, KernelFrame* frames_for_crc,
+                            uint64_t* sizes, uint32_t count, uint64_t max_raw_size,
+                            uint64_t max_items, const Crc32cTables* tables, uint32_t* crc_acc,
+                            cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  if (count > 65535) return cudaErrorInvalidValue;
+  AnsHistogramKernel<<<dim3(GridX(max_raw_size, 256 * 16), count), 256, 0, stream>>>(jobs);
+  AnsTableKernel<<<count, 32, 0, stream>>>(jobs);
+  const dim3 chunk_grid(GridX(max_items, kAnsEncWarps), count);
+  AnsCountKernel<<<chunk_grid, kAnsEncWarps * 32, 0, stream>>>(jobs);
+  AnsLayoutKernel<<<count, kAnsLayoutThreads, 0, stream>>>(version, jobs, frames_for_crc, sizes);
+  // Wide enough for stored frames' copies too.
+  const dim3 write_grid(std::max(GridX(max_items, kAnsEncWarps),
+                                 GridX(max_raw_size, uint64_t{kAnsEncWarps} * 32 * 16)),
+                        count);
+  AnsWriteKernel<<<write_grid, kAnsEncWarps * 32, 0, stream>>>(jobs);
+  cudaError_t err = cudaMemsetAsync(crc_acc, 0, sizeof(uint32_t) * count, stream);
+  if (err != cudaSuccess) return err;
+  const dim3 crc_grid(
+      GridX(kFramePrefixBytes + max_raw_size, uint64_t{kCrcPieceBytes} * kCrcThreads), count);
+  FrameCrcKernel<<<crc_grid, kCrcThreads, 0, stream>>>(frames_for_crc, tables, crc_acc);
+  StoreCrcKernel<<<(count + 127) / 128, 128, 0, stream>>>(frames_for_crc, count, crc_acc);
   return cudaGetLastError();
 }
 

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "codec/ans_encode.h"
 #include "codec/crc32c_parallel.h"
 
 namespace orbitkv::codec::internal {
@@ -62,5 +63,31 @@ cudaError_t LaunchEncode(uint8_t codec, bool bf16, uint32_t head_dim, uint64_t s
                          const KernelFrame* frames_for_crc, uint32_t count, uint64_t max_raw_size,
                          uint64_t max_frame_size, const Crc32cTables* tables, uint32_t* crc_acc,
                          cudaStream_t stream);
+
+// One segment for the GPU ans encoder. Inputs from the host: raw, raw_size,
+// frame, dtype and the shape (planes, chunk, chunks: AnsChunkElements and
+// AnsChunkCount of the CPU encoder), and device scratch: counts (planes x 256,
+// zeroed), tables (planes), words (planes x chunks). layout: written by the
+// encoder.
+struct AnsEncodeJob {
+  const uint8_t* raw;
+  uint64_t raw_size;
+  uint8_t* frame;
+  uint32_t planes, chunk, chunks;
+  uint8_t dtype;
+  uint32_t* counts;
+  AnsEncTable* tables;
+  uint32_t* words;
+  AnsFrameLayout layout;
+};
+
+// Encodes every job's frame exactly as the CPU's AnsEncode does, then its
+// CRC32C (format `version`). frames_for_crc: (frame, size 0) per job, the
+// sizes filled in on the device; sizes[i] (device): frame i's size.
+// max_raw_size and max_items (planes x chunks) size the grids.
+cudaError_t LaunchAnsEncode(uint8_t version, AnsEncodeJob* jobs, KernelFrame* frames_for_crc,
+                            uint64_t* sizes, uint32_t count, uint64_t max_raw_size,
+                            uint64_t max_items, const Crc32cTables* tables, uint32_t* crc_acc,
+                            cudaStream_t stream);
 
 }  // namespace orbitkv::codec::internal

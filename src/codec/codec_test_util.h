@@ -3,6 +3,7 @@
 // frame helpers. Deterministic for a given seed.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -36,6 +37,16 @@ inline std::vector<uint8_t> RandomBytes(size_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::vector<uint8_t> out(n);
   for (auto& b : out) b = static_cast<uint8_t>(rng());
+  return out;
+}
+
+// Bytes that follow a geometric law of ratio q, capped at 255 (many rare
+// symbols: the ans frequency normalisation's take-back loop runs).
+inline std::vector<uint8_t> Skewed(size_t n, double q, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::geometric_distribution<int> g(q);
+  std::vector<uint8_t> out(n);
+  for (auto& b : out) b = static_cast<uint8_t>(std::min(g(rng), 255));
   return out;
 }
 

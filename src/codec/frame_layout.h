@@ -40,6 +40,21 @@ inline constexpr uint32_t kPrefixDecodedSize = 8;
 inline constexpr uint32_t kPrefixFrameSize = 16;
 inline constexpr uint32_t kPrefixParam = 24;
 
+// The prefix with its CRC field zero (the encoders seal it last).
+OKV_HD void WriteFramePrefix(uint8_t* out, uint8_t codec, uint8_t version, uint8_t dtype,
+                             uint8_t flags, uint64_t decoded_size, uint64_t frame_size,
+                             uint32_t param) {
+  Store32(out, kFrameMagic);
+  out[kPrefixCodec] = codec;
+  out[kPrefixVersion] = version;
+  out[kPrefixDType] = dtype;
+  out[kPrefixFlags] = flags;
+  Store64(out + kPrefixDecodedSize, decoded_size);
+  Store64(out + kPrefixFrameSize, frame_size);
+  Store32(out + kPrefixParam, param);
+  Store32(out + kFrameCrcOffset, 0);
+}
+
 // ---- ans (version 1) --------------------------------------------------------
 // One byte plane per element byte (plane p holds byte p of every element:
 // bf16/fp16 plane 0 = low byte, plane 1 = sign/exponent byte). Each plane is

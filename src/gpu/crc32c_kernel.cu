@@ -1,90 +1,117 @@
 #include "gpu/crc32c_kernel.h"
 
 #include <algorithm>
-
-#include "store/crc32c_math.h"
+#include <mutex>
+#include <vector>
 
 namespace orbitkv::gpu {
 namespace {
 
-constexpr unsigned kThreads = 256;
+static_assert(sizeof(CrcLaunch) <= 4000, "kernel parameters must stay under 4 KiB");
+static_assert(kCrcThreads % 32 == 0 && kCrcThreads >= 256 / 2, "two table entries per thread");
 
-__device__ __forceinline__ uint64_t Min(uint64_t a, uint64_t b) { return a < b ? a : b; }
+__device__ const CrcShiftTables kShifts = MakeCrcShiftTables();
 
-struct CrcParams {
-  uint64_t data[kCrcOpsPerLaunch];
-  uint64_t bytes[kCrcOpsPerLaunch];
-  uint32_t* out;
-  uint32_t count;
-};
-static_assert(sizeof(CrcParams) <= 4000, "kernel parameters must stay under 4 KiB");
-
-__global__ void __launch_bounds__(kThreads) Crc32cKernel(const __grid_constant__ CrcParams p) {
-  __shared__ uint32_t table[4][256];
-  __shared__ uint32_t partial[kThreads];
-  const unsigned tid = threadIdx.x;
-  for (unsigned i = tid; i < 256; i += blockDim.x) {
-    table[0][i] = crc32c::ByteStep(0, static_cast<uint8_t>(i));
-  }
+// XOR of v over the block; the result is valid in thread 0.
+__device__ __forceinline__ uint32_t BlockXor(uint32_t v) {
+  __shared__ uint32_t warp_xor[kCrcThreads / 32];
+  for (int off = 16; off > 0; off /= 2) v ^= __shfl_xor_sync(0xffffffffu, v, off);
+  if ((threadIdx.x & 31) == 0) warp_xor[threadIdx.x / 32] = v;
   __syncthreads();
-  for (unsigned i = tid; i < 256; i += blockDim.x) {
-    uint32_t c = table[0][i];
-    for (int t = 1; t < 4; ++t) {
-      c = (c >> 8) ^ table[0][c & 0xff];
-      table[t][i] = c;
+  if (threadIdx.x == 0) {
+    for (uint32_t w = 1; w < kCrcThreads / 32; ++w) v ^= warp_xor[w];
+  }
+  return v;
+}
+
+// Grid: one block per piece of the launch; partial[g]: piece g's register at
+// the piece's end.
+__global__ void __launch_bounds__(kCrcThreads)
+    CrcPieceKernel(const __grid_constant__ CrcLaunch l, uint32_t* partial) {
+  __shared__ CrcSliceTables tables;
+  for (uint32_t b = threadIdx.x; b < 256; b += kCrcThreads) FillCrcSliceEntry(&tables, b);
+  __syncthreads();
+  const uint32_t v = BlockXor(CrcLeafContribution(tables, kShifts, l, blockIdx.x, threadIdx.x));
+  if (threadIdx.x == 0) partial[blockIdx.x] = v;
+}
+
+// Grid: one block per range; out[r] its CRC32C.
+__global__ void __launch_bounds__(kCrcThreads)
+    CrcCombineKernel(const __grid_constant__ CrcLaunch l, const uint32_t* partial, uint32_t* out) {
+  const uint32_t r = blockIdx.x;
+  const uint32_t first = l.first_piece[r];
+  const uint64_t pieces = l.first_piece[r + 1] - first;
+  uint32_t acc = 0;
+  for (uint64_t q = threadIdx.x; q < pieces; q += kCrcThreads) {
+    acc ^= CrcPieceContribution(kShifts, l, r, q, partial[first + q]);
+  }
+  acc = BlockXor(acc);
+  if (threadIdx.x == 0) out[r] = CrcFinish(l, r, acc);
+}
+
+// A pool per device for the pieces' registers that keeps what it has
+// allocated (the default pool would return it to the driver at every
+// synchronisation). Created on first use, never destroyed.
+cudaError_t ScratchPool(cudaMemPool_t* pool) {
+  int device = 0;
+  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
+  static std::mutex mu;
+  static auto* pools = new std::vector<cudaMemPool_t>();
+  std::lock_guard<std::mutex> lock(mu);
+  if (pools->size() <= static_cast<size_t>(device)) pools->resize(device + 1, nullptr);
+  cudaMemPool_t& p = (*pools)[device];
+  if (p == nullptr) {
+    cudaMemPoolProps props{};
+    props.allocType = cudaMemAllocationTypePinned;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = device;
+    cudaMemPool_t created = nullptr;
+    if (cudaError_t e = cudaMemPoolCreate(&created, &props); e != cudaSuccess) return e;
+    uint64_t keep = 64u << 20;
+    if (cudaError_t e = cudaMemPoolSetAttribute(created, cudaMemPoolAttrReleaseThreshold, &keep);
+        e != cudaSuccess) {
+      cudaMemPoolDestroy(created);
+      return e;
     }
+    p = created;
   }
-  __syncthreads();
-
-  const unsigned op = blockIdx.x;
-  const uint64_t n = p.bytes[op];
-  const auto* data = reinterpret_cast<const uint8_t*>(p.data[op]);
-  // Chunks of a multiple of 16 bytes; thread 0 carries the ~0 initial value.
-  const uint64_t chunk = ((n + kThreads - 1) / kThreads + 15) & ~uint64_t{15};
-  const uint64_t begin = Min(n, static_cast<uint64_t>(tid) * chunk);
-  const uint64_t end = Min(n, begin + chunk);
-  uint32_t reg = tid == 0 ? 0xFFFFFFFFu : 0u;
-  const uint8_t* q = data + begin;
-  uint64_t len = end - begin;
-  while (len > 0 && (reinterpret_cast<uintptr_t>(q) & 3) != 0) {
-    reg = table[0][(reg ^ *q++) & 0xff] ^ (reg >> 8);
-    --len;
-  }
-  for (; len >= 4; len -= 4, q += 4) {
-    const uint32_t w = *reinterpret_cast<const uint32_t*>(q) ^ reg;
-    reg = table[3][w & 0xff] ^ table[2][(w >> 8) & 0xff] ^ table[1][(w >> 16) & 0xff] ^
-          table[0][w >> 24];
-  }
-  for (; len > 0; --len) reg = table[0][(reg ^ *q++) & 0xff] ^ (reg >> 8);
-  partial[tid] = reg;
-  __syncthreads();
-  if (tid != 0) return;
-  // reg(A || B) = shift_|B|(reg(A)) ^ reg0(B), chunk by chunk.
-  const uint32_t shift_chunk = crc32c::ShiftOperator(chunk);
-  uint32_t r = partial[0];
-  for (unsigned t = 1; t < kThreads; ++t) {
-    const uint64_t b = Min(n, static_cast<uint64_t>(t) * chunk);
-    const uint64_t e = Min(n, b + chunk);
-    if (e == b) break;
-    const uint32_t shift = e - b == chunk ? shift_chunk : crc32c::ShiftOperator(e - b);
-    r = crc32c::MultModP(shift, r) ^ partial[t];
-  }
-  p.out[op] = ~r;
+  *pool = p;
+  return cudaSuccess;
 }
 
 }  // namespace
 
 cudaError_t LaunchCrc32c(const CrcDesc* ops, size_t count, uint32_t* out, cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  cudaMemPool_t pool = nullptr;
+  if (cudaError_t e = ScratchPool(&pool); e != cudaSuccess) return e;
+  std::vector<uint64_t> data(count), bytes(count);
+  for (size_t i = 0; i < count; ++i) {
+    data[i] = ops[i].data;
+    bytes[i] = ops[i].bytes;
+  }
   for (size_t first = 0; first < count; first += kCrcOpsPerLaunch) {
-    CrcParams p{};
-    p.count = static_cast<uint32_t>(std::min(kCrcOpsPerLaunch, count - first));
-    p.out = out + first;
-    for (uint32_t i = 0; i < p.count; ++i) {
-      p.data[i] = ops[first + i].data;
-      p.bytes[i] = ops[first + i].bytes;
+    const size_t n = std::min(kCrcOpsPerLaunch, count - first);
+    CrcLaunch l;
+    if (!PlanCrcLaunch(data.data() + first, bytes.data() + first, n, &l)) {
+      return cudaErrorInvalidValue;
     }
-    Crc32cKernel<<<p.count, kThreads, 0, stream>>>(p);
-    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    const uint32_t pieces = l.first_piece[n];
+    uint32_t* partial = nullptr;
+    if (pieces > 0) {
+      if (cudaError_t e = cudaMallocFromPoolAsync(reinterpret_cast<void**>(&partial),
+                                                  sizeof(uint32_t) * pieces, pool, stream);
+          e != cudaSuccess) {
+        return e;
+      }
+      CrcPieceKernel<<<pieces, kCrcThreads, 0, stream>>>(l, partial);
+    }
+    CrcCombineKernel<<<static_cast<uint32_t>(n), kCrcThreads, 0, stream>>>(l, partial, out + first);
+    const cudaError_t launched = cudaGetLastError();
+    if (partial != nullptr) {
+      if (cudaError_t e = cudaFreeAsync(partial, stream); e != cudaSuccess) return e;
+    }
+    if (launched != cudaSuccess) return launched;
   }
   return cudaSuccess;
 }

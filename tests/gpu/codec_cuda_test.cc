@@ -1,14 +1,18 @@
-// The CUDA codec decoder (codec/codec_cuda.h) against the CPU one, byte for
-// byte, on KV-like, special and random segments of every codec; corrupted
-// frames fail without writing (CRC, sizes) or as the CPU fails; and GPU
-// decode GB/s (target for ans: >= 100 GB/s on the H200). Skips without a GPU.
+// The CUDA codec decoder and encoder (codec/codec_cuda.h) against the CPU
+// ones, byte for byte, on KV-like, special, edge and random segments of every
+// codec (GPU-encoded frames also decode on both sides); corrupted frames fail
+// without writing (CRC, sizes) or as the CPU fails; and GPU decode and encode
+// GB/s next to cudaMemcpy D2D (target for ans decode: >= 100 GB/s on the
+// H200). Skips without a GPU.
 #include "codec/codec_cuda.h"
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <random>
 
 #include "codec/codec.h"
 #include "codec/codec_test_util.h"
@@ -20,6 +24,7 @@ using testing::EncodeOrDie;
 using testing::KvLikeSegment;
 using testing::RandomBytes;
 using testing::ResealFrame;
+using testing::Skewed;
 
 constexpr uint8_t kPoison = 0xcd;
 
@@ -240,13 +245,70 @@ INSTANTIATE_TEST_SUITE_P(Codecs, CodecCudaMatrixTest,
                                   std::to_string(info.param.head_dim);
                          });
 
-// The GPU encoders write the CPU's frames byte for byte (fp8 and TurboQuant,
-// bf16 and fp16, special values, every head_dim).
+// Encodes raws[i] (all of `info`) on the GPU into buffers of MaxEncodedSize
+// and expects the CPU's frames byte for byte, their sizes from Finish; then
+// decodes the GPU's frames on the GPU and on the CPU back to raws[i].
+void ExpectGpuEncodeGivesCpuFrames(CodecId codec, const SegmentInfo& info,
+                                   const std::vector<std::vector<uint8_t>>& raws,
+                                   const EncodeOptions& options, cudaStream_t stream) {
+  auto enc = CudaEncoder::Create(static_cast<uint32_t>(raws.size()));
+  ASSERT_TRUE(enc.ok()) << enc.status().ToString();
+  std::vector<Case> inputs, buffers;
+  std::vector<std::vector<uint8_t>> expected;
+  for (const auto& r : raws) {
+    inputs.push_back({r, r.size()});
+    buffers.push_back({std::vector<uint8_t>(MaxEncodedSize(codec, info, r.size()), 0), r.size()});
+    expected.push_back(EncodeOrDie(codec, info, r, options));
+  }
+  DeviceBatch in(inputs), out(buffers);
+  // Uninitialised device memory in the frame buffers: every frame byte must be written.
+  for (size_t i = 0; i < raws.size(); ++i) {
+    ASSERT_EQ(
+        cudaMemset(const_cast<uint8_t*>(out.frames()[i].frame), kPoison, buffers[i].frame.size()),
+        cudaSuccess);
+  }
+  std::vector<DeviceSegment> segs;
+  for (size_t i = 0; i < raws.size(); ++i) {
+    segs.push_back({in.frames()[i].frame, raws[i].size(),
+                    const_cast<uint8_t*>(out.frames()[i].frame), buffers[i].frame.size()});
+  }
+  const Status st = (*enc)->EncodeAsync(codec, info, segs, stream, options);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  auto sizes = (*enc)->Finish(stream);
+  ASSERT_TRUE(sizes.ok()) << sizes.status().ToString();
+  ASSERT_EQ(sizes->size(), raws.size());
+  std::vector<Case> gpu_frames;
+  for (size_t i = 0; i < raws.size(); ++i) {
+    ASSERT_EQ((*sizes)[i], expected[i].size())
+        << CodecName(codec) << " segment " << i << " (" << raws[i].size() << " bytes)";
+    std::vector<uint8_t> got(expected[i].size());
+    ASSERT_EQ(cudaMemcpy(got.data(), segs[i].frame, got.size(), cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    EXPECT_EQ(got, expected[i]) << CodecName(codec) << " segment " << i << " (" << raws[i].size()
+                                << " bytes): GPU frame differs from the CPU's";
+    gpu_frames.push_back({got, raws[i].size()});
+  }
+  if (!CodecIsLossless(codec)) return;
+  // Frames from the GPU decode on both sides.
+  auto dec = CudaDecoder::Create(static_cast<uint32_t>(raws.size()));
+  ASSERT_TRUE(dec.ok());
+  DeviceBatch batch(gpu_frames);
+  ASSERT_TRUE((*dec)->DecodeAsync(codec, batch.frames(), info.head_dim, stream).ok());
+  auto res = (*dec)->Finish(stream);
+  ASSERT_TRUE(res.ok());
+  for (size_t i = 0; i < raws.size(); ++i) {
+    EXPECT_TRUE((*res)[i].ok()) << i << ": " << (*res)[i].ToString();
+    EXPECT_EQ(batch.Output(i), raws[i]) << "GPU decode of GPU frame " << i;
+    std::vector<uint8_t> cpu(raws[i].size());
+    EXPECT_TRUE(Decode(gpu_frames[i].frame, cpu, codec).ok());
+    EXPECT_EQ(cpu, raws[i]) << "CPU decode of GPU frame " << i;
+  }
+}
+
+// The GPU encoders write the CPU's frames byte for byte (every codec, bf16
+// and fp16, special values, every head_dim).
 TEST_P(CodecCudaMatrixTest, GpuEncodeGivesTheCpuFrames) {
   const CodecCase& p = GetParam();
-  if (p.codec == CodecId::kAns) GTEST_SKIP() << "ans encodes on the CPU only";
-  auto enc = CudaEncoder::Create(64);
-  ASSERT_TRUE(enc.ok()) << enc.status().ToString();
   const SegmentInfo info{p.dtype, p.head_dim};
   const EncodeOptions options{.turboquant_seed = 0x1234abcd5678ull};
   std::vector<std::vector<uint8_t>> raws;
@@ -258,26 +320,62 @@ TEST_P(CodecCudaMatrixTest, GpuEncodeGivesTheCpuFrames) {
   const uint16_t values[] = {0x7f80, 0xff80, 0x7fc0, 0x0001, 0x8000, 0x3f80, 0x0000, 0x4000};
   for (size_t i = 0; i < special.size() / 2; ++i) Store16(special.data() + 2 * i, values[i % 8]);
   raws.push_back(special);
-  std::vector<Case> inputs, expected;
-  for (const auto& r : raws) {
-    inputs.push_back({r, r.size()});
-    expected.push_back({EncodeOrDie(p.codec, info, r, options), r.size()});
+  ExpectGpuEncodeGivesCpuFrames(p.codec, info, raws, options, stream_);
+}
+
+// The GPU ans encoder on edge inputs and every frame form (stored: empty,
+// tiny, max entropy, 32-element chunks; one raw plane: KV-like; all planes
+// coded: all-equal, skewed), every dtype, odd sizes and chunk options.
+TEST_F(CodecCudaTest, GpuAnsEncodeGivesTheCpuFramesOnEdgeInputs) {
+  for (DType t : {DType::kBf16, DType::kFp16, DType::kFp8E4m3fn}) {
+    const size_t eb = DTypeBytes(t);
+    std::vector<std::vector<uint8_t>> raws = {
+        {},
+        std::vector<uint8_t>(eb, 0x3c),
+        std::vector<uint8_t>(eb * 100000, 0),
+        std::vector<uint8_t>(eb * 40097, 0x7f),
+        RandomBytes(eb * 50001, 2),
+        Skewed(eb * 77777, 0.02, 3),
+        Skewed(eb * 333, 0.3, 4),
+    };
+    for (size_t elems : {size_t{128}, size_t{12345}, size_t{1} << 17, (size_t{1} << 20) + 3}) {
+      auto kv = KvLikeSegment(elems, t == DType::kFp16 ? t : DType::kBf16, 128, elems);
+      kv.resize(elems * eb);
+      raws.push_back(kv);
+    }
+    if (t != DType::kFp8E4m3fn) {
+      std::vector<uint8_t> all(65536 * 2);
+      for (uint32_t v = 0; v < 65536; ++v) Store16(all.data() + 2 * v, static_cast<uint16_t>(v));
+      raws.push_back(all);
+    }
+    for (uint32_t chunk : {0u, 32u, 96u, 2048u, 1u << 20}) {
+      SCOPED_TRACE("dtype " + std::to_string(static_cast<int>(t)) + ", chunk " +
+                   std::to_string(chunk));
+      ExpectGpuEncodeGivesCpuFrames(CodecId::kAns, {t, 128}, raws, {.ans_chunk_elements = chunk},
+                                    stream_);
+    }
   }
-  DeviceBatch in(inputs), out(expected);  // out: device buffers of the frames' sizes
-  std::vector<DeviceSegment> segs;
-  for (size_t i = 0; i < raws.size(); ++i) {
-    segs.push_back({in.frames()[i].frame, raws[i].size(),
-                    const_cast<uint8_t*>(out.frames()[i].frame), expected[i].frame.size()});
-  }
-  ASSERT_TRUE((*enc)->EncodeAsync(p.codec, info, segs, stream_, options).ok());
-  ASSERT_TRUE((*enc)->Finish(stream_).ok());
-  for (size_t i = 0; i < raws.size(); ++i) {
-    std::vector<uint8_t> got(expected[i].frame.size());
-    ASSERT_EQ(cudaMemcpy(got.data(), segs[i].frame, got.size(), cudaMemcpyDeviceToHost),
-              cudaSuccess);
-    EXPECT_EQ(got, expected[i].frame)
-        << CodecName(p.codec) << " segment " << i << ": GPU frame differs from the CPU's";
-  }
+}
+
+TEST_F(CodecCudaTest, GpuAnsEncodeRefusesWhatTheCpuRefuses) {
+  auto enc = CudaEncoder::Create(2);
+  ASSERT_TRUE(enc.ok());
+  uint8_t* buf = nullptr;
+  ASSERT_EQ(cudaMalloc(&buf, 1 << 20), cudaSuccess);
+  const SegmentInfo bf16{DType::kBf16, 128};
+  auto code = [&](const DeviceSegment& s, const SegmentInfo& info, uint32_t chunk = 0) {
+    return (*enc)
+        ->EncodeAsync(CodecId::kAns, info, {&s, 1}, stream_, {.ans_chunk_elements = chunk})
+        .code();
+  };
+  EXPECT_EQ(code({buf, 3, buf + 4096, 4096}, bf16), StatusCode::kInvalidArgument);     // odd size
+  EXPECT_EQ(code({buf, 1000, buf + 4096, 1000}, bf16), StatusCode::kInvalidArgument);  // capacity
+  EXPECT_EQ(code({buf + 2, 1000, buf + 4096, 4096}, bf16), StatusCode::kInvalidArgument);
+  EXPECT_EQ(code({buf, 1000, buf + 4096, 4096}, bf16, 48), StatusCode::kInvalidArgument);
+  EXPECT_EQ(code({buf, 1000, buf + 4096, 4096}, {static_cast<DType>(9), 128}),
+            StatusCode::kInvalidArgument);
+  EXPECT_TRUE((*enc)->Finish(stream_).ok());
+  cudaFree(buf);
 }
 
 // Decoded GB/s of a batch of 64 segments of 4 MiB (KV-like bf16), CRC
@@ -327,34 +425,52 @@ TEST_F(CodecCudaTest, DecodeThroughput) {
     cudaEventElapsedTime(&copy_ms, start, stop);
     cudaFree(a);
     cudaFree(b);
-    if (codec != CodecId::kAns) {
-      // GPU encode of the same batch, into the batch's frame buffers.
+    {
+      // GPU encode of the same batch, into buffers of MaxEncodedSize, then
+      // into the batch's frame buffers for the decode check below.
       auto enc = CudaEncoder::Create(kCount);
       ASSERT_TRUE(enc.ok());
       uint8_t* raw_dev = nullptr;
       ASSERT_EQ(cudaMalloc(&raw_dev, raw.size()), cudaSuccess);
       ASSERT_EQ(cudaMemcpy(raw_dev, raw.data(), raw.size(), cudaMemcpyHostToDevice), cudaSuccess);
+      const size_t cap = (MaxEncodedSize(codec, {DType::kBf16, 128}, raw.size()) + 255) / 256 * 256;
+      uint8_t* frames_dev = nullptr;
+      ASSERT_EQ(cudaMalloc(&frames_dev, cap * kCount), cudaSuccess);
       std::vector<DeviceSegment> segs;
-      for (const DeviceFrame& f : batch.frames()) {
-        segs.push_back({raw_dev, raw.size(), const_cast<uint8_t*>(f.frame), f.frame_size});
+      for (size_t i = 0; i < kCount; ++i) {
+        segs.push_back({raw_dev, raw.size(), frames_dev + cap * i, cap});
       }
       float enc_ms = 0;
       for (int i = 0; i < kIters; ++i) {
         cudaEventRecord(start, stream_);
         ASSERT_TRUE((*enc)->EncodeAsync(codec, {DType::kBf16, 128}, segs, stream_).ok());
-        ASSERT_TRUE((*enc)->Finish(stream_).ok());
+        auto sizes = (*enc)->Finish(stream_);
         cudaEventRecord(stop, stream_);
         cudaEventSynchronize(stop);
+        ASSERT_TRUE(sizes.ok());
+        for (uint64_t n : *sizes) ASSERT_EQ(n, one.frame.size());
         float one_ms = 0;
         cudaEventElapsedTime(&one_ms, start, stop);
         enc_ms += one_ms;
       }
+      std::vector<uint8_t> first(one.frame.size());
+      ASSERT_EQ(cudaMemcpy(first.data(), frames_dev, first.size(), cudaMemcpyDeviceToHost),
+                cudaSuccess);
+      EXPECT_EQ(first, one.frame) << "GPU-encoded frame differs from the CPU's";
+      for (size_t i = 0; i < kCount; ++i) {
+        ASSERT_EQ(cudaMemcpy(const_cast<uint8_t*>(batch.frames()[i].frame), frames_dev + cap * i,
+                             one.frame.size(), cudaMemcpyDeviceToDevice),
+                  cudaSuccess);
+      }
+      cudaFree(frames_dev);
       cudaFree(raw_dev);
       ASSERT_TRUE(Run(codec, batch, 128)[0].ok()) << "GPU-encoded frames decode";
       EXPECT_EQ(batch.Output(0), cpu);
-      std::printf("GPU %-13s encode: %7.1f GB/s of raw bytes (CRC included)\n",
-                  std::string(CodecName(codec)).c_str(),
-                  double(kSegment) * kCount * kIters / (enc_ms * 1e-3) / 1e9);
+      std::printf(
+          "GPU %-13s encode: %7.1f GB/s of raw bytes (CRC included); cudaMemcpy D2D %7.1f GB/s\n",
+          std::string(CodecName(codec)).c_str(),
+          double(kSegment) * kCount * kIters / (enc_ms * 1e-3) / 1e9,
+          double(kSegment) * kCount * kIters / (copy_ms * 1e-3) / 1e9);
     }
     std::printf(
         "GPU %-13s decode: %7.1f GB/s of decoded bytes (ratio %.3f, %zu x 4 MiB, CRC "
