@@ -48,6 +48,7 @@ import torch
 from transformers import DynamicCache
 
 from . import torch as orbitkv_torch
+from ._chain import take_prefix
 from ._orbitkv import Client, NotFoundError
 
 __all__ = ["BLOCK_TOKENS", "PrefixCache", "PrefillResult", "block_keys", "greedy", "namespace"]
@@ -91,8 +92,8 @@ class PrefillResult:
     position's logits [1, vocab] (float32); restored_tokens / computed_tokens;
     sources: blocks restored per tier ('dram', 'ssd'); errors: (block index in
     the prompt's chain, code, message) of blocks whose restore failed (recomputed); published: blocks
-    newly stored; budget_continuations: queries cut by the Manager's query
-    byte budget and followed by another; timings (seconds): query, restore
+    newly stored; budget_continuations: queries that followed one cut by the
+    Manager's query byte budget; timings (seconds): query, restore
     (Manager copies and the gather into the cache), compute, publish, total."""
 
     cache: DynamicCache
@@ -244,36 +245,41 @@ class PrefixCache:
         """Queries and restores the longest cached prefix of keys[:restorable]
         into `cache`; returns its length in blocks. A query cut by the Manager's
         query byte budget (budget_limited: a prefix larger than the budget, by
-        default the DRAM pool) is followed, once its blocks are restored and
-        its leases gone, by a query for the rest of the chain."""
+        default the DRAM pool) is followed, once its blocks are restored, by a
+        query for the rest of the chain (orbitkv._chain.take_prefix)."""
         T = restorable * BLOCK_TOKENS
-        ks = vs = None
-        done = 0
-        query_s = restore_s = 0.0
-        while done < restorable:
+        ks: List[torch.Tensor] = []
+        vs: List[torch.Tensor] = []
+        spent = {"query": 0.0, "restore": 0.0}
+
+        def query(rest):
             t = time.perf_counter()
-            q = self.query(keys[done:restorable])
-            query_s += time.perf_counter() - t
-            if q.prefix == 0:
-                break
+            try:
+                return self.query(list(rest))
+            finally:
+                spent["query"] += time.perf_counter() - t
+
+        def take(q, base: int) -> int:
             t = time.perf_counter()
-            if ks is None:
-                ks = [torch.empty((1, self.kv_heads, T, self.head_dim), dtype=self.dtype,
-                                  device=self.device) for _ in range(self.layers)]
-                vs = [torch.empty_like(k) for k in ks]
-            n = self._restore(q, keys, q.prefix, result, ks, vs, done)
-            restore_s += time.perf_counter() - t
-            done += n
-            result.budget_continuations += int(bool(q.budget_limited))
-            if n < q.prefix or not q.budget_limited:
-                break
+            if not ks:
+                ks.extend(torch.empty((1, self.kv_heads, T, self.head_dim), dtype=self.dtype,
+                                      device=self.device) for _ in range(self.layers))
+                vs.extend(torch.empty_like(k) for k in ks)
+            try:
+                return self._restore(q, keys, q.prefix, result, ks, vs, base)
+            finally:
+                spent["restore"] += time.perf_counter() - t
+
+        walk = take_prefix(keys[:restorable], query, take)
+        result.budget_continuations += walk.continuations
+        done = walk.blocks
         t = time.perf_counter()
         if done:
             cut = done * BLOCK_TOKENS
             self._fill_cache(cache, [k[:, :, :cut] for k in ks], [v[:, :, :cut] for v in vs])
         _sync(self.device)
-        result.timings["query"] = query_s
-        result.timings["restore"] = restore_s + time.perf_counter() - t
+        result.timings["query"] = spent["query"]
+        result.timings["restore"] = spent["restore"] + time.perf_counter() - t
         return done
 
     def extend(self, cache: DynamicCache, token_ids: Sequence[int]) -> torch.Tensor:

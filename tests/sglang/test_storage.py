@@ -345,3 +345,40 @@ def test_concurrent_calls_share_a_small_staging_area(sglang_manager):
         assert not errors, errors
     finally:
         backend.close()
+
+
+def test_prefix_larger_than_query_budget_exists_and_loads_whole(start_manager):
+    """A prefix larger than the reader's share of the Manager's query byte budget
+    (a 2 MiB pool with SSD: the pool less its read staging, halved between the
+    writer's and the reader's sessions), so its queries are cut
+    (budget_limited). batch_exists answered the cut prefix and batch_get_v1
+    stopped there; both now follow a cut query with one for the rest."""
+    m = start_manager(pool_size="2mib", ssd=True)
+    # 128 KiB pages (8 layers x 4 heads x 64, 16 tokens, bf16): 16 pages are 2 MiB.
+    shape = dict(layers=8, heads=4, head_dim=64, page_size=16, device_tokens=256)
+    src = make_pool("page_first", **shape)
+    ps = src.page_size
+    n = 16
+    ks = keys(n, "budget")
+    writer = attach(m, src)
+    dst = make_pool("page_first", **shape)
+    reader = attach(m, dst)
+    try:
+        expected = [page_bytes(src, p * ps) for p in range(n)]
+        assert writer.batch_set_v1(ks, indices(range(n), ps)) == [True] * n
+        # The cut being followed: one query of the whole chain.
+        inst = reader._binding().instance
+        q = reader._client.query(inst, 0, [page_key(k) for k in ks], 5000)
+        reader._client.release_query(inst, q.query)
+        assert q.budget_limited and 0 < q.prefix < n, q
+        assert reader.batch_exists(ks) == n
+        assert reader.exists(ks[0])
+        assert reader.batch_exists_v2(ks).kv_hit_pages == n
+        targets = list(range(n, 2 * n))
+        assert reader.batch_get_v1(ks, indices(targets, ps)) == [True] * n
+        assert [page_bytes(dst, p * ps) for p in targets] == expected
+        got = reader.batch_get(ks)
+        assert [bytes(t.view(torch.uint8).numpy()) for t in got] == expected
+    finally:
+        reader.close()
+        writer.close()

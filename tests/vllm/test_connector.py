@@ -388,3 +388,43 @@ def test_start_manager_starts_one_when_none_listens(tmp_path, model_path):
                               manager_binary=str(tmp_path / "none"))
     with pytest.raises(RuntimeError, match="not executable"):
         launch.ensure_manager(missing)
+
+
+def test_prefix_larger_than_query_budget_is_a_whole_hit_and_restore(start_manager, model_path):
+    """A prompt whose prefix is larger than each session's share of the Manager's
+    query byte budget (a 1 MiB pool, with SSD: the budget is the pool less its
+    read staging, halved between the scheduler's and the worker's sessions):
+    every query of the chain is cut (budget_limited). The scheduler offered
+    only the cut prefix as the hit, and the worker restored only its own cut
+    prefix and reported the rest as load errors; both now follow a cut query
+    with one for the rest of the chain."""
+    from orbitkv.vllm.keys import block_key
+
+    m = start_manager(pool_size="1mib", ssd=True)
+    n = 120  # blocks of 4 KiB of KV (about 5 KiB objects): 600 KiB
+    e = Engine(harness.vllm_config(model_path, extra(m, query_timeout_ms=2000)), num_blocks=160)
+    tokens = prompt(18, n * BLOCK_SIZE + 1)
+    a = e.serve(request("a", tokens, max_tokens=2))
+    assert e.stats["saved_blocks"] == n
+    # The cut being followed: one query of the whole chain through the scheduler's probe.
+    core = e.sched_core
+    keys = [block_key(h, None) for h in a.block_hashes[:n]]
+    q = core._client.query(core._probes[0], 0, keys, ttl_ms=2000)
+    core._client.release_query(core._probes[0], q.query)
+    assert q.budget_limited and 0 < q.prefix < n, q
+    b = e.add(request("b", tokens))
+    r = e.step()
+    assert b.status == RequestStatus.WAITING_FOR_REMOTE_KVS
+    assert [len(s.keys) for s in r.plan.loads] == [n]  # the whole prefix is the hit
+    e.run(until=lambda: b.status == RequestStatus.RUNNING)
+    ids = e.scheduler.kv_cache_manager.get_block_ids("b")[0]
+    assert b.num_computed_tokens >= n * BLOCK_SIZE
+    assert kvreplay.check_rows(e.spec, e.kv, tokens, ids, 0, n * BLOCK_SIZE) == []
+    e.run()
+    hits = e.stats.get("hit_blocks_dram", 0) + e.stats.get("hit_blocks_ssd", 0)
+    restored = e.stats.get("restored_blocks_dram", 0) + e.stats.get("restored_blocks_ssd", 0)
+    assert (hits, restored) == (n, n), e.stats
+    assert e.stats.get("load_failed_blocks", 0) == 0 and e.stats.get("recompute_blocks", 0) == 0
+    assert e.stats["restored_bytes"] == n * e.worker_core._block_bytes
+    e.assert_empty()
+    e.close()

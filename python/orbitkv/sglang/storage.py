@@ -78,6 +78,7 @@ from sglang.srt.mem_cache.hicache_storage import (
 )
 
 import orbitkv
+from orbitkv._chain import lookup_prefix, take_prefix
 
 logger = logging.getLogger(__name__)
 
@@ -216,14 +217,19 @@ class _PoolBinding:
         self.pool.set_from_flat_data_page(index, self._staging_page(page).view(self.page_dtype))
 
     # -- Manager operations
+    def _query(self, keys: Sequence[bytes]):
+        return self._client.query(self.instance, _GROUP, list(keys), self.ttl_ms)
+
+    def _release_query(self, query: int) -> None:
+        self._client.release_query(self.instance, query)
+
     def present(self, keys: Sequence[str]) -> int:
-        """Longest prefix of ``keys`` the Manager can restore."""
+        """Longest prefix of ``keys`` the Manager can restore. A lookup cut by the
+        Manager's query byte budget is released and followed by one for the rest
+        (orbitkv._chain.lookup_prefix)."""
         if not keys:
             return 0
-        q = self._client.query(self.instance, _GROUP, [page_key(k) for k in keys], self.ttl_ms)
-        if q.query:
-            self._client.release_query(self.instance, q.query)
-        return q.prefix
+        return lookup_prefix([page_key(k) for k in keys], self._query, self._release_query).blocks
 
     def present_each(self, keys: Sequence[str]) -> List[bool]:
         """Presence of each key on its own (one lookup per key)."""
@@ -276,31 +282,34 @@ class _PoolBinding:
         return [i < loaded for i in range(len(keys))]
 
     def _load_chunk(self, chunk, pages, base, copy_out) -> int:
-        q = self._client.query(self.instance, _GROUP, [page_key(k) for k in chunk], self.ttl_ms)
-        if q.prefix == 0:
-            return 0
-        try:
-            # Every block of the prefix: the Manager ends the query with it.
-            results = self._client.restore(
-                self.instance, q.query, list(range(q.prefix)), pages[: q.prefix]
-            )
-        except BaseException:
+        """Restores the longest present prefix of ``chunk`` (keys base.. of the
+        call) into staging ``pages`` and copies it out; a query cut by the
+        Manager's query byte budget is followed, once restored, by one for the
+        rest (orbitkv._chain.take_prefix). Returns the pages loaded."""
+
+        def take(q, done: int) -> int:
             try:
-                self._client.release_query(self.instance, q.query)
-            except orbitkv.OrbitKVError:
-                pass  # the restore's own error is the one to raise
-            raise
-        ok = 0
-        for j, res in enumerate(results):
-            if not res.ok:
-                logger.warning(
-                    "orbitkv.sglang: restoring page %s of %s failed: %s",
-                    chunk[j], self.name, res.error,
+                # Every block of the prefix: the Manager ends the query with it.
+                results = self._client.restore(
+                    self.instance, q.query, list(range(q.prefix)), pages[done : done + q.prefix]
                 )
-                break
-            copy_out(pages[j], base + j)
-            ok += 1
-        return ok
+            except BaseException:
+                try:
+                    self._release_query(q.query)
+                except orbitkv.OrbitKVError:
+                    pass  # the restore's own error is the one to raise
+                raise
+            for j, res in enumerate(results):
+                if not res.ok:
+                    logger.warning(
+                        "orbitkv.sglang: restoring page %d (key %s) of %s failed: %s",
+                        base + done + j, chunk[done + j], self.name, res.error,
+                    )
+                    return j
+                copy_out(pages[done + j], base + done + j)
+            return q.prefix
+
+        return take_prefix([page_key(k) for k in chunk], self._query, take).blocks
 
     def close(self) -> None:
         """Frees the staging region (after the connection closed: the Manager

@@ -14,7 +14,9 @@ Manager for ``retry_interval_s``. The scheduler queries through "probe"
 instances (one host page of the rank's slot sizes, never written: a memfd
 costs no memory until touched) registered in every rank's namespace; it releases
 each query at once (workers query again before they restore, so a hit that
-vanished in between is a load error and vLLM recomputes it).
+vanished in between is a load error and vLLM recomputes it). A query the
+Manager's query byte budget cut (``budget_limited``) is followed, once
+released, by one for the rest of the chain: a hit is never cut at the budget.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import time
 from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import orbitkv
+from orbitkv._chain import lookup_prefix
 
 from .config import ConnectorConfig
 from .keys import block_key
@@ -142,20 +145,31 @@ class SchedulerCore:
         self._next_retry = time.monotonic() + self.cfg.retry_interval_s
 
     def query(self, keys: List[bytes]) -> Tuple[int, List[str]]:
-        """(blocks every rank can restore, tiers of rank 0's blocks); (0, []) on any failure."""
+        """(blocks every rank can restore, tiers of rank 0's blocks); (0, []) on any failure.
+
+        A lookup cut by the Manager's query byte budget is released and followed
+        by one for the rest of the chain (orbitkv._chain.lookup_prefix), so a
+        prefix larger than the budget is a whole hit. Every call has
+        query_timeout_ms; no follow-up starts after query_timeout_ms from the
+        first (the hit is then what was seen by then)."""
         client = self._session()
         if client is None or not keys:
             return 0, []
         self._stats.values["queries"] += 1
+        deadline = time.monotonic() + self.cfg.query_timeout_ms / 1000.0
+        ttl = self.cfg.query_timeout_ms
         prefix, tiers = len(keys), []
         try:
             for i, inst in enumerate(self._probes):
-                q = client.query(inst, 0, keys[:prefix], ttl_ms=self.cfg.query_timeout_ms)
-                if q.query:
-                    client.release_query(inst, q.query)
+                walk = lookup_prefix(
+                    keys[:prefix],
+                    lambda rest, inst=inst: client.query(inst, 0, rest, ttl_ms=ttl),
+                    lambda query, inst=inst: client.release_query(inst, query),
+                    deadline=deadline,
+                )
                 if i == 0:
-                    tiers = list(q.sources)
-                prefix = min(prefix, q.prefix)
+                    tiers = walk.sources
+                prefix = min(prefix, walk.blocks)
                 if prefix == 0:
                     break
         except (orbitkv.OrbitKVError, OSError) as e:

@@ -26,6 +26,7 @@ import time
 from typing import Callable, Dict, List, Optional, Set, Tuple
 
 import orbitkv
+from orbitkv._chain import take_prefix
 
 from .config import ConnectorConfig
 from .layout import KVLayout
@@ -187,38 +188,49 @@ class WorkerCore:
             self._stats.add("load_failed_blocks", len(failed))
 
     def _restore(self, spec: LoadSpec) -> Set[int]:
-        """Restores what the Manager has; returns the blocks left unrestored."""
+        """Restores what the Manager has; returns the blocks left unrestored.
+
+        A query cut by the Manager's query byte budget is followed, once its
+        blocks are restored, by one for the rest of the keys
+        (orbitkv._chain.take_prefix); the walk stops at the first failed block.
+        Blocks restored before a Manager call failed stay restored."""
         client, inst = self._session()
         if client is None:
             return set(spec.block_ids)
-        try:
-            q = client.query(inst, 0, spec.keys, ttl_ms=self.cfg.query_ttl_ms)
-            if q.prefix == 0:
-                return set(spec.block_ids)
+        restored: Dict[int, str] = {}  # index in spec -> tier
+
+        def take(q, base: int) -> int:
             n = q.prefix
             try:
-                results = client.restore(inst, q.query, list(range(n)), spec.block_ids[:n])
+                pages = spec.block_ids[base : base + n]
+                results = client.restore(inst, q.query, list(range(n)), pages)
             finally:
                 try:
                     client.release_query(inst, q.query)
                 except orbitkv.NotFoundError:
                     pass  # the restore consumed every source: nothing left to release
+            good = n
+            for r in results:
+                if r.ok:
+                    restored[base + r.block] = r.source
+                else:
+                    good = min(good, r.block)
+                    log.warning("OrbitKV: block %d of the load of %s (vLLM block %d) not "
+                                "restored: %s", base + r.block, spec.req_id,
+                                spec.block_ids[base + r.block], r.error)
+            return good
+
+        try:
+            ttl = self.cfg.query_ttl_ms
+            take_prefix(spec.keys, lambda rest: client.query(inst, 0, rest, ttl_ms=ttl), take)
         except (orbitkv.OrbitKVError, OSError) as e:
             self._failed(f"restore for {spec.req_id}: {e}", client)
-            return set(spec.block_ids)
-        failed = set(spec.block_ids[n:])
-        by_tier = collections.Counter()
-        for r in results:
-            if r.ok:
-                by_tier[r.source] += 1
-            else:
-                failed.add(spec.block_ids[r.block])
-                log.warning("OrbitKV: block %d of %s not restored: %s", r.block, spec.req_id, r.error)
+        by_tier = collections.Counter(restored.values())
         with self._mu:
             self._stats.add("restored_blocks_dram", by_tier["dram"])
             self._stats.add("restored_blocks_ssd", by_tier["ssd"])
-            self._stats.add("restored_bytes", sum(by_tier.values()) * self._block_bytes)
-        return failed
+            self._stats.add("restored_bytes", len(restored) * self._block_bytes)
+        return {b for i, b in enumerate(spec.block_ids) if i not in restored}
 
     # ---- saves -----------------------------------------------------------------
 
