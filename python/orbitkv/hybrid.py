@@ -344,6 +344,13 @@ class SGLangPool:
     trailing_pages: int = 1
     recurrent: Optional[bool] = None
 
+    @classmethod
+    def from_transfer(cls, transfer: Any, page_bytes: int) -> "SGLangPool":
+        """From an SGLang ``PoolTransfer`` of a lookup: its name and hit policy, and for
+        TRAILING_PAGES its keys' count as the window (what batch_exists_v2 is given)."""
+        return cls(transfer.name, transfer.hit_policy, page_bytes,
+                   trailing_pages=max(1, len(transfer.keys or [])))
+
 
 def sglang_page_bytes(host_pool: Any) -> int:
     """Bytes of one page of an SGLang host pool (its flat data page, as stored)."""
