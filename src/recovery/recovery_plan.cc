@@ -44,6 +44,7 @@ struct FullGroup {
   std::vector<Tier> tiers;  // of blocks [0, hit)
 
   void Walk(CountingOracle& o, uint64_t max_blocks) {
+    tiers.reserve(max_blocks);
     while (tiers.size() < max_blocks) {
       const Tier t = o.Block(group, tiers.size());
       if (t == Tier::kNone) break;
@@ -52,6 +53,12 @@ struct FullGroup {
   }
   uint64_t HitTokens() const { return tiers.size() * bt; }
 };
+
+// The oldest block of a window group covering [top * bt - W, top * bt).
+uint64_t WindowFirstBlock(uint64_t top, uint64_t bt, uint64_t window) {
+  const uint64_t end = top * bt;
+  return end > window ? (end - window) / bt : 0;
+}
 
 // Sliding window: blocks [run_low, run_top) are known present.
 struct WindowGroup {
@@ -62,10 +69,7 @@ struct WindowGroup {
   bool started = false;
   uint64_t run_low = 0, run_top = 0;
 
-  uint64_t FirstBlock(uint64_t top) const {  // oldest block covering [top * bt - W, top * bt)
-    const uint64_t end = top * bt;
-    return end > window ? (end - window) / bt : 0;
-  }
+  uint64_t FirstBlock(uint64_t top) const { return WindowFirstBlock(top, bt, window); }
 
   uint64_t Largest(CountingOracle& o, uint64_t q) {
     uint64_t top = q / bt;
@@ -241,6 +245,15 @@ Result<RecoveryPlan> CompileRecoveryPlan(const ModelDescription& d, uint64_t cha
     plan.sources.push_back({group, index, key_index, tier, d.groups[group].bytes});
     plan.source_bytes += d.groups[group].bytes;
   };
+  size_t count = 0;
+  for (const GroupDescription& g : d.groups) {
+    const uint64_t end = p / g.block_tokens;
+    count += g.kind == GroupKind::kFullAttention ? end
+             : g.kind == GroupKind::kSlidingWindow
+                 ? end - WindowFirstBlock(end, g.block_tokens, g.window_tokens)
+                 : (p > 0 ? 1 : 0);
+  }
+  plan.sources.reserve(count);  // one allocation: a plan of 8192 blocks is ~1/3 MiB
   size_t fi = 0, wi = 0, ri = 0;
   for (uint32_t i = 0; i < d.groups.size(); ++i) {
     const GroupDescription& g = d.groups[i];

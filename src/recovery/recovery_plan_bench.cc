@@ -42,7 +42,11 @@ void BM_Plan(benchmark::State& state, uint64_t interval, uint64_t hole) {
 }
 
 // Every block checkpointed, all present: the common hit.
-BENCHMARK_CAPTURE(BM_Plan, every_block, 16, 0)->Arg(1024)->Arg(8192)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_Plan, every_block, 16, 0)
+    ->Arg(1024)
+    ->Arg(4096)
+    ->Arg(8192)
+    ->Unit(benchmark::kMicrosecond);
 // Checkpoints every 256 tokens, the newest 600 blocks' ones missing: P walks down.
 BENCHMARK_CAPTURE(BM_Plan, sparse_with_hole, 256, 600)
     ->Arg(1024)
