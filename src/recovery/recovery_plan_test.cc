@@ -124,6 +124,26 @@ TEST(RecoveryPlan, MissingWindowBlockInsideTheWindowMovesPBelowIt) {
   EXPECT_EQ(p.oracle_calls, 10u + 5u);  // attention 0..9; window 9, 8, 7, 6, 5
 }
 
+// The example of the README's "Hybrid models" section.
+TEST(RecoveryPlan, ReadmeExample) {
+  const ModelDescription d =
+      Describe(16, {Full("attn", 0, 16, 1 << 20), Window("swa", 1, 16, 1 << 19, 48),
+                    Recurrent("gdn", 2, 16, 37 << 20, 64)});
+  MapOracle o;
+  for (uint64_t b = 0; b < 10; ++b) {
+    o.SetBlock(0, b, D);
+    if (b != 8) o.SetBlock(1, b, S);
+  }
+  o.SetCheckpoint(2, 64, S);
+  o.SetCheckpoint(2, 128, S);
+  const RecoveryPlan p = Plan(d, 10, o);
+  EXPECT_EQ(p.prefix_tokens, 128u);
+  ASSERT_EQ(p.sources.size(), 8u + 3u + 1u);
+  EXPECT_EQ(p.sources[8], Src(1, 5, 5, S, 1 << 19));
+  EXPECT_EQ(p.sources.back(), Src(2, 128, 7, S, 37 << 20));
+  EXPECT_EQ(p.not_needed, (std::vector<NotNeeded>{{1, 5, 5, 5ull << 19}, {2, 0, 1, 37ull << 20}}));
+}
+
 TEST(RecoveryPlan, EmptyChainNeedsNothingAndAsksNothing) {
   const ModelDescription d = Describe(
       16, {Full("attn", 0, 16, 1), Window("swa", 1, 16, 1, 16), Recurrent("r", 2, 16, 1, 16)});
