@@ -6,8 +6,6 @@
 #include <numeric>
 #include <set>
 
-#include "recovery/sha256.h"
-
 namespace orbitkv::recovery {
 namespace {
 
@@ -223,22 +221,6 @@ std::vector<uint8_t> CanonicalBytes(const ModelDescription& d) {
     for (uint64_t p : g->checkpoint_positions) w.U64(p);
   }
   return w.Take();
-}
-
-ModelFingerprint Fingerprint(const ModelDescription& d) { return Sha256(CanonicalBytes(d)); }
-
-std::string FingerprintHex(const ModelFingerprint& f) {
-  std::string out;
-  out.reserve(64);
-  for (uint8_t b : f) out += fmt::format("{:02x}", b);
-  return out;
-}
-
-NamespaceKey MakeNamespaceKey(std::string_view ns, const std::optional<ModelDescription>& model) {
-  NamespaceKey k;
-  k.ns = std::string(ns);
-  if (model) k.model = Fingerprint(*model);
-  return k;
 }
 
 Status CheckLayoutAgreement(const ModelDescription& d, const InstanceLayout& layout) {

@@ -39,6 +39,10 @@ Status ValidateModelDescription(const ModelDescription& d, std::string_view fiel
 // REQUIRES: ValidateModelDescription(d).ok().
 std::vector<uint8_t> CanonicalBytes(const ModelDescription& d);
 
+// The functions from here to NamespaceKey are in target orbitkv_recovery_identity
+// (it links Nettle's SHA-256), the rest in orbitkv_recovery (no dependency), so
+// the wire decoder validates without linking a hash library.
+//
 // SHA-256 of CanonicalBytes: equal descriptions, and only those (up to SHA-256),
 // have equal fingerprints. REQUIRES: d validated.
 using ModelFingerprint = std::array<uint8_t, 32>;

@@ -18,6 +18,7 @@
 // then pays 32 XORed bytes per piece, not a hash, on a path that walks up to
 // thousands of pieces. python/orbitkv/hybrid.py derives the same keys.
 // A dense instance (no description) keeps using the chain keys as they are.
+// Target orbitkv_recovery_identity (Nettle's SHA-256).
 #pragma once
 
 #include <cstdint>
