@@ -5,6 +5,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config clang clang-format libclang-rt-14-dev ccache
   libisal-dev                     # CRC32C of object payloads (ISA-L, memory speed)
+  nettle-dev                      # SHA-256 of model descriptions (src/recovery)
   liburing-dev                    # io_uring engine
   libgtest-dev libgmock-dev       # unit tests
   libbenchmark-dev                # micro-benchmarks

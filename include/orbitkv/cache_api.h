@@ -12,10 +12,12 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "orbitkv/layout.h"
+#include "orbitkv/model_description.h"
 #include "orbitkv/status.h"
 
 namespace orbitkv {
@@ -38,6 +40,11 @@ struct RegisterRequest {
   // an allocation of at least that region's bytes on device N (the Manager
   // checks the size of what it opens).
   std::vector<std::array<uint8_t, 64>> ipc_handles;
+  // A hybrid model's storage groups (orbitkv/model_description.h); absent for
+  // a dense model. Validated when decoded; part of the namespace's identity.
+  // Until the Manager compiles hybrid recovery requirements (issue 14) the
+  // socket server refuses a register that carries one.
+  std::optional<ModelDescription> model;
 };
 
 struct PublishRequest {

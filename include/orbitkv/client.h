@@ -67,6 +67,12 @@ class Client {
   // connection also unregisters, but the engine cannot tell when the Manager
   // is done: unregister first.)
   //
+  // request.model describes a hybrid model's storage groups (full attention,
+  // sliding window, recurrent checkpoints; orbitkv/model_description.h); leave
+  // it empty for a dense model. A bad description is InvalidArgument naming the
+  // field; until the Manager compiles hybrid recovery requirements (issue 14)
+  // any description is FailedPrecondition.
+  //
   // Anything else (fds with a CUDA device, handles with "host", a handle count
   // other than the region count, another device string) is InvalidArgument
   // from the Manager naming the field. A Manager that cannot serve the device

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "protocol/orbitkv_generated.h"
+#include "recovery/model_description.h"
 
 namespace orbitkv::protocol {
 namespace {
@@ -242,12 +243,46 @@ Status CheckDeviceRegions(const RegisterRequest& m) {
   return Status::OK();
 }
 
+// Shape here (counts, strings); meaning in ValidateModelDescription, which
+// names the field under "RegisterInstance.model".
+Status DecodeModel(const w::ModelDescription* t, RegisterRequest* m) {
+  m->model.reset();
+  if (t == nullptr) return Status::OK();
+  constexpr std::string_view kField = "RegisterInstance.model";
+  ModelDescription d;
+  d.key_block_tokens = t->key_block_tokens();
+  ORBITKV_RETURN_IF_ERROR(
+      CheckCount(t->groups(), kMaxModelGroups, "RegisterInstance.model.groups"));
+  if (t->groups() != nullptr) {
+    d.groups.resize(t->groups()->size());
+    for (fb::uoffset_t i = 0; i < t->groups()->size(); ++i) {
+      const std::string field = fmt::format("{}.groups[{}]", kField, i);
+      const w::ModelGroup* g = t->groups()->Get(i);
+      if (g == nullptr) return Invalid(field, "missing");
+      GroupDescription& o = d.groups[i];
+      ORBITKV_RETURN_IF_ERROR(GetString(g->name(), field + ".name", &o.name));
+      o.kind = static_cast<GroupKind>(g->kind());
+      o.storage_group = g->storage_group();
+      o.block_tokens = g->block_tokens();
+      o.bytes = g->bytes();
+      o.window_tokens = g->window_tokens();
+      o.checkpoint_interval_tokens = g->checkpoint_interval_tokens();
+      ORBITKV_RETURN_IF_ERROR(GetScalars(g->checkpoint_positions(), kMaxCheckpointPositions,
+                                         field + ".checkpoint_positions", &o.checkpoint_positions));
+    }
+  }
+  ORBITKV_RETURN_IF_ERROR(recovery::ValidateModelDescription(d, kField));
+  m->model = std::move(d);
+  return Status::OK();
+}
+
 Status Decode(const w::RegisterInstance& t, RegisterRequest* m) {
   ORBITKV_RETURN_IF_ERROR(GetString(t.ns(), "RegisterInstance.ns", &m->ns));
   m->rank = t.rank();
   ORBITKV_RETURN_IF_ERROR(GetString(t.device(), "RegisterInstance.device", &m->device));
   ORBITKV_RETURN_IF_ERROR(DecodeLayout(t.layout(), m));
   ORBITKV_RETURN_IF_ERROR(GetIpcHandles(t.ipc_handles(), m));
+  ORBITKV_RETURN_IF_ERROR(DecodeModel(t.model(), m));
   return CheckDeviceRegions(*m);
 }
 
@@ -451,8 +486,23 @@ std::vector<uint8_t> EncodeRequest(uint64_t id, const RegisterRequest& m) {
     std::memcpy(static_cast<void*>(out), m.ipc_handles.data(),
                 m.ipc_handles.size() * kIpcHandleBytes);
   }
+  // Absent for a dense model, as before the field existed.
+  fb::Offset<w::ModelDescription> model;
+  if (m.model) {
+    std::vector<fb::Offset<w::ModelGroup>> mgroups;
+    mgroups.reserve(m.model->groups.size());
+    for (const GroupDescription& g : m.model->groups) {
+      auto name = fbb.CreateString(g.name);
+      fb::Offset<fb::Vector<uint64_t>> positions;
+      if (!g.checkpoint_positions.empty()) positions = fbb.CreateVector(g.checkpoint_positions);
+      mgroups.push_back(w::CreateModelGroup(
+          fbb, name, static_cast<uint8_t>(g.kind), g.storage_group, g.block_tokens, g.bytes,
+          g.window_tokens, g.checkpoint_interval_tokens, positions));
+    }
+    model = w::CreateModelDescription(fbb, m.model->key_block_tokens, fbb.CreateVector(mgroups));
+  }
   return Finish<RegisterRequest>(
-      fbb, id, w::CreateRegisterInstance(fbb, ns, m.rank, device, layout, handles));
+      fbb, id, w::CreateRegisterInstance(fbb, ns, m.rank, device, layout, handles, model));
 }
 
 std::vector<uint8_t> EncodeRequest(uint64_t id, const PublishRequest& m) {

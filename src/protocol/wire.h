@@ -11,7 +11,10 @@
 // proportion to the input (it is fuzzed by fuzz/protocol_fuzz.cc).
 // The decoder checks shape, not meaning: layouts, instance ids and page ranges
 // are validated by the Manager (ValidateLayout etc.). RegisterInstance.device
-// is checked here (ParseDevice), since it decides how the regions travel.
+// is checked here (ParseDevice), since it decides how the regions travel, and
+// so is RegisterInstance.model (recovery::ValidateModelDescription): a bad
+// description is refused with the field and the reason before any Manager
+// state is touched. A register without one (older clients) is a dense model.
 //
 // Encoders do not check the limits: the peer's decoder does.
 // All functions are pure and thread-safe.
@@ -56,7 +59,7 @@ inline constexpr size_t kMaxMessageBytes = size_t{1} << 30;
 // BlockResult per key.
 inline constexpr uint32_t kVerifierMaxDepth = 16;
 inline constexpr uint32_t kVerifierMaxTables =
-    kMaxGroups * kMaxSlotsPerGroup + kMaxGroups + kMaxKeysPerMessage + 64;
+    kMaxGroups * kMaxSlotsPerGroup + kMaxGroups + kMaxModelGroups + kMaxKeysPerMessage + 64;
 
 // ---- messages that cache_api.h does not define ------------------------------
 

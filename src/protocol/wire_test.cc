@@ -6,11 +6,13 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "protocol/orbitkv_generated.h"
+#include "recovery/recovery_test_util.h"
 
 namespace orbitkv {
 
@@ -426,9 +428,91 @@ TEST(WireHostileTest, EveryTruncationIsRejected) {
   }
 }
 
+// A register of a hybrid model: attention, a window, recurrent checkpoints at
+// explicit positions (every optional field of the description set).
+RegisterRequest SampleHybridRegister() {
+  using namespace recovery::testing;  // NOLINT
+  RegisterRequest r = SampleRegister();
+  r.model = Describe(16, {Full("attn", 0, 16, 1 << 20), Window("swa", 1, 32, 1 << 19, 4096),
+                          Recurrent("gdn", 2, 16, 37 << 20, 0, {256, 512, 4096})});
+  return r;
+}
+
+TEST(WireTest, RegisterWithModelRoundTrip) {
+  const RegisterRequest r = SampleHybridRegister();
+  auto m = DecodeAs<RegisterRequest>(EncodeRequest(5, r), 5);
+  ASSERT_TRUE(m.model.has_value());
+  EXPECT_EQ(*m.model, *r.model);
+  EXPECT_TRUE(m.layout == r.layout);
+  RegisterRequest interval = SampleHybridRegister();
+  interval.model->groups[2].checkpoint_positions.clear();
+  interval.model->groups[2].checkpoint_interval_tokens = 64;
+  EXPECT_EQ(*DecodeAs<RegisterRequest>(EncodeRequest(6, interval), 6).model, *interval.model);
+}
+
+// Old clients never set the field: their bytes decode as a dense register,
+// and a dense register carries no model table.
+TEST(WireTest, RegisterWithoutModelIsDenseAndUnchanged) {
+  const std::vector<uint8_t> now = EncodeRequest(9, SampleRegister());
+  EXPECT_FALSE(DecodeAs<RegisterRequest>(now, 9).model.has_value());
+  // The new encoder adds nothing for a dense register: no model table at all.
+  EXPECT_EQ(w::GetEnvelope(now.data())->body_as_RegisterInstance()->model(), nullptr);
+  // A register built with the fields of the protocol before ipc_handles and
+  // model existed (what an old client sends).
+  fb::FlatBufferBuilder fbb(256);
+  auto ns = fbb.CreateString("old");
+  auto device = fbb.CreateString("host");
+  auto region_bytes = fbb.CreateVector(std::vector<uint64_t>{4096});
+  auto layout = w::CreateLayout(fbb, 1, region_bytes);
+  w::RegisterInstanceBuilder b(fbb);
+  b.add_ns(ns);
+  b.add_rank(3);
+  b.add_device(device);
+  b.add_layout(layout);
+  auto m =
+      DecodeAs<RegisterRequest>(RawEnvelope(fbb, b.Finish(), w::Body_RegisterInstance, 1, 9), 9);
+  EXPECT_EQ(m.ns, "old");
+  EXPECT_FALSE(m.model.has_value());
+}
+
+TEST(WireHostileTest, BadModelDescriptionsAreRefusedNamingTheField) {
+  auto refused = [](std::function<void(ModelDescription&)> edit, const std::string& field) {
+    RegisterRequest r = SampleHybridRegister();
+    edit(*r.model);
+    ExpectInvalid(EncodeRequest(1, r), field);
+  };
+  refused([](auto& d) { d.groups[1].window_tokens = 0; },
+          "RegisterInstance.model.groups[1].window_tokens: 0");
+  refused([](auto& d) { d.groups[2].checkpoint_positions[1] = 500; },
+          "RegisterInstance.model.groups[2].checkpoint_positions[1]: 500 is off the block grid");
+  refused([](auto& d) { d.groups[2].name = "swa"; },
+          "RegisterInstance.model.groups[2].name: \"swa\" names two groups");
+  refused([](auto& d) { d.groups.clear(); }, "RegisterInstance.model.groups: no groups");
+  refused([](auto& d) { d.groups[0].bytes = kMaxPieceBytes + 1; },
+          "RegisterInstance.model.groups[0].bytes");
+  refused([](auto& d) { d.groups[0].kind = static_cast<GroupKind>(200); },
+          "RegisterInstance.model.groups[0].kind: unknown kind 200");
+  refused([](auto& d) { d.groups.resize(kMaxModelGroups + 1, d.groups[0]); },
+          "RegisterInstance.model.groups: 65 entries, more than the limit 64");
+  refused([](auto& d) { d.groups[2].checkpoint_positions.assign(kMaxCheckpointPositions + 1, 16); },
+          "RegisterInstance.model.groups[2].checkpoint_positions: 65537 entries");
+  refused([](auto& d) { d.groups[0].name.assign(kMaxStringBytes + 1, 'a'); },
+          "RegisterInstance.model.groups[0].name: 4097 bytes, longer than the limit 4096");
+  // An empty model table: no key block size, no groups.
+  fb::FlatBufferBuilder fbb(256);
+  auto model = w::CreateModelDescription(fbb);
+  auto ns = fbb.CreateString("ns");
+  auto device = fbb.CreateString("host");
+  auto layout = w::CreateLayout(fbb, 1);
+  ExpectInvalid(RawEnvelope(fbb, w::CreateRegisterInstance(fbb, ns, 0, device, layout, 0, model),
+                            w::Body_RegisterInstance),
+                "RegisterInstance.model.key_block_tokens: 0");
+}
+
 TEST(WireHostileTest, BitFlipsNeverCrash) {
   for (const auto& bytes :
-       {EncodeRequest(1, SampleRegister()), EncodeRequest(1, SampleCudaRegister())}) {
+       {EncodeRequest(1, SampleRegister()), EncodeRequest(1, SampleCudaRegister()),
+        EncodeRequest(1, SampleHybridRegister())}) {
     for (size_t i = 0; i < bytes.size(); ++i) {
       for (uint8_t mask : {0x01, 0x80, 0xFF}) {
         auto copy = bytes;

@@ -942,6 +942,47 @@ TEST_F(ManagerProcessTest, ManagerRestartStartsEmptyAndOldClientsFail) {
 
 // ---- 9: malformed and hostile messages -------------------------------------------------------
 
+// Until the Manager compiles hybrid recovery requirements (issue 14), a
+// register with a model description is refused with the reason, the fds are
+// closed, and the session keeps working: a dense register follows. A bad
+// description is refused by the decoder, naming the field.
+TEST_F(ManagerProcessTest, RegisterWithModelDescriptionIsRefusedUntilTheManagerCompilesIt) {
+  ASSERT_NO_FATAL_FAILURE(StartManager({.pool = "2mib", .shards = 2}));
+  LayoutSpec spec;
+  spec.slot_bytes = {4096};
+  spec.pages = 8;
+  InstanceLayout layout = BuildLayout(spec);
+  testing::HostPages pages(layout);
+  std::unique_ptr<Client> c = Connect();
+  ASSERT_TRUE(c);
+  RegisterRequest rr;
+  rr.ns = "hybrid";
+  rr.layout = layout;
+  GroupDescription attn;
+  attn.name = "attn";
+  attn.block_tokens = 16;
+  attn.bytes = 4096;
+  rr.model = ModelDescription{16, {attn}};
+  Result<InstanceId> refused = c->RegisterInstance(rr, pages.fds());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("RegisterInstance.model: this Manager does not "
+                                            "compile hybrid recovery requirements yet"),
+            std::string_view::npos)
+      << refused.status().ToString();
+  rr.model->groups[0].bytes = 0;
+  Result<InstanceId> bad = c->RegisterInstance(rr, pages.fds());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("RegisterInstance.model.groups[0].bytes: 0"),
+            std::string_view::npos)
+      << bad.status().ToString();
+  rr.model.reset();
+  Result<InstanceId> dense = c->RegisterInstance(rr, pages.fds());
+  ASSERT_TRUE(dense.ok()) << dense.status().ToString();
+  EXPECT_TRUE(c->UnregisterInstance(*dense).ok());
+}
+
 TEST_F(ManagerProcessTest, HostileMessagesGetErrorsAndManagerKeepsServing) {
   ASSERT_NO_FATAL_FAILURE(StartManager({.pool = "8mib"}));
   const pid_t pid = mgr_->pid();
