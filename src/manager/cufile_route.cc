@@ -134,6 +134,7 @@ Result<SsdGpuWorker*> CufileRoute::Worker(Instance& inst) {
   o.store = o_.ssd;
   o.slot_bytes = o_.slot_bytes;
   o.max_write_jobs = o_.max_write_jobs;
+  o.clock = o_.clock;
   o.metrics = o_.series->Device(inst.device().ordinal());
   o.on_io_failure = [this](const Status& st) { OnFailure(st); };
   Result<std::unique_ptr<SsdGpuWorker>> w = SsdGpuWorker::Create(std::move(o));

@@ -80,6 +80,7 @@ class CufileRoute final : public SsdRoute {
     CufileSeries* series = nullptr;
     uint64_t slot_bytes = 4u << 20;
     uint32_t max_write_jobs = 8;
+    Clock* clock = Clock::Real();
     Counter* backend_fallbacks = nullptr;
     Counter* write_fallbacks = nullptr;  // eight GPU writes admitted: D2H + io_uring
     Counter* bytes_restore = nullptr;    // restore_ssd_cufile

@@ -111,6 +111,7 @@ Result<std::unique_ptr<Manager>> Manager::Create(const ManagerConfig& config) {
       c.series = x.cufile_series.get();
       c.slot_bytes = config.gpu_slot_bytes;
       c.max_write_jobs = config.gpu_max_write_jobs;
+      c.clock = config.clock;
       c.backend_fallbacks = x.m.backend_fallbacks;
       c.write_fallbacks = x.m.gpu_write_fallbacks;
       c.bytes_restore = x.m.bytes_restore_cufile;
