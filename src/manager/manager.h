@@ -38,7 +38,10 @@
 //   3. CufileRoute::mu_, then a worker cell's mu (held across worker creation)
 //   4. Instance::h2d_mu_ / d2h_mu_ (held across one job's enqueue, never a wait)
 //   5. ReadStaging::mu_, Writeback::room_mu_ (each may call into the pool)
-//   6. leaves: SsdGpuWorker's mu, DirectWrites, LaneCounter, WorkQueue, metrics
+//   6. leaves: SsdGpuWorker::Impl::mu (never held across a CUDA or cuFile
+//      call), DirectWrites, LaneCounter, WorkQueue, metrics
+// Members say which lock guards them (GUARDED_BY) and clang checks it
+// (-Werror=thread-safety; scripts/thread_safety_check.py in CI).
 // RestoreRec::Finish takes RestoreRec::mu_, releases it, then QueryTable::mu_;
 // completion callbacks (RestoreDone, worker item_done) run with no lock held.
 #pragma once
