@@ -35,7 +35,7 @@ Result<std::unique_ptr<Manager>> Manager::Create(const ManagerConfig& config) {
   DramCacheOptions d;
   d.capacity = pool - staging;
   d.lock_memory = config.lock_memory;
-  d.admission = config.admission;
+  d.admission = o.admission_reuse ? AdmissionPolicy::kReuse : AdmissionPolicy::kAll;
   d.clock = config.clock;
   // With SSD on, a sealed object waits for writeback (never evicted before it).
   d.writeback_on_seal = ssd_on;
@@ -93,7 +93,7 @@ Result<std::unique_ptr<Manager>> Manager::Create(const ManagerConfig& config) {
     r.staging = x.staging.get();
     r.lanes = &x.lanes;
     r.queue = config.read_queue;
-    r.promote = config.admission == AdmissionPolicy::kAll;
+    r.promote = !o.admission_reuse;
     r.bytes_restore = x.m.bytes_restore_ssd;
     r.bytes_prepare = x.m.bytes_prepare;
     r.queue_full = x.m.read_queue_full;

@@ -67,7 +67,6 @@ namespace orbitkv {
 
 struct ManagerConfig {
   ManagerOptions options;
-  AdmissionPolicy admission = AdmissionPolicy::kAll;
   uint64_t query_budget_bytes = 0;  // 0: the pool size
   bool lock_memory = true;
   uint32_t writeback_queue = 4096;  // objects waiting for SSD writeback

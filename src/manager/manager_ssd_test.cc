@@ -253,5 +253,29 @@ TEST_F(ManagerTest, SecondManagerOnTheSsdPathRefusesToStartAndNamesTheHolder) {
   ASSERT_TRUE(Manager::Create(c).ok());
 }
 
+// --admission reuse reaches the Manager through ManagerOptions alone (it was
+// once a second ManagerConfig field, and the option was ignored).
+TEST_F(ManagerTest, AdmissionReuseOptionSendsFirstSeenKeysToSsdOnly) {
+  ManagerConfig c = Config(8u << 20);
+  c.options.admission_reuse = true;
+  auto m = Manager::Create(c);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  mgr = std::move(m).value();
+  session = mgr->OpenSession(getpid());
+  InstanceLayout l = SplitLayout(16, {65536});
+  HostPages pages(l);
+  InstanceId inst = Register(pages, l);
+  pages.Fill(0, 0, 7);
+  EXPECT_EQ(Publish(inst, {0}, {0}).sealed, 1u);
+  mgr->Drain();
+  QueryResult q = Query(inst, {0});
+  ASSERT_EQ(q.prefix, 1u);
+  EXPECT_EQ(q.sources[0], Tier::kSsd) << "a key seen once stayed in DRAM under --admission reuse";
+  RestoreResult r = Restore(inst, q.query, {0}, {5});
+  EXPECT_TRUE(r.blocks[0].status.ok()) << r.blocks[0].status.ToString();
+  EXPECT_TRUE(pages.Holds(0, 5, 7));
+  ExpectAllReleased();
+}
+
 }  // namespace
 }  // namespace orbitkv

@@ -113,7 +113,7 @@ class GpuTierGate : public ::testing::Test {
     c.options.ssd_read_path = o.read_path;
     c.options.ssd_queue_depth = 8;
     c.options.ssd_io_workers = 1;
-    c.admission = o.admission;
+    c.options.admission_reuse = o.admission == AdmissionPolicy::kReuse;
     c.gpu_slot_bytes = o.slot_bytes;
     c.lock_memory = false;
     c.metrics = &metrics;
