@@ -6,7 +6,8 @@
 #   scripts/test.sh            everything
 #   ORBITKV_SKIP_SANITIZERS=1  skip the two sanitizer builds (local iteration)
 #   ORBITKV_SKIP_WHEEL=1       skip the wheel + fresh-venv Python package step
-#   ORBITKV_SKIP_FUZZ=1        skip the libFuzzer runs; ORBITKV_FUZZ_SECONDS=N per target
+#   ORBITKV_SKIP_FUZZ=1        skip the libFuzzer runs and the clang thread-safety check;
+#                              ORBITKV_FUZZ_SECONDS=N per target
 #   ORBITKV_SKIP_VLLM=1        skip the vLLM connector tests (and making their venv)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -91,6 +92,9 @@ if [[ ${ORBITKV_SKIP_FUZZ:-0} != 1 ]]; then
   step "parsers under libFuzzer, ${fuzz_seconds} s each (build-fuzz/, clang)"
   CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DORBITKV_SANITIZE=fuzzer -DORBITKV_WITH_CUDA=OFF -DORBITKV_BUILD_PYTHON=OFF >/dev/null
+  # The same clang build checks the lock annotations (GUARDED_BY/REQUIRES) of the
+  # Manager and common code: -fsyntax-only -Werror=thread-safety, no code generation.
+  $PYTHON scripts/thread_safety_check.py build-fuzz
   fuzzers=$(cd fuzz && ls *_fuzz.cc | sed 's/\.cc$//')
   # shellcheck disable=SC2086
   cmake --build build-fuzz -j "$jobs" --target $fuzzers

@@ -22,6 +22,8 @@
 
 namespace orbitkv {
 
+// One client connection (the Manager's session; leases are held per session).
+using SessionId = uint64_t;
 using InstanceId = uint64_t;
 using QueryId = uint64_t;
 using RestoreId = uint64_t;

@@ -17,6 +17,9 @@ class Clock {
   static Clock* Real();
 };
 
+// Seconds as a double (for histograms).
+inline double ToSeconds(Clock::Duration d) { return std::chrono::duration<double>(d).count(); }
+
 // A clock that moves only when told. Starts at an arbitrary non-zero epoch.
 class ManualClock final : public Clock {
  public:

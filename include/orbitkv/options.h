@@ -17,6 +17,9 @@ enum class SsdReadPath { kUring, kCufile };
 std::string_view SsdBackendName(SsdBackend b);
 std::string_view SsdReadPathName(SsdReadPath p);
 
+// Environment switches, read by ParseFlags (src/server/flags.cc) only.
+inline constexpr const char* kCostObservationsEnv = "ORBITKV_COST_OBSERVATIONS";
+
 struct ManagerOptions {
   // DRAM tier.
   uint64_t pool_size = 4ull * 1000 * 1000 * 1000;  // --pool-size 4gb
@@ -34,6 +37,9 @@ struct ManagerOptions {
   // Queries: the longest lease a query may ask for (ttl_ms); larger ones are
   // refused, so a forgotten query holds its budget share for at most this.
   uint32_t max_query_ttl_ms = 60000;  // --max-query-ttl-ms
+  // Opt-in cost observations: orbitkv_cost_seconds{path} per SSD restore route
+  // (environment ORBITKV_COST_OBSERVATIONS=1, read by ParseFlags).
+  bool cost_observations = false;
   // Service.
   std::string socket_path;         // --socket (default: $XDG_RUNTIME_DIR or /tmp, per user)
   uint16_t metrics_port = 9464;    // --metrics-port; 0 disables /metrics

@@ -42,6 +42,8 @@ struct FaultInjectingPlatform::State {
   uint64_t refuse_copy_bytes = 0;
   Status refuse_copy_status;
   bool hold_reads = false;
+  bool stall_read_submits = false;
+  int stalled_read_submits = 0;
   bool hold_writes = false;
   uint64_t epoch = 1;           // stamps are epochs; 0 is "not held"
   std::set<const Event*> held;  // events whose stamp is the current epoch
@@ -276,7 +278,12 @@ class WrappedDevice : public Device {
     }
     if (io == nullptr) return Status::InvalidArgument(fmt::format("{}: null AsyncIo", what));
     if (!write) {
-      std::lock_guard<std::mutex> lock(state_->mu);
+      std::unique_lock<std::mutex> lock(state_->mu);
+      if (state_->stall_read_submits) {
+        ++state_->stalled_read_submits;
+        state_->cv.wait(lock, [&] { return !state_->stall_read_submits; });
+        --state_->stalled_read_submits;
+      }
       if (state_->refused_reads > 0) {
         --state_->refused_reads;
         return state_->refuse_status;
@@ -403,6 +410,19 @@ void FaultInjectingPlatform::CorruptCrcs(int count) {
 void FaultInjectingPlatform::HoldWrites(bool hold) {
   std::lock_guard<std::mutex> lock(state_->mu);
   state_->hold_writes = hold;
+}
+
+void FaultInjectingPlatform::StallReadSubmits(bool stall) {
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->stall_read_submits = stall;
+  }
+  state_->cv.notify_all();
+}
+
+int FaultInjectingPlatform::stalled_read_submits() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->stalled_read_submits;
 }
 
 void FaultInjectingPlatform::HoldReads(bool hold) {

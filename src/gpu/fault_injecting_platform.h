@@ -98,6 +98,11 @@ class FaultInjectingPlatform : public Platform {
   void CorruptCrcs(int count);
   void RefuseCopiesFrom(DevPtr begin, uint64_t bytes, int count, Status status);
 
+  // While on, ReadAsync blocks in the call (a device that does not return);
+  // stalled_read_submits() counts the calls blocked now.
+  void StallReadSubmits(bool stall);
+  int stalled_read_submits() const;
+
   void HoldWrites(bool hold);
   void HoldReads(bool hold);
   // Releases everything held so far (holds that are still on keep holding

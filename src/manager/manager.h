@@ -23,6 +23,27 @@
 // submission releases them at once, after submission at completion.
 // UnregisterInstance and CloseSession wait for in-flight work of the instance
 // before unmapping its memory.
+//
+// Parts (src/manager/, each with its own state and lock): Instance and
+// SessionTable (sessions, namespaces, instances), QueryTable (queries, budget,
+// restore registry), RestoreRec (one restore), ReadStaging, Writeback, the SSD
+// routes (ssd_route.h: UringRoute, CufileRoute over SsdGpuWorker) and the
+// LaneCounter that Drain waits on; manager_impl.h joins them.
+//
+// Lock order (a lock may be taken while holding only locks above it; none of
+// them is held across a call into another part unless listed here):
+//   1. SessionTable::mu_ -> Instance::mu_ (Acquire's hold)
+//   2. QueryTable::mu_ -> RestoreRec::mu_ (Take), then the DRAM pool's and the
+//      SSD catalog's own locks (pins, leases)
+//   3. CufileRoute::mu_, then a worker cell's mu (held across worker creation)
+//   4. Instance::h2d_mu_ / d2h_mu_ (held across one job's enqueue, never a wait)
+//   5. ReadStaging::mu_, Writeback::room_mu_ (each may call into the pool)
+//   6. leaves: SsdGpuWorker::Impl::mu (never held across a CUDA or cuFile
+//      call), DirectWrites, LaneCounter, WorkQueue, metrics
+// Members say which lock guards them (GUARDED_BY) and clang checks it
+// (-Werror=thread-safety; scripts/thread_safety_check.py in CI).
+// RestoreRec::Finish takes RestoreRec::mu_, releases it, then QueryTable::mu_;
+// completion callbacks (RestoreDone, worker item_done) run with no lock held.
 #pragma once
 
 #include <chrono>
@@ -44,11 +65,8 @@
 
 namespace orbitkv {
 
-using SessionId = uint64_t;
-
 struct ManagerConfig {
   ManagerOptions options;
-  AdmissionPolicy admission = AdmissionPolicy::kAll;
   uint64_t query_budget_bytes = 0;  // 0: the pool size
   bool lock_memory = true;
   uint32_t writeback_queue = 4096;  // objects waiting for SSD writeback

@@ -11,7 +11,7 @@
 // Scheduling (one thread, polling): a slot holds one batch: a read batch
 // (up to slot_bytes of extent pieces from any queued restores, sorted by file
 // and offset; adjacent pieces in one file become one read, at most 4 MiB;
-// different files and gaps stay separate reads) or one write chunk. At most
+// different files and gaps stay separate reads; io/coalesce.h) or one write chunk. At most
 // two batches are in flight, at most one of them a write; after
 // `reads_before_write` read submissions a waiting write gets the next free
 // slot. An extent larger than a slot is split into slot-sized pieces.
@@ -42,7 +42,10 @@
 // Callbacks run on the worker thread (or, for CancelRead and Close, on the
 // caller's) and must not call back into the worker.
 //
-// Thread-safe.
+// Thread-safe. The worker thread calls CUDA and cuFile with its mutex
+// released (ssd_gpu_worker_impl.h), so SubmitRead, SubmitWrite, CancelRead and
+// stats() never wait behind the device. Shard file offsets come from the store
+// (SsdStore::FileRange) and adjacent pieces merge through io/coalesce.h.
 #pragma once
 
 #include <chrono>
@@ -52,6 +55,7 @@
 #include <vector>
 
 #include "gpu/platform.h"
+#include "orbitkv/clock.h"
 #include "orbitkv/metrics.h"
 #include "orbitkv/status.h"
 #include "store/catalog.h"
@@ -82,6 +86,7 @@ struct GpuWorkerOptions {
   uint32_t max_write_jobs = 8;      // queued or active
   uint32_t reads_before_write = 4;  // read submissions a waiting write yields to
   GpuWorkerMetrics metrics;
+  Clock* clock = Clock::Real();  // the latency histograms
   // Called (on the worker thread) after a cuFile I/O failure, with the error.
   std::function<void(const Status&)> on_io_failure;
 };

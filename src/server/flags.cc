@@ -1,6 +1,7 @@
 #include "server/flags.h"
 
 #include <CLI/CLI.hpp>
+#include <cstdlib>
 
 #include "orbitkv/units.h"
 
@@ -109,6 +110,10 @@ Result<ParsedFlags> ParseFlags(int argc, const char* const* argv, std::string* o
     o.admission_reuse = admission == "reuse";
   } else {
     return Status::InvalidArgument("--admission: '" + admission + "' is not one of all, reuse");
+  }
+  // Environment switches: read here, once, like the flags.
+  if (const char* c = std::getenv(kCostObservationsEnv); c && std::string(c) == "1") {
+    o.cost_observations = true;
   }
   if (backend == "auto")
     o.ssd_backend = SsdBackend::kAuto;

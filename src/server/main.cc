@@ -86,7 +86,6 @@ int Run(int argc, char** argv) {
   ManagerConfig config;
   config.options = o;
   config.metrics = &metrics;
-  config.admission = o.admission_reuse ? AdmissionPolicy::kReuse : AdmissionPolicy::kAll;
   HostMemoryHooks gpu = GetHostMemoryHooks();
   config.register_host_memory = gpu.register_memory;
   config.unregister_host_memory = gpu.unregister_memory;

@@ -28,6 +28,7 @@
 #include <span>
 #include <vector>
 
+#include "orbitkv/cache_api.h"
 #include "orbitkv/clock.h"
 #include "orbitkv/status.h"
 #include "store/key.h"
@@ -48,7 +49,6 @@ struct ExtentRef {
 };
 
 using LeaseId = uint64_t;
-using SessionId = uint64_t;
 
 struct LeaseSpec {
   SessionId session = 0;

@@ -83,6 +83,15 @@ uint64_t ObjectSize(const std::vector<uint64_t>& slot_bytes) {
   return last.offset + last.size;
 }
 
+ObjectShape MakeObjectShape(const std::vector<uint64_t>& slot_bytes) {
+  ObjectShape s;
+  s.slot_bytes = slot_bytes;
+  s.segments = SegmentLayout(slot_bytes);
+  s.header_bytes = ObjectHeaderSize(static_cast<uint32_t>(slot_bytes.size()));
+  s.object_size = ObjectSize(slot_bytes);
+  return s;
+}
+
 void WriteObjectHeader(const ObjectId& id, const std::vector<uint64_t>& slot_bytes, uint8_t codec,
                        std::span<const uint32_t> segment_crcs, std::span<uint8_t> out) {
   const auto n = static_cast<uint32_t>(slot_bytes.size());

@@ -46,15 +46,20 @@ inline constexpr uint64_t kObjectSlotEntryBytes = 24;
 inline constexpr uint64_t kObjectHeaderCrcOffset = 28;
 inline constexpr uint8_t kCodecRaw = 0;
 
-// The shape of a group's object: the size of every slot, in slot order.
-struct ObjectShape {
-  std::vector<uint64_t> slot_bytes;
-};
-
 struct SegmentPos {
   uint64_t offset = 0;  // from the object start; a multiple of kObjectAlign
   uint64_t size = 0;    // bytes of the slot (as stored: encoded when a codec is set)
   friend bool operator==(const SegmentPos&, const SegmentPos&) = default;
+};
+
+// The shape of a group's raw object: the size of every slot, in slot order,
+// and what follows from them (MakeObjectShape). Every instance of a namespace
+// agrees on it for each group.
+struct ObjectShape {
+  std::vector<uint64_t> slot_bytes;
+  std::vector<SegmentPos> segments;  // SegmentLayout(slot_bytes)
+  uint64_t header_bytes = 0;         // ObjectHeaderSize(slot_bytes.size())
+  uint64_t object_size = 0;          // ObjectSize(slot_bytes)
 };
 
 // Header bytes for num_slots slots, padding included.
@@ -72,6 +77,10 @@ std::vector<SegmentPos> SegmentLayout(const std::vector<uint64_t>& slot_bytes);
 // Bytes of the whole object: the end of the last segment (the header size when
 // there is none). Same REQUIRES as SegmentLayout.
 uint64_t ObjectSize(const std::vector<uint64_t>& slot_bytes);
+
+// The ObjectShape of `slot_bytes`. Same REQUIRES as SegmentLayout, and
+// slot_bytes.size() <= kMaxSlotsPerGroup.
+ObjectShape MakeObjectShape(const std::vector<uint64_t>& slot_bytes);
 
 // Writes the header of the object holding `slot_bytes` (as stored) under `id`
 // into out[0, ObjectHeaderSize(n)), zero-filling the padding; bytes of `out`

@@ -21,6 +21,7 @@
 #include <span>
 #include <string>
 
+#include "io/coalesce.h"
 #include "io/file_system.h"
 #include "io/io_engine.h"
 #include "orbitkv/clock.h"
@@ -89,6 +90,12 @@ class SsdStore {
                     size_t len);
   Status Publish(const ExtentRef& ref);
   void Abort(const ExtentRef& ref, const Status& why);
+
+  // Where bytes [offset, +length) of extent `ref` lie in its shard's file:
+  // for writers and readers that move bytes themselves (cuFile).
+  static ReadRange FileRange(const ExtentRef& ref, uint64_t offset, uint64_t length) {
+    return {ref.shard, ShardSet::FileOffset(ref.offset + offset), length};
+  }
 
   // REQUIRES: the caller holds a lease on every ref with a submitted interest
   // (SsdCatalog::Submit), released with Complete after this returns.

@@ -511,7 +511,7 @@ class Cell {
     c.options.ssd_queue_depth = 8;
     c.options.ssd_io_workers = 1;
     c.options.ssd_backend = IsCufile(site_) ? SsdBackend::kCufile : SsdBackend::kUring;
-    c.admission = AdmissionPolicy::kReuse;  // published objects leave DRAM: restores read SSD
+    c.options.admission_reuse = true;  // published objects leave DRAM: restores read SSD
     c.gpu_slot_bytes = 64u << 10;
     c.lock_memory = false;
     c.metrics = metrics_.get();

@@ -113,7 +113,7 @@ class GpuTierGate : public ::testing::Test {
     c.options.ssd_read_path = o.read_path;
     c.options.ssd_queue_depth = 8;
     c.options.ssd_io_workers = 1;
-    c.admission = o.admission;
+    c.options.admission_reuse = o.admission == AdmissionPolicy::kReuse;
     c.gpu_slot_bytes = o.slot_bytes;
     c.lock_memory = false;
     c.metrics = &metrics;
@@ -612,6 +612,52 @@ TEST_F(GpuTierGate, CancelWithBothReadSlotsOccupiedReleasesTheRest) {
   }
   EXPECT_EQ(ok, 2);
   EXPECT_EQ(cancelled, 4);
+}
+
+// The worker thread calls cuFile with its mutex released: while it is inside
+// a cuFileReadAsync that does not return, gauges (the worker's stats) and a
+// cancellation of the restore's unsubmitted reads still answer.
+TEST_F(GpuTierGate, StatsAndCancelDoNotWaitBehindABlockedCufileSubmission) {
+  Options o;
+  o.slot_bytes = 64u << 10;  // one object per batch
+  ASSERT_NO_FATAL_FAILURE(Start(o));
+  Engine& e = Register(SplitLayout(16, {SlotBytesForExtent(64 << 10)}));
+  FillAndPublish(e, 1, 0, 4);
+  QueryResult q = Query(e, 1, 4);
+  ASSERT_EQ(q.prefix, 4u);
+  faults->StallReadSubmits(true);
+  std::promise<Result<RestoreResult>> done;
+  auto id = mgr->StartRestore(session, Req(e, q, {0, 1, 2, 3}, Range(8, 4)),
+                              [&](Result<RestoreResult> r) { done.set_value(std::move(r)); });
+  ASSERT_TRUE(id.ok());
+  while (faults->stalled_read_submits() < 1) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  // Unstalls before failing, so that a worker holding its mutex cannot hang the test.
+  auto answers = [&](auto& f) {
+    const bool ready = f.wait_for(std::chrono::seconds(2)) == std::future_status::ready;
+    if (!ready) faults->StallReadSubmits(false);
+    return ready;
+  };
+  auto gauges = std::async(std::launch::async, [&] { return mgr->gauges(); });
+  ASSERT_TRUE(answers(gauges)) << "the worker's stats() waited behind cuFileReadAsync";
+  EXPECT_EQ(gauges.get().gpu_workers, 1u);
+  auto cancel = std::async(std::launch::async, [&] { return mgr->CancelRestore(session, *id); });
+  ASSERT_TRUE(answers(cancel)) << "CancelRead waited behind cuFileReadAsync";
+  Result<uint32_t> released = cancel.get();
+  ASSERT_TRUE(released.ok());
+  EXPECT_EQ(*released, 3u);  // block 0 is in the blocked submission
+  faults->StallReadSubmits(false);
+  Result<RestoreResult> r = done.get_future().get();
+  ASSERT_TRUE(r.ok());
+  for (const BlockResult& b : r->blocks) {
+    if (b.block == 0) {
+      EXPECT_TRUE(b.status.ok()) << b.status.ToString();
+      EXPECT_TRUE(Holds(e, 8, 1));
+    } else {
+      EXPECT_EQ(b.status.code(), StatusCode::kCancelled) << b.status.ToString();
+    }
+  }
 }
 
 TEST_F(GpuTierGate, ClosingTheSessionStopsUnsubmittedReadsAndDrainsSubmittedOnes) {

@@ -64,7 +64,7 @@ class TwoDevices : public ::testing::Test {
     c.options.ssd_cache_capacity = 64u << 20;
     c.options.ssd_shards = 2;
     c.options.ssd_backend = SsdBackend::kCufile;
-    c.admission = AdmissionPolicy::kReuse;
+    c.options.admission_reuse = true;
     c.gpu_slot_bytes = 128u << 10;  // one object per batch
     c.lock_memory = false;
     c.metrics = &metrics;

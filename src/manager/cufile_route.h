@@ -1,0 +1,138 @@
+// CufileRoute: the GPU storage tier's route (SsdRoute) for CUDA instances, and
+// its complete-group writes. It owns the startup backend selection (cuFile
+// file registrations), cuFile admission and its auto fallback, and the lazy
+// per-instance SsdGpuWorker (created on first use, retired when the instance
+// unregisters). Reads: every SSD block of a restore goes to the worker, which
+// reads into GPU staging, verifies and scatters into the pages; each lease
+// stays held until its block's scatter completed. Under auto, a cuFile buffer
+// or I/O failure stops new cuFile admission until restart (counted once in
+// orbitkv_ssd_backend_fallbacks_total) and a worker that cannot be created
+// declines the blocks (io_uring serves them); an explicit route never
+// declines. Thread-safe; mu_ is a leaf lock, a cell's mu is held across the
+// worker's creation only.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "common/mutex.h"
+#include "manager/instance.h"
+#include "manager/lane.h"
+#include "manager/read_staging.h"
+#include "manager/ssd_backend.h"
+#include "manager/ssd_gpu_worker.h"
+#include "manager/ssd_route.h"
+#include "orbitkv/metrics.h"
+#include "orbitkv/options.h"
+#include "store/ssd_store.h"
+
+namespace orbitkv {
+
+// The spec's cuFile series, per device (device="cuda:N"). They exist from
+// startup: per device where there are CUDA devices, else one unlabelled
+// series each. Thread-safe.
+class CufileSeries {
+ public:
+  CufileSeries(MetricsRegistry* metrics, gpu::Platform* gpu);
+  GpuWorkerMetrics Device(int ordinal) EXCLUDES(mu_);
+
+ private:
+  MetricsRegistry* const metrics_;
+  Mutex mu_;
+  std::map<int, GpuWorkerMetrics> devices_ GUARDED_BY(mu_);
+};
+
+// Complete-group cuFile writes of one Publish call, waited for before it returns.
+class DirectWrites {
+ public:
+  struct Done {
+    ObjectId id;
+    bool dram_copy = false;
+    DramView scratch;  // the header's pinned staging when there is no DRAM copy
+    Status status;
+  };
+  void Add() EXCLUDES(mu_);
+  void Cancel() EXCLUDES(mu_);  // an Add whose write was not submitted
+  void Finished(Done d) EXCLUDES(mu_);
+  // Waits until every added write finished; returns them.
+  std::vector<Done> Wait() EXCLUDES(mu_);
+
+ private:
+  Mutex mu_;
+  CondVar cv_;
+  int outstanding_ GUARDED_BY(mu_) = 0;
+  std::vector<Done> done_ GUARDED_BY(mu_);
+};
+
+class CufileRoute final : public SsdRoute {
+ public:
+  struct Options {
+    SsdBackend backend = SsdBackend::kAuto;
+    std::optional<SsdReadPath> read_path;
+    SsdBackendSelection selection;  // cufile: the registered shard files
+    SsdStore* ssd = nullptr;
+    ReadStaging* staging = nullptr;
+    LaneCounter* lanes = nullptr;
+    CufileSeries* series = nullptr;
+    uint64_t slot_bytes = 4u << 20;
+    uint32_t max_write_jobs = 8;
+    Clock* clock = Clock::Real();
+    Counter* backend_fallbacks = nullptr;
+    Counter* write_fallbacks = nullptr;  // eight GPU writes admitted: D2H + io_uring
+    Counter* bytes_restore = nullptr;    // restore_ssd_cufile
+    Counter* cancelled = nullptr;
+    Histogram* cost = nullptr;  // optional: ORBITKV_COST_OBSERVATIONS
+  };
+  // REQUIRES: options.selection.cufile.
+  explicit CufileRoute(Options options);
+  ~CufileRoute() override { Close(); }
+
+  bool admitting() const { return admit_.load(); }
+  // Whether the instance's SSD reads / complete-group writes go through cuFile now.
+  bool ServesReads(const Instance& inst) const;
+  bool ServesWrites(const Instance& inst) const;
+
+  std::vector<RestoreBlock> Submit(const std::shared_ptr<RestoreRec>& restore,
+                                   std::vector<RestoreBlock> blocks) override;
+  uint32_t Cancel(const std::shared_ptr<RestoreRec>& restore) override;
+  void Close() override;  // retires every worker
+
+  // Hands one sealed complete group to the instance's worker, written from its
+  // page. The header comes from the DRAM copy when there is one, else from
+  // read staging (payload CRCs computed on the GPU). False when cuFile did not
+  // take it (no worker, no staging, admission full: counted, or no extent):
+  // the caller falls back. `dw` gets its completion.
+  bool SubmitWrite(Instance& inst, const GroupLayout& g, const ObjectShape& shape,
+                   const ObjectId& id, uint64_t page, const uint8_t* dram_header,
+                   const std::shared_ptr<DirectWrites>& dw);
+
+  // Drains and frees the instance's worker. REQUIRES: no operation holds the instance.
+  void Retire(InstanceId instance) EXCLUDES(mu_);
+
+  struct Stats {
+    uint64_t workers = 0, write_jobs = 0, inflight_batches = 0;
+  };
+  Stats stats() const EXCLUDES(mu_);
+
+ private:
+  struct Cell {
+    Mutex mu;
+    std::unique_ptr<SsdGpuWorker> worker GUARDED_BY(mu);
+  };
+  // The instance's worker, created on first use.
+  Result<SsdGpuWorker*> Worker(Instance& inst) EXCLUDES(mu_);
+  // A cuFile buffer or I/O failure: under auto, stops new cuFile work.
+  void OnFailure(const Status& st);
+  bool explicit_read() const;
+
+  Options o_;
+  std::atomic<bool> admit_{true};
+  mutable Mutex mu_;
+  std::unordered_map<InstanceId, std::shared_ptr<Cell>> cells_ GUARDED_BY(mu_);
+};
+
+}  // namespace orbitkv

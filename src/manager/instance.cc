@@ -1,0 +1,225 @@
+#include "manager/instance.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "orbitkv/device.h"
+#include "orbitkv/logging.h"
+
+namespace orbitkv {
+
+Result<std::shared_ptr<Instance>> Instance::Create(SessionId session, const RegisterRequest& req,
+                                                   std::vector<int> region_fds, gpu::Platform* gpu,
+                                                   const std::string& no_gpu) {
+  auto close_fds = [&] {
+    for (int fd : region_fds) {
+      if (fd >= 0) ::close(fd);
+    }
+    region_fds.clear();
+  };
+  if (req.ns.empty() || req.ns.size() > 4096) {
+    close_fds();
+    return Status::InvalidArgument("namespace must be 1..4096 bytes");
+  }
+  Result<DeviceSpec> device = ParseDevice(req.device);
+  if (!device.ok()) {
+    close_fds();
+    return device.status();
+  }
+  const bool host = !device->cuda;
+  if (!host) {
+    if (gpu == nullptr) {
+      close_fds();
+      return Status::Unavailable("device '" + req.device + "': this Manager has no CUDA devices (" +
+                                 no_gpu + ")");
+    }
+    if (!region_fds.empty()) {
+      close_fds();
+      return Status::InvalidArgument("device '" + req.device +
+                                     "': CUDA regions are passed as IPC handles, not memfds");
+    }
+  }
+  if (Status st = ValidateLayout(req.layout); !st.ok()) {
+    close_fds();
+    return st;
+  }
+  const size_t regions = req.layout.region_bytes.size();
+  if (host && (region_fds.size() != regions || !req.ipc_handles.empty())) {
+    close_fds();
+    return Status::InvalidArgument("layout declares " + std::to_string(regions) + " regions, got " +
+                                   std::to_string(region_fds.size()) + " fds" +
+                                   (req.ipc_handles.empty() ? "" : " and IPC handles"));
+  }
+  if (!host && req.ipc_handles.size() != regions) {
+    return Status::InvalidArgument("layout declares " + std::to_string(regions) + " regions, got " +
+                                   std::to_string(req.ipc_handles.size()) + " CUDA IPC handles");
+  }
+  std::shared_ptr<Instance> inst(new Instance());
+  inst->session = session;
+  inst->rank = req.rank;
+  inst->ns_name = req.ns;
+  inst->device_name = req.device;
+  inst->layout = req.layout;
+  for (const GroupLayout& g : inst->layout.groups) inst->groups[g.group_id] = &g;
+  if (!host) {
+    // Map every region and check it covers the layout before any I/O can
+    // target it; a failure releases what was mapped (~Instance).
+    ORBITKV_ASSIGN_OR_RETURN(inst->device_, gpu->device(static_cast<int>(device->ordinal)));
+    for (size_t i = 0; i < regions; ++i) {
+      Result<gpu::IpcMapping> m = inst->device_->OpenIpc(req.ipc_handles[i]);
+      if (!m.ok()) return m.status().WithContext("region " + std::to_string(i) + " IPC handle");
+      inst->mappings_.push_back(*m);
+      inst->ipc_mappings_.fetch_add(1);
+      if (m->bytes < req.layout.region_bytes[i]) {
+        return Status::InvalidArgument("region " + std::to_string(i) + ": the CUDA allocation is " +
+                                       std::to_string(m->bytes) + " bytes, the layout needs " +
+                                       std::to_string(req.layout.region_bytes[i]));
+      }
+    }
+    ORBITKV_ASSIGN_OR_RETURN(inst->h2d_, inst->device_->CreateStream());
+    ORBITKV_ASSIGN_OR_RETURN(inst->d2h_, inst->device_->CreateStream());
+  }
+  for (size_t i = 0; i < region_fds.size(); ++i) {
+    Result<std::unique_ptr<HostRegion>> r =
+        HostRegion::Map(region_fds[i], req.layout.region_bytes[i]);
+    region_fds[i] = -1;  // Map owns it now
+    if (!r.ok()) {
+      close_fds();
+      return r.status().WithContext("region " + std::to_string(i));
+    }
+    inst->regions_.push_back(std::move(r).value());
+  }
+  return inst;
+}
+
+Status Instance::CopyAndWait(bool to_device, std::span<const gpu::CopyOp> ops) {
+  if (ops.empty()) return Status::OK();
+  ORBITKV_ASSIGN_OR_RETURN(std::unique_ptr<gpu::Event> ev, device_->CreateEvent());
+  {
+    MutexLock l(to_device ? h2d_mu_ : d2h_mu_);
+    gpu::Stream& s = to_device ? *h2d_ : *d2h_;
+    ORBITKV_RETURN_IF_ERROR(device_->CopyAsync(ops, s));
+    ORBITKV_RETURN_IF_ERROR(device_->Record(*ev, s));
+  }
+  return device_->Wait(*ev).WithContext(to_device ? "H2D copy into engine pages"
+                                                  : "D2H copy from engine pages");
+}
+
+Status Instance::PageCrcs(const GroupLayout& g, uint64_t page, uint32_t* out) {
+  std::vector<gpu::CrcOp> ops;
+  for (const SlotLayout& s : g.slots) ops.push_back({DevicePage(s, page), s.bytes_per_page});
+  ORBITKV_ASSIGN_OR_RETURN(std::unique_ptr<gpu::Event> ev, device_->CreateEvent());
+  {
+    MutexLock l(d2h_mu_);
+    ORBITKV_RETURN_IF_ERROR(device_->Crc32cAsync(ops, out, *d2h_));
+    ORBITKV_RETURN_IF_ERROR(device_->Record(*ev, *d2h_));
+  }
+  return device_->Wait(*ev).WithContext("CRC32C of engine pages");
+}
+
+Status Instance::ObjectToPages(uint32_t group, std::span<const uint8_t> object, const ObjectId& id,
+                               uint64_t page, bool from_ssd, std::vector<gpu::CopyOp>* ops) const {
+  const GroupLayout* g = groups.at(group);
+  const ObjectShape& shape = *shapes.at(group);
+  const uint64_t size = object.size();
+  ORBITKV_ASSIGN_OR_RETURN(
+      ParsedHeader h, ParseObjectHeader({object.data(), std::min(size, shape.header_bytes)}, size));
+  ORBITKV_RETURN_IF_ERROR(CheckObjectMatches(h, id, shape.slot_bytes));
+  if (from_ssd) ORBITKV_RETURN_IF_ERROR(VerifyObjectPayload(h, object));
+  for (const SlotLayout& s : g->slots) {
+    const uint8_t* src = object.data() + h.segments[s.slot_id].offset;
+    if (cuda()) {
+      ops->push_back({DevicePage(s, page), reinterpret_cast<gpu::DevPtr>(src), s.bytes_per_page});
+    } else {
+      std::memcpy(HostPage(s, page), src, s.bytes_per_page);
+    }
+  }
+  return Status::OK();
+}
+
+Status Instance::Hold() {
+  MutexLock l(mu_);
+  if (closing_) return Status::Cancelled("instance is unregistering");
+  ++inflight_;
+  return Status::OK();
+}
+
+void Instance::HoldAgain() {
+  MutexLock l(mu_);
+  ++inflight_;
+}
+
+void Instance::Unhold() {
+  {
+    MutexLock l(mu_);
+    --inflight_;
+  }
+  cv_.NotifyAll();
+}
+
+void Instance::BeginClose() {
+  MutexLock l(mu_);
+  closing_ = true;
+  while (inflight_ != 0) cv_.Wait(mu_);
+}
+
+void Instance::ReleaseDevice() {
+  if (!device_) return;
+  for (auto* s : {h2d_.get(), d2h_.get()}) {
+    if (s) device_->Synchronize(*s).IgnoreError("instance teardown");
+  }
+  h2d_.reset();
+  d2h_.reset();
+  for (const gpu::IpcMapping& m : mappings_) {
+    if (Status st = device_->CloseIpc(m.base); !st.ok()) {
+      OKV_LOG_WARN("instance {}: closing a CUDA IPC mapping failed: {}", id, st.ToString());
+    }
+  }
+  mappings_.clear();
+  ipc_mappings_.store(0);
+  device_ = nullptr;
+}
+
+void Instance::NotePartial(EntryId entry, DramCache& dram) {
+  MutexLock l(mu_);
+  partial_.insert(entry);
+  if (partial_.size() < partial_prune_at_) return;
+  std::erase_if(partial_, [&](EntryId e) { return !dram.Assembling(e); });
+  partial_prune_at_ = std::max<size_t>(64, 2 * partial_.size());
+}
+
+void Instance::ForgetPartial(EntryId entry) {
+  MutexLock l(mu_);
+  partial_.erase(entry);
+}
+
+size_t Instance::AbortPartials(DramCache& dram) {
+  std::unordered_set<EntryId> partial;
+  {
+    MutexLock l(mu_);
+    partial.swap(partial_);
+  }
+  size_t aborted = 0;
+  for (EntryId e : partial) aborted += dram.AbortAssemblyEntry(e) ? 1 : 0;
+  return aborted;
+}
+
+Result<InstanceGuard> InstanceGuard::Take(std::shared_ptr<Instance> inst) {
+  ORBITKV_RETURN_IF_ERROR(inst->Hold());
+  return InstanceGuard(std::move(inst));
+}
+
+InstanceGuard InstanceGuard::Share() const {
+  inst_->HoldAgain();
+  return InstanceGuard(inst_);
+}
+
+void InstanceGuard::Reset() {
+  if (!inst_) return;
+  inst_->Unhold();
+  inst_.reset();
+}
+
+}  // namespace orbitkv

@@ -1,0 +1,146 @@
+// Instance: one registered engine instance (DESIGN.md "instance"): its layout,
+// its mapped page memory (memfd regions for host instances; CUDA IPC mappings
+// and two copy streams for "cuda:N" ones), the shapes of its groups, and the
+// copies between objects in pinned host memory and its pages. Create()
+// validates a RegisterRequest and maps its regions; SessionTable::Add gives it
+// an id and a namespace. InstanceGuard holds it open for one operation:
+// BeginClose() waits until no guard is left, and only then ReleaseDevice()
+// unmaps what the operations used. Thread-safe as annotated.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "common/mutex.h"
+#include "gpu/platform.h"
+#include "manager/host_region.h"
+#include "orbitkv/cache_api.h"
+#include "orbitkv/status.h"
+#include "store/dram_cache.h"
+#include "store/object_format.h"
+
+namespace orbitkv {
+
+class Instance {
+ public:
+  // Validates `request` (namespace, device, layout, one memfd per region for
+  // host instances, one IPC handle per region for CUDA ones) and maps every
+  // region; `fds` are closed in every case. `gpu` may be null (`no_gpu` says
+  // why CUDA instances are refused then).
+  static Result<std::shared_ptr<Instance>> Create(SessionId session, const RegisterRequest& request,
+                                                  std::vector<int> fds, gpu::Platform* gpu,
+                                                  const std::string& no_gpu);
+  ~Instance() { ReleaseDevice(); }
+  Instance(const Instance&) = delete;
+  Instance& operator=(const Instance&) = delete;
+
+  // ---- constant once registered (Create, then SessionTable::Add) ----------
+  InstanceId id = 0;
+  SessionId session = 0;
+  uint64_t ns = 0;  // the interned namespace
+  std::string ns_name;
+  uint32_t rank = 0;
+  std::string device_name;  // as registered ("host", "cuda:0")
+  InstanceLayout layout;
+  std::map<uint32_t, const GroupLayout*> groups;  // into layout.groups
+  std::map<uint32_t, std::shared_ptr<const ObjectShape>> shapes;
+
+  bool cuda() const { return device_ != nullptr; }
+  // REQUIRES: cuda(), and a guard is held (the device lives until ReleaseDevice).
+  gpu::Device& device() const { return *device_; }
+  gpu::DevPtr DevicePage(const SlotLayout& s, uint64_t page) const {
+    return mappings_[s.region].base + SlotPageOffset(s, page);
+  }
+  uint8_t* HostPage(const SlotLayout& s, uint64_t page) const {
+    return regions_[s.region]->data() + SlotPageOffset(s, page);
+  }
+  size_t ipc_mappings() const { return ipc_mappings_.load(); }
+
+  // ---- copies (the caller holds a guard) ----------------------------------
+  // Runs `ops` on the H2D (to_device) or D2H stream and waits for this job's
+  // own event. OK at once when ops is empty.
+  Status CopyAndWait(bool to_device, std::span<const gpu::CopyOp> ops) EXCLUDES(h2d_mu_, d2h_mu_);
+  // CRC32C of each slot's bytes of `page` (g.slots order) into pinned `out`,
+  // computed on the D2H stream.
+  Status PageCrcs(const GroupLayout& g, uint64_t page, uint32_t* out) EXCLUDES(d2h_mu_);
+  // Checks one object (pinned host memory) against its id and shape, then
+  // copies its segments into `page` for every slot this instance holds:
+  // memcpy for host pages; for CUDA pages the copies are appended to `ops`.
+  // `from_ssd`: every segment's payload CRC32C is checked first (DRAM entries
+  // were checked when they entered the pool).
+  Status ObjectToPages(uint32_t group, std::span<const uint8_t> object, const ObjectId& id,
+                       uint64_t page, bool from_ssd, std::vector<gpu::CopyOp>* ops) const;
+
+  // ---- operations and teardown ---------------------------------------------
+  // A hold for one operation; Cancelled once BeginClose started.
+  Status Hold() EXCLUDES(mu_);
+  // One more hold, granted even while closing. REQUIRES: the caller has one.
+  void HoldAgain() EXCLUDES(mu_);
+  void Unhold() EXCLUDES(mu_);
+  // Refuses new holds and waits until the last one is gone.
+  void BeginClose() EXCLUDES(mu_);
+  // Drains the streams, then closes the IPC mappings. REQUIRES: BeginClose
+  // returned (or the instance was never registered), and any SSD worker of
+  // the instance was retired (CufileRoute::Retire).
+  void ReleaseDevice();
+
+  // DRAM assemblies this instance wrote fragments of and did not seal; aborted
+  // when it unregisters, so a dead writer's bytes return to the pool at once.
+  // Entries sealed by other writers are pruned lazily.
+  void NotePartial(EntryId entry, DramCache& dram) EXCLUDES(mu_);
+  void ForgetPartial(EntryId entry) EXCLUDES(mu_);
+  // Aborts them; returns how many were still assembling.
+  size_t AbortPartials(DramCache& dram) EXCLUDES(mu_);
+
+ private:
+  Instance() = default;
+
+  // Constant after Create until ReleaseDevice (after the last guard).
+  std::vector<std::unique_ptr<HostRegion>> regions_;
+  gpu::Device* device_ = nullptr;
+  std::vector<gpu::IpcMapping> mappings_;  // one per region
+  std::unique_ptr<gpu::Stream> h2d_, d2h_;
+  std::atomic<size_t> ipc_mappings_{0};
+
+  // A job's copies and its event are contiguous on a stream.
+  Mutex h2d_mu_, d2h_mu_;
+
+  Mutex mu_;
+  CondVar cv_;
+  int inflight_ GUARDED_BY(mu_) = 0;
+  bool closing_ GUARDED_BY(mu_) = false;
+  std::unordered_set<EntryId> partial_ GUARDED_BY(mu_);
+  size_t partial_prune_at_ GUARDED_BY(mu_) = 64;
+};
+
+// Holds an instance open for one operation (Instance::Hold); move-only.
+class InstanceGuard {
+ public:
+  InstanceGuard() = default;
+  // Takes a hold on `inst`; Cancelled while it is unregistering.
+  static Result<InstanceGuard> Take(std::shared_ptr<Instance> inst);
+  InstanceGuard(InstanceGuard&& o) noexcept : inst_(std::move(o.inst_)) {}
+  InstanceGuard& operator=(InstanceGuard&& o) noexcept {
+    Reset();
+    inst_ = std::move(o.inst_);
+    return *this;
+  }
+  ~InstanceGuard() { Reset(); }
+  Instance* operator->() const { return inst_.get(); }
+  Instance& operator*() const { return *inst_; }
+  // A second hold on the same instance. REQUIRES: this guard holds one.
+  InstanceGuard Share() const;
+  void Reset();
+
+ private:
+  explicit InstanceGuard(std::shared_ptr<Instance> inst) : inst_(std::move(inst)) {}
+  std::shared_ptr<Instance> inst_;
+};
+
+}  // namespace orbitkv

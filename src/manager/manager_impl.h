@@ -1,0 +1,64 @@
+// Manager::Impl: the parts a Manager is made of and the little that joins
+// them. Each part owns its state and its lock (the lock order is in
+// manager.h); the operation files (manager.cc: sessions and instances,
+// publish.cc, query.cc: query and prepare, restore.cc) are the Manager's
+// methods over these parts. Constant after Create except where a part says.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/mutex.h"
+#include "manager/cufile_route.h"
+#include "manager/lane.h"
+#include "manager/manager.h"
+#include "manager/manager_metrics.h"
+#include "manager/query_table.h"
+#include "manager/read_staging.h"
+#include "manager/restore.h"
+#include "manager/session_table.h"
+#include "manager/uring_route.h"
+#include "manager/writeback.h"
+#include "store/dram_cache.h"
+#include "store/ssd_store.h"
+
+namespace orbitkv {
+
+struct Manager::Impl {
+  ManagerConfig config;
+  ManagerMetrics m;
+  std::atomic<uint64_t> next_id{1};  // sessions, namespaces, instances, queries, restores
+
+  std::unique_ptr<DramCache> dram;
+  // SSD tier (all null without --ssd-cache-path).
+  std::unique_ptr<SsdStore> ssd;
+  std::unique_ptr<ReadStaging> staging;
+  std::string backend_reason;
+  LaneCounter lanes;  // writeback, host reads, cuFile reads: what Drain waits for
+  std::unique_ptr<CufileSeries> cufile_series;
+  std::unique_ptr<Writeback> writeback;
+  std::unique_ptr<UringRoute> uring;
+  std::unique_ptr<CufileRoute> cufile;  // only when cuFile was selected
+
+  std::unique_ptr<SessionTable> sessions;
+  std::unique_ptr<QueryTable> queries;
+  RestoreEnv restore_env;
+
+  std::thread reaper;
+  Mutex reaper_mu;
+  CondVar reaper_cv;
+  bool stopping GUARDED_BY(reaper_mu) = false;
+  uint64_t collector = 0;
+
+  // The route choice: cuFile for the instances it serves (unless it declines
+  // under auto), io_uring for the rest.
+  void SubmitSsd(const std::shared_ptr<RestoreRec>& r, const Instance& inst,
+                 std::vector<RestoreBlock> blocks);
+  void ReaperLoop() EXCLUDES(reaper_mu);
+  void RegisterCollector();
+};
+
+}  // namespace orbitkv

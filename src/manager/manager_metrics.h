@@ -1,0 +1,27 @@
+// ManagerMetrics: the Manager's own series on /metrics (the store, the cuFile
+// workers and the protocol register theirs), registered once at Create and
+// shared by the parts as plain pointers (series are thread-safe).
+#pragma once
+
+#include "orbitkv/metrics.h"
+
+namespace orbitkv {
+
+struct ManagerMetrics {
+  Counter *hits_dram, *hits_ssd, *misses;
+  Counter *bytes_publish, *bytes_restore_dram, *bytes_restore_ssd, *bytes_writeback, *bytes_prepare;
+  Counter *bytes_restore_cufile, *bytes_writeback_cufile;
+  Counter *publish_objects, *publish_skipped, *publish_pool_full, *writeback_queue_full,
+      *read_queue_full;
+  Counter *restore_blocks_ok, *restore_blocks_failed, *restore_cancelled, *queries_expired;
+  Counter *budget_cuts_manager, *budget_cuts_session, *assemblies_aborted;
+  Counter *gpu_write_fallbacks, *backend_fallbacks;
+  Histogram *publish_seconds, *restore_seconds, *query_seconds;
+  // Opt-in (ManagerOptions::cost_observations); null otherwise.
+  Histogram *cost_uring = nullptr, *cost_cufile = nullptr;
+
+  // `ssd`: SSD caching is on (else its series are still put on /metrics).
+  static ManagerMetrics Register(MetricsRegistry& m, bool ssd, bool cost_observations);
+};
+
+}  // namespace orbitkv

@@ -1,0 +1,281 @@
+#include <gtest/gtest.h>
+
+#include "manager/manager_test_fixture.h"
+
+namespace orbitkv {
+namespace {
+
+TEST_F(ManagerTest, BadInputGetsAnErrorAndChangesNothing) {
+  Start(8u << 20);
+  InstanceLayout l = SplitLayout(8, {4000});
+  HostPages pages(l);
+  InstanceId inst = Register(pages, l);
+  // Publish: page out of range, unknown group, slot not held, key/page mismatch.
+  EXPECT_FALSE(mgr->Publish(session, {inst, 0, {K(1)}, {8}, {}}).ok());
+  EXPECT_FALSE(mgr->Publish(session, {inst, 3, {K(1)}, {0}, {}}).ok());
+  EXPECT_FALSE(mgr->Publish(session, {inst, 0, {K(1)}, {0}, {5}}).ok());
+  EXPECT_FALSE(mgr->Publish(session, {inst, 0, {K(1), K(2)}, {0}, {}}).ok());
+  EXPECT_FALSE(mgr->Publish(session, {inst + 100, 0, {K(1)}, {0}, {}}).ok());
+  // Another session cannot use this instance or its queries.
+  SessionId other = mgr->OpenSession(1);
+  EXPECT_FALSE(mgr->Publish(other, {inst, 0, {K(1)}, {0}, {}}).ok());
+  Publish(inst, {1}, {0});
+  QueryResult q = Query(inst, {1});
+  EXPECT_FALSE(mgr->Restore(other, {inst, q.query, {0}, {1}}).ok());
+  // Restore: block beyond the prefix, page out of range, duplicates.
+  EXPECT_FALSE(mgr->Restore(session, {inst, q.query, {1}, {1}}).ok());
+  EXPECT_FALSE(mgr->Restore(session, {inst, q.query, {0}, {99}}).ok());
+  EXPECT_FALSE(mgr->Restore(session, {inst, q.query, {0, 0}, {1, 2}}).ok());
+  // The query survived the bad restores.
+  RestoreResult ok = Restore(inst, q.query, {0}, {1});
+  EXPECT_TRUE(ok.blocks[0].status.ok());
+  // Register: fd that is not a memfd, memfd without seals, region too small, layout errors.
+  RegisterRequest rr;
+  rr.ns = "x";
+  rr.layout = l;
+  int devnull = ::open("/dev/null", O_RDWR);
+  EXPECT_FALSE(mgr->RegisterInstance(session, rr, {devnull}).ok());
+  int unsealed = ::memfd_create("x", MFD_CLOEXEC);
+  ASSERT_EQ(::ftruncate(unsealed, 1 << 20), 0);
+  EXPECT_FALSE(mgr->RegisterInstance(session, rr, {unsealed}).ok());
+  InstanceLayout big = l;
+  big.region_bytes[0] *= 2;
+  rr.layout = big;
+  EXPECT_FALSE(mgr->RegisterInstance(session, rr, pages.DupFds()).ok());
+  rr.layout = l;
+  rr.layout.groups[0].slots[0].page_stride = 1ull << 62;
+  EXPECT_FALSE(mgr->RegisterInstance(session, rr, pages.DupFds()).ok());
+  rr.layout = l;
+  rr.device = "cuda:0";
+  EXPECT_FALSE(mgr->RegisterInstance(session, rr, pages.DupFds()).ok());
+  // A second instance of the namespace with other slot sizes is refused.
+  InstanceLayout l2 = SplitLayout(8, {4001});
+  HostPages p2(l2);
+  RegisterRequest r2;
+  r2.ns = "model-a";
+  r2.layout = l2;
+  EXPECT_FALSE(mgr->RegisterInstance(session, r2, p2.DupFds()).ok());
+  mgr->CloseSession(other);
+  ExpectAllReleased();
+}
+
+TEST_F(ManagerTest, SsdReadFailureAndCorruptionAreBlockErrors) {
+  Start(1u << 20);
+  InstanceLayout l = SplitLayout(64, {65536});
+  HostPages pages(l);
+  InstanceId inst = Register(pages, l);
+  PublishOneByOne(inst, pages, 40);
+  faults.AddRule({IoOp::kRead, 1, ScriptedIoFaults::Fault::kError, EIO});
+  QueryResult q = Query(inst, {0});
+  ASSERT_EQ(q.sources[0], Tier::kSsd);
+  RestoreResult r = Restore(inst, q.query, {0}, {60});
+  EXPECT_EQ(r.blocks[0].status.code(), StatusCode::kIOError) << r.blocks[0].status.ToString();
+  // Corrupt every shard's data region: a restore must fail, not return junk.
+  for (const std::string& p : ShardPaths(dir.File("cache.bin"), 2)) {
+    std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
+    std::string junk(1 << 20, 'J');
+    f.seekp(kShardHeaderSize);
+    f.write(junk.data(), junk.size());
+  }
+  QueryResult q2 = Query(inst, {1});
+  ASSERT_EQ(q2.prefix, 1u);
+  RestoreResult r2 = Restore(inst, q2.query, {0}, {61});
+  EXPECT_EQ(r2.blocks[0].status.code(), StatusCode::kCorruption) << r2.blocks[0].status.ToString();
+  ExpectAllReleased();
+}
+
+TEST_F(ManagerTest, PrepareWarmsSsdObjectsIntoDram) {
+  Start(1u << 20);
+  InstanceLayout l = SplitLayout(64, {65536});
+  HostPages pages(l);
+  InstanceId inst = Register(pages, l);
+  PublishOneByOne(inst, pages, 40);
+  ASSERT_EQ(Query(inst, {0}).sources[0], Tier::kSsd);
+  mgr->CloseSession(session);
+  session = mgr->OpenSession(getpid());
+  inst = Register(pages, l);
+  auto n = mgr->Prepare(session, {inst, 0, {K(0), K(1)}});
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, 2u);
+  mgr->Drain();
+  QueryResult q = Query(inst, {0, 1});
+  ASSERT_EQ(q.prefix, 2u);
+  EXPECT_EQ(q.sources[0], Tier::kDram);
+  Restore(inst, q.query, {0, 1}, {62, 63});
+  EXPECT_TRUE(pages.Holds(0, 62, 0));
+  EXPECT_TRUE(pages.Holds(0, 63, 1));
+  ExpectAllReleased();
+}
+
+// ---- integrity (issue 10) ------------------------------------------------------
+
+// Where key v's object starts in the shard files (its header's magic and key).
+std::pair<std::string, uint64_t> FindObject(const std::string& base, uint32_t shards, uint64_t v) {
+  const BlockKey key = K(v);
+  for (const std::string& path : ShardPaths(base, shards)) {
+    std::ifstream in(path, std::ios::binary);
+    std::string file{std::istreambuf_iterator<char>(in), {}};
+    for (uint64_t off = kShardHeaderSize; off + 64 <= file.size(); off += 4096) {
+      if (std::memcmp(file.data() + off, kObjectMagic, sizeof kObjectMagic) == 0 &&
+          std::memcmp(file.data() + off + 32, key.data(), key.size()) == 0) {
+        return {path, off};
+      }
+    }
+  }
+  ADD_FAILURE() << "key " << v << " is not on disk";
+  return {};
+}
+
+void FlipByte(const std::string& path, uint64_t at) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(static_cast<std::streamoff>(at));
+  char c = 0;
+  f.read(&c, 1);
+  c ^= 0x20;
+  f.seekp(static_cast<std::streamoff>(at));
+  f.write(&c, 1);
+}
+
+TEST_F(ManagerTest, UringRestoreAndPrepareRefuseAFlippedPayloadByte) {
+  Start(1u << 20);
+  InstanceLayout l = SplitLayout(64, {65536});
+  HostPages pages(l);
+  InstanceId inst = Register(pages, l);
+  PublishOneByOne(inst, pages, 40);
+  auto [path, off] = FindObject(dir.File("cache.bin"), 2, 0);
+  FlipByte(path, off + ObjectHeaderSize(1) + 4321);  // payload, not header
+  pages.Fill(0, 60, 77);
+  QueryResult q = Query(inst, {0});
+  ASSERT_EQ(q.sources[0], Tier::kSsd);
+  RestoreResult r = Restore(inst, q.query, {0}, {60});
+  EXPECT_EQ(r.blocks[0].status.code(), StatusCode::kCorruption) << r.blocks[0].status.ToString();
+  EXPECT_NE(r.blocks[0].status.message().find("payload CRC32C"), std::string_view::npos)
+      << r.blocks[0].status.ToString();
+  EXPECT_TRUE(pages.Holds(0, 60, 77)) << "bytes reached the page";
+  // Prepare does not warm the damaged object into DRAM (DRAM restores trust it).
+  auto n = mgr->Prepare(session, {inst, 0, {K(0), K(1)}});
+  ASSERT_TRUE(n.ok());
+  mgr->Drain();
+  QueryResult q2 = Query(inst, {0, 1});
+  ASSERT_EQ(q2.prefix, 2u);
+  EXPECT_EQ(q2.sources[0], Tier::kSsd);
+  EXPECT_EQ(q2.sources[1], Tier::kDram);
+  ASSERT_TRUE(mgr->ReleaseQuery(session, q2.query).ok());
+  ExpectAllReleased();
+}
+
+TEST_F(ManagerTest, UringRestoreOfAnExtentHoldingAnotherKeysObjectIsCorruption) {
+  Start(1u << 20);
+  InstanceLayout l = SplitLayout(64, {65536});
+  HostPages pages(l);
+  InstanceId inst = Register(pages, l);
+  PublishOneByOne(inst, pages, 40);
+  auto [p0, o0] = FindObject(dir.File("cache.bin"), 2, 0);
+  auto [p1, o1] = FindObject(dir.File("cache.bin"), 2, 1);
+  {
+    std::ifstream in(p1, std::ios::binary);
+    std::string other(AlignUp(ObjectSize({65536}), 4096), '\0');
+    in.seekg(static_cast<std::streamoff>(o1));
+    in.read(other.data(), static_cast<std::streamsize>(other.size()));
+    std::fstream out(p0, std::ios::in | std::ios::out | std::ios::binary);
+    out.seekp(static_cast<std::streamoff>(o0));
+    out.write(other.data(), static_cast<std::streamsize>(other.size()));
+  }
+  pages.Fill(0, 60, 77);
+  QueryResult q = Query(inst, {0});
+  RestoreResult r = Restore(inst, q.query, {0}, {60});
+  EXPECT_EQ(r.blocks[0].status.code(), StatusCode::kCorruption) << r.blocks[0].status.ToString();
+  EXPECT_TRUE(pages.Holds(0, 60, 77));
+  ExpectAllReleased();
+}
+
+TEST_F(ManagerTest, RestoreQueuedPastItsQueryTtlKeepsItsLease) {
+  ManualClock clock;
+  Start(1u << 20, true, /*workers=*/1, 0, &clock);
+  InstanceLayout l = SplitLayout(64, {65536});
+  HostPages pages(l);
+  InstanceId inst = Register(pages, l);
+  PublishOneByOne(inst, pages, 40);
+  auto query = [&](uint64_t key) {
+    auto r = mgr->Query(session, QueryRequest{inst, 0, {K(key)}, /*ttl_ms=*/1000});
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : QueryResult{};
+  };
+  QueryResult qa = query(0), qb = query(1);
+  ASSERT_EQ(qa.sources[0], Tier::kSsd);
+  ASSERT_EQ(qb.sources[0], Tier::kSsd);
+  // The single reader stalls on A's read; B waits in the queue past its TTL.
+  faults.AddRule(
+      {IoOp::kRead, 1, ScriptedIoFaults::Fault::kStall, 0, false, std::chrono::milliseconds(400)});
+  std::promise<Result<RestoreResult>> a_done, b_done;
+  ASSERT_TRUE(mgr->StartRestore(session, {inst, qa.query, {0}, {50}},
+                                [&](Result<RestoreResult> r) { a_done.set_value(std::move(r)); })
+                  .ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(mgr->StartRestore(session, {inst, qb.query, {0}, {51}},
+                                [&](Result<RestoreResult> r) { b_done.set_value(std::move(r)); })
+                  .ok());
+  clock.Advance(std::chrono::seconds(5));
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));  // the reaper runs every 50 ms
+  auto ar = a_done.get_future().get();
+  auto br = b_done.get_future().get();
+  ASSERT_TRUE(ar.ok() && br.ok());
+  EXPECT_TRUE(ar->blocks[0].status.ok()) << ar->blocks[0].status.ToString();
+  EXPECT_TRUE(br->blocks[0].status.ok()) << br->blocks[0].status.ToString();
+  EXPECT_TRUE(pages.Holds(0, 50, 0));
+  EXPECT_TRUE(pages.Holds(0, 51, 1));
+  ExpectAllReleased();
+}
+
+TEST_F(ManagerTest, SecondManagerOnTheSsdPathRefusesToStartAndNamesTheHolder) {
+  Start(1u << 20);
+  InstanceLayout l = SplitLayout(64, {65536});
+  HostPages pages(l);
+  InstanceId inst = Register(pages, l);
+  PublishOneByOne(inst, pages, 40);
+  MetricsRegistry other_metrics;
+  ManagerConfig c = Config(1u << 20);
+  c.metrics = &other_metrics;
+  auto second = Manager::Create(c);
+  ASSERT_FALSE(second.ok()) << "two Managers share " << dir.File("cache.bin");
+  EXPECT_EQ(second.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(second.status().message().find("pid " + std::to_string(getpid())),
+            std::string_view::npos)
+      << second.status().ToString();
+  // The first one's objects are untouched.
+  QueryResult q = Query(inst, {0});
+  ASSERT_EQ(q.sources[0], Tier::kSsd);
+  RestoreResult r = Restore(inst, q.query, {0}, {60});
+  EXPECT_TRUE(r.blocks[0].status.ok()) << r.blocks[0].status.ToString();
+  EXPECT_TRUE(pages.Holds(0, 60, 0));
+  ExpectAllReleased();
+  mgr.reset();  // its locks go with it
+  ASSERT_TRUE(Manager::Create(c).ok());
+}
+
+// --admission reuse reaches the Manager through ManagerOptions alone (it was
+// once a second ManagerConfig field, and the option was ignored).
+TEST_F(ManagerTest, AdmissionReuseOptionSendsFirstSeenKeysToSsdOnly) {
+  ManagerConfig c = Config(8u << 20);
+  c.options.admission_reuse = true;
+  auto m = Manager::Create(c);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  mgr = std::move(m).value();
+  session = mgr->OpenSession(getpid());
+  InstanceLayout l = SplitLayout(16, {65536});
+  HostPages pages(l);
+  InstanceId inst = Register(pages, l);
+  pages.Fill(0, 0, 7);
+  EXPECT_EQ(Publish(inst, {0}, {0}).sealed, 1u);
+  mgr->Drain();
+  QueryResult q = Query(inst, {0});
+  ASSERT_EQ(q.prefix, 1u);
+  EXPECT_EQ(q.sources[0], Tier::kSsd) << "a key seen once stayed in DRAM under --admission reuse";
+  RestoreResult r = Restore(inst, q.query, {0}, {5});
+  EXPECT_TRUE(r.blocks[0].status.ok()) << r.blocks[0].status.ToString();
+  EXPECT_TRUE(pages.Holds(0, 5, 7));
+  ExpectAllReleased();
+}
+
+}  // namespace
+}  // namespace orbitkv

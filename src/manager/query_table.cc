@@ -1,0 +1,226 @@
+#include "manager/query_table.h"
+
+#include <algorithm>
+
+#include "manager/restore.h"
+
+namespace orbitkv {
+
+QueryResult QueryTable::Open(const Lookup& in) {
+  QueryRec q;
+  q.session = in.session;
+  q.instance = in.instance;
+  q.group = in.group;
+  q.deadline = in.deadline;
+  uint64_t charged = 0;
+  MutexLock l(mu_);
+  uint64_t& session_charged = charged_[in.session];
+  const uint64_t share = budget_ / std::max<uint32_t>(1, in.sessions_with_instances);
+  Counter* cut = nullptr;                            // the limit that ended the prefix, if one did
+  std::unordered_map<Key, uint32_t, KeyHash> first;  // key -> its first block
+  for (const BlockKey& k : in.keys) {
+    QueryBlock b;
+    b.id = ObjectId{in.ns, in.group, ToKey(k)};
+    if (std::optional<DramView> v = dram_->Pin(b.id)) {
+      b.tier = Tier::kDram;
+      b.dram = *v;
+      b.size = v->size;
+    } else if (ssd_) {
+      std::optional<ExtentRef> ref = ssd_->catalog().Lookup(StoreKey(b.id));
+      if (!ref) break;
+      LeaseSpec spec{in.session, 1, in.deadline};
+      Result<LeaseId> lease = ssd_->catalog().AcquireLease({&*ref, 1}, spec);
+      if (!lease.ok()) break;
+      b.tier = Tier::kSsd;
+      b.ref = *ref;
+      b.lease = *lease;
+      b.size = ref->object_size;
+    } else {
+      break;
+    }
+    const uint32_t index = static_cast<uint32_t>(q.blocks.size());
+    auto [dup, fresh] = first.emplace(b.id.key, index);
+    if (fresh) {
+      // Over the Manager-wide budget or this session's share: the prefix
+      // ends here, and the reply says so (it is not a miss).
+      if (share < budget_ && session_charged + b.size > share) cut = m_.budget_cuts_session;
+      if (!cut && budget_used_ + b.size > budget_) cut = m_.budget_cuts_manager;
+      if (cut) {
+        ReleaseSource(b);
+        break;
+      }
+      b.charge = b.size;
+      budget_used_ += b.size;
+      session_charged += b.size;
+      charged += b.size;
+    }
+    b.charge_owner = dup->second;  // a repeated key rides on its first charge
+    ++(fresh ? b : q.blocks[dup->second]).holders;
+    q.blocks.push_back(b);
+  }
+  QueryResult res;
+  res.prefix = static_cast<uint32_t>(q.blocks.size());
+  res.logical_bytes = charged;
+  res.budget_limited = cut != nullptr;
+  for (const QueryBlock& b : q.blocks) {
+    res.sources.push_back(b.tier);
+    (b.tier == Tier::kDram ? m_.hits_dram : m_.hits_ssd)->Inc();
+  }
+  if (cut) {
+    cut->Inc();
+  } else {
+    m_.misses->Inc(in.keys.size() - q.blocks.size());
+  }
+  if (!q.blocks.empty()) {
+    res.query = next_id_.fetch_add(1);
+    queries_.emplace(res.query, std::move(q));
+  }
+  return res;
+}
+
+Status QueryTable::Release(SessionId session, QueryId query) {
+  MutexLock l(mu_);
+  auto it = queries_.find(query);
+  if (it == queries_.end() || it->second.session != session) {
+    return Status::NotFound("query " + std::to_string(query) + " is not live");
+  }
+  DropQueryLocked(it->second);
+  queries_.erase(it);
+  return Status::OK();
+}
+
+Result<QueryTable::Taken> QueryTable::Take(SessionId session, InstanceId instance, QueryId query,
+                                           std::span<const uint32_t> blocks,
+                                           std::span<const uint64_t> pages,
+                                           const std::shared_ptr<RestoreRec>& r) {
+  MutexLock l(mu_);
+  auto it = queries_.find(query);
+  if (it == queries_.end() || it->second.session != session || it->second.instance != instance) {
+    return Status::NotFound("query " + std::to_string(query) +
+                            " is not live for this instance (expired or released)");
+  }
+  QueryRec& q = it->second;
+  for (uint32_t b : blocks) {
+    if (b >= q.blocks.size()) {
+      return Status::InvalidArgument("restore: block " + std::to_string(b) +
+                                     " is beyond the query's prefix of " +
+                                     std::to_string(q.blocks.size()));
+    }
+    if (q.blocks[b].taken) {
+      return Status::InvalidArgument("restore: block " + std::to_string(b) +
+                                     " was already restored or released");
+    }
+    if (std::count(blocks.begin(), blocks.end(), b) > 1) {
+      return Status::InvalidArgument("restore: block " + std::to_string(b) + " given twice");
+    }
+  }
+  // Validated: take the blocks out of the query.
+  Taken out;
+  out.group = q.group;
+  r->id = next_id_.fetch_add(1);
+  r->group = q.group;
+  r->Init(std::vector<uint32_t>(blocks.begin(), blocks.end()));
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    QueryBlock& src = q.blocks[blocks[i]];
+    RestoreBlock rb;
+    rb.result = i;
+    rb.src = src;
+    rb.page = pages[i];
+    src.taken = true;
+    UnchargeLocked(q, blocks[i]);
+    if (src.tier == Tier::kSsd) {
+      // The restore owns the lease now: it lives until the read, not the TTL.
+      ssd_->catalog().KeepUntilDone(src.lease).IgnoreError(
+          "an expired lease fails its block at submission");
+    }
+    (src.tier == Tier::kDram ? out.dram : out.ssd).push_back(rb);
+  }
+  if (std::all_of(q.blocks.begin(), q.blocks.end(), [](auto& b) { return b.taken; })) {
+    queries_.erase(it);
+  }
+  restores_[r->id] = r;
+  return out;
+}
+
+void QueryTable::ReleaseSource(QueryBlock& b) {
+  if (b.tier == Tier::kDram) dram_->Unpin(b.dram.id);
+  if (b.tier == Tier::kSsd) ssd_->catalog().Cancel(b.lease);
+  b.taken = true;
+}
+
+void QueryTable::UnchargeLocked(QueryRec& q, size_t i) {
+  QueryBlock& owner = q.blocks[q.blocks[i].charge_owner];
+  if (--owner.holders != 0 || owner.charge == 0) return;
+  budget_used_ -= owner.charge;
+  charged_[q.session] -= owner.charge;
+  owner.charge = 0;
+}
+
+void QueryTable::DropQueryLocked(QueryRec& q) {
+  for (size_t i = 0; i < q.blocks.size(); ++i) {
+    if (q.blocks[i].taken) continue;
+    UnchargeLocked(q, i);
+    ReleaseSource(q.blocks[i]);
+  }
+}
+
+template <typename Pred>
+void QueryTable::DropIfLocked(Pred pred) {
+  for (auto it = queries_.begin(); it != queries_.end();) {
+    if (pred(it->second)) {
+      DropQueryLocked(it->second);
+      it = queries_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void QueryTable::DropSession(SessionId session) {
+  MutexLock l(mu_);
+  DropIfLocked([&](const QueryRec& q) { return q.session == session; });
+  charged_.erase(session);
+}
+
+void QueryTable::DropInstance(InstanceId instance) {
+  MutexLock l(mu_);
+  DropIfLocked([&](const QueryRec& q) { return q.instance == instance; });
+}
+
+void QueryTable::Expire(Clock::TimePoint now) {
+  MutexLock l(mu_);
+  DropIfLocked([&](const QueryRec& q) {
+    if (q.deadline > now) return false;
+    m_.expired->Inc();
+    return true;
+  });
+}
+
+std::shared_ptr<RestoreRec> QueryTable::FindRestore(SessionId session, RestoreId id) const {
+  MutexLock l(mu_);
+  auto it = restores_.find(id);
+  if (it == restores_.end()) return nullptr;
+  std::shared_ptr<RestoreRec> r = it->second.lock();
+  return r && r->session == session ? r : nullptr;
+}
+
+std::vector<RestoreId> QueryTable::RestoresOf(SessionId session) const {
+  MutexLock l(mu_);
+  std::vector<RestoreId> out;
+  for (const auto& [id, weak] : restores_) {
+    if (auto r = weak.lock(); r && r->session == session) out.push_back(id);
+  }
+  return out;
+}
+
+void QueryTable::ForgetRestore(RestoreId id) {
+  MutexLock l(mu_);
+  restores_.erase(id);
+}
+
+QueryTable::Stats QueryTable::stats() const {
+  MutexLock l(mu_);
+  return {queries_.size(), restores_.size(), budget_used_};
+}
+
+}  // namespace orbitkv

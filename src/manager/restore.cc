@@ -1,0 +1,104 @@
+// Manager::StartRestore, Restore and CancelRestore (DESIGN.md "Restore"): take
+// the selected blocks out of their query (QueryTable::Take), hand the SSD ones
+// to a route (SubmitSsd: the one place a route is chosen), and copy the DRAM
+// ones on the caller's thread from the entries the query pinned.
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+
+#include "manager/manager_impl.h"
+
+namespace orbitkv {
+
+void Manager::Impl::SubmitSsd(const std::shared_ptr<RestoreRec>& r, const Instance& inst,
+                              std::vector<RestoreBlock> blocks) {
+  const bool cufile_serves = cufile && cufile->ServesReads(inst);
+  r->StartSsd(blocks.size(), cufile_serves ? m.cost_cufile : m.cost_uring);
+  if (cufile_serves) blocks = cufile->Submit(r, std::move(blocks));
+  if (!blocks.empty()) {
+    std::vector<RestoreBlock> declined = uring->Submit(r, std::move(blocks));
+    (void)declined;  // io_uring declines nothing
+  }
+}
+
+Result<RestoreId> Manager::StartRestore(SessionId session, const RestoreRequest& req,
+                                        RestoreDone done) {
+  Impl& x = *impl_;
+  ORBITKV_ASSIGN_OR_RETURN(InstanceGuard inst, x.sessions->Acquire(session, req.instance));
+  if (req.blocks.size() != req.pages.size()) {
+    return Status::InvalidArgument("restore: " + std::to_string(req.blocks.size()) +
+                                   " blocks but " + std::to_string(req.pages.size()) + " pages");
+  }
+  if (req.blocks.empty()) return Status::InvalidArgument("restore: no blocks");
+  for (uint64_t p : req.pages) {
+    if (p >= inst->layout.num_pages) {
+      return Status::InvalidArgument("restore: page " + std::to_string(p) + " out of range (" +
+                                     std::to_string(inst->layout.num_pages) + " pages)");
+    }
+  }
+  auto r = std::make_shared<RestoreRec>();
+  r->session = session;
+  r->instance = req.instance;
+  r->env = &x.restore_env;
+  r->done = std::move(done);
+  r->start = x.config.clock->Now();
+  ORBITKV_ASSIGN_OR_RETURN(
+      QueryTable::Taken taken,
+      x.queries->Take(session, req.instance, req.query, req.blocks, req.pages, r));
+  // The restore holds the instance until its last block; this call holds it
+  // too, so nothing below races with a lane finishing the restore.
+  r->inst = inst.Share();
+  const RestoreId id = r->id;
+  if (!taken.ssd.empty()) x.SubmitSsd(r, *inst, std::move(taken.ssd));
+  // DRAM blocks copy here, on the caller's thread, from the entries the query
+  // pinned: memcpy into host pages, or one H2D job (one event) for CUDA pages.
+  std::vector<gpu::CopyOp> ops;
+  std::vector<Status> st(taken.dram.size());
+  for (size_t i = 0; i < taken.dram.size(); ++i) {
+    const RestoreBlock& b = taken.dram[i];
+    st[i] = inst->ObjectToPages(r->group, {b.src.dram.data, b.src.dram.size}, b.src.id, b.page,
+                                /*from_ssd=*/false, &ops);
+  }
+  const Status copied = inst->CopyAndWait(/*to_device=*/true, ops);
+  for (size_t i = 0; i < taken.dram.size(); ++i) {
+    const RestoreBlock& b = taken.dram[i];
+    if (st[i].ok()) st[i] = copied;
+    if (st[i].ok()) x.m.bytes_restore_dram->Inc(b.src.dram.size);
+    x.dram->Unpin(b.src.dram.id);
+    r->Finish(b.result, Tier::kDram, std::move(st[i]));
+  }
+  return id;
+}
+
+Result<RestoreResult> Manager::Restore(SessionId session, const RestoreRequest& req) {
+  std::mutex m;
+  std::condition_variable cv;
+  std::optional<Result<RestoreResult>> out;
+  Result<RestoreId> id = StartRestore(session, req, [&](Result<RestoreResult> r) {
+    std::lock_guard<std::mutex> l(m);
+    out.emplace(std::move(r));
+    cv.notify_all();
+  });
+  if (!id.ok()) return id.status();
+  std::unique_lock<std::mutex> l(m);
+  cv.wait(l, [&] { return out.has_value(); });
+  return std::move(*out);
+}
+
+Result<uint32_t> Manager::CancelRestore(SessionId session, RestoreId id) {
+  Impl& x = *impl_;
+  std::shared_ptr<RestoreRec> r = x.queries->FindRestore(session, id);
+  if (!r) return Status::NotFound("restore is not in flight");
+  if (!x.uring) return 0u;
+  uint32_t released = 0;
+  if (x.cufile) {
+    // Holding the instance keeps its worker alive; an instance that is
+    // unregistering cancels everything unsubmitted itself.
+    if (Result<InstanceGuard> g = x.sessions->Acquire(session, r->instance); g.ok()) {
+      released += x.cufile->Cancel(r);
+    }
+  }
+  return released + x.uring->Cancel(r);
+}
+
+}  // namespace orbitkv

@@ -1,0 +1,66 @@
+// Writeback: the SSD writeback lane. Sealed DRAM objects are queued (bounded;
+// a full queue drops the SSD copy and counts it), written in batches by one
+// io_uring engine per lane thread, and leave writeback-pending in the pool.
+// Publishers that find the pool full of objects waiting for writeback wait
+// here (bounded) for the lane to free room: WaitForRoom. Each queued object
+// holds one LaneToken until its write finished. Thread-safe; room_mu_ is
+// taken with no other Manager lock held (the pool's lock nests inside it).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "common/mutex.h"
+#include "io/io_engine.h"
+#include "manager/lane.h"
+#include "manager/work_queue.h"
+#include "orbitkv/metrics.h"
+#include "store/dram_cache.h"
+#include "store/ssd_store.h"
+
+namespace orbitkv {
+
+class Writeback {
+ public:
+  struct Options {
+    DramCache* dram = nullptr;
+    SsdStore* ssd = nullptr;
+    LaneCounter* lanes = nullptr;
+    std::vector<std::unique_ptr<IoEngine>> engines;  // one per lane thread
+    size_t queue = 4096;                             // objects waiting
+    size_t batch = 1;                                // objects per engine submission
+    Counter* bytes = nullptr;                        // written object bytes
+    Counter* queue_full = nullptr;                   // objects dropped: queue full
+  };
+  explicit Writeback(Options options);
+  ~Writeback() { Close(); }
+
+  // Queues a sealed, writeback-pending object; a full queue finishes its
+  // writeback as failed (the DRAM copy stays) and counts it.
+  void Queue(const ObjectId& id);
+  // While `attempt` keeps failing with ResourceExhausted and objects wait for
+  // writeback, waits for the lane to free room (until `deadline`) and retries.
+  // Returns the last attempt's result.
+  Result<DramView> WaitForRoom(Result<DramView> last,
+                               std::chrono::steady_clock::time_point deadline,
+                               const std::function<Result<DramView>()>& attempt) EXCLUDES(room_mu_);
+  // Stops intake and waits for queued writes.
+  void Close() { queue_->Close(); }
+
+ private:
+  struct Item {
+    ObjectId id;
+    LaneToken token;
+  };
+  void Lane(size_t worker, std::vector<Item>& items) EXCLUDES(room_mu_);
+
+  Options o_;
+  Mutex room_mu_;  // pairs the lane's "room freed" with WaitForRoom's check
+  CondVar room_;
+  std::unique_ptr<WorkQueue<Item>> queue_;  // last: its threads use the rest
+};
+
+}  // namespace orbitkv
