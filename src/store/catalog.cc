@@ -14,7 +14,8 @@
 namespace orbitkv {
 namespace {
 
-enum class ExtentState : uint8_t { kWriting, kPublished };
+// kDropped: published, then found damaged (Drop); kept only while pinned.
+enum class ExtentState : uint8_t { kWriting, kPublished, kDropped };
 
 struct Extent {
   uint64_t length = 0;
@@ -121,7 +122,7 @@ struct SsdCatalog::Impl {
     }
 
     for (auto it = first; it != last; ++it) {
-      const Extent& e = it->second;  // published and unpinned, checked above
+      const Extent& e = it->second;  // published and unpinned (dropped ones are erased then)
       ++counters.evictions;
       auto dir = directory.find(e.key);
       if (dir != directory.end() && SameExtent(dir->second, MakeRef(shard, it->first, e))) {
@@ -155,6 +156,8 @@ struct SsdCatalog::Impl {
     if (--e->pin_count == 0) {
       --pinned_extents;
       pinned_bytes -= e->length;
+      // A dropped extent's range is free once no lease pins it.
+      if (e->state == ExtentState::kDropped) rings[ref.shard].extents.erase(ref.offset);
     }
   }
 
@@ -266,6 +269,25 @@ void SsdCatalog::Abort(const ExtentRef& ref) {
   ++s.counters.aborts;
   s.DropWriter(s.open_writers.find(e->key));
   s.rings[ref.shard].extents.erase(ref.offset);
+}
+
+bool SsdCatalog::Drop(const ExtentRef& ref) {
+  Impl& s = *impl_;
+  std::lock_guard lock(s.mu);
+  Extent* e = s.FindExtent(ref);
+  if (e == nullptr || e->state != ExtentState::kPublished) return false;
+  ++s.counters.dropped_extents;
+  auto dir = s.directory.find(e->key);
+  if (dir != s.directory.end() && SameExtent(dir->second, ref)) {
+    s.published_bytes -= e->length;
+    s.directory.erase(dir);
+  }
+  if (e->pin_count == 0) {
+    s.rings[ref.shard].extents.erase(ref.offset);
+  } else {
+    e->state = ExtentState::kDropped;  // erased by the last Unpin
+  }
+  return true;
 }
 
 std::optional<ExtentRef> SsdCatalog::Lookup(const Key& key) const {

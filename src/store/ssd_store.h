@@ -28,6 +28,7 @@
 #include "orbitkv/metrics.h"
 #include "orbitkv/status.h"
 #include "store/catalog.h"
+#include "store/object_id.h"
 #include "store/shard_file.h"
 
 namespace orbitkv {
@@ -101,6 +102,15 @@ class SsdStore {
   // (SsdCatalog::Submit), released with Complete after this returns.
   // Returns the first failure; each ExtentRead has its own status.
   Status ReadExtents(IoEngine& io, std::span<ExtentRead> reads);
+
+  // A read of `ref`, the object `id`, failed with `why`. When that is
+  // Corruption (a header or payload CRC mismatch, or another object's bytes),
+  // the extent is dropped (SsdCatalog::Drop: the key is absent, so its next
+  // write is stored; leases that pin it keep it until released), counted in
+  // orbitkv_ssd_corrupt_objects_dropped_total and logged as a warning naming
+  // the object. Returns whether this call dropped it; other statuses and
+  // refs dropped already change nothing. A DRAM copy is not the store's: it stays.
+  bool DropIfCorrupt(const ExtentRef& ref, const ObjectId& id, const Status& why);
 
   // Counters a caller adds to when it drops a write for its own reasons.
   void CountDrop(std::string_view reason);
