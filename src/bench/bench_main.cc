@@ -34,13 +34,13 @@
 #include "bench/route_run.h"
 #include "bench/scale.h"
 #include "bench/workloads.h"
-#include "demo/format.h"
-#include "demo/live_line.h"
-#include "demo/machine.h"
-#include "demo/process.h"
 #include "orbitkv/device.h"
 #include "orbitkv/units.h"
 #include "store/object_format.h"
+#include "workload/format.h"
+#include "workload/live_line.h"
+#include "workload/machine.h"
+#include "workload/process.h"
 
 #ifndef ORBITKV_SOURCE_DIR
 #define ORBITKV_SOURCE_DIR "."

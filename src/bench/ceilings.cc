@@ -18,9 +18,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "demo/format.h"
-#include "demo/process.h"
 #include "orbitkv/units.h"
+#include "workload/format.h"
+#include "workload/process.h"
 
 namespace orbitkv::bench {
 namespace {

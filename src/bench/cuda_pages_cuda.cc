@@ -11,9 +11,9 @@
 #include <cstring>
 
 #include "bench/cuda_pages.h"
-#include "demo/workload.h"
 #include "orbitkv/device.h"
 #include "orbitkv/units.h"
+#include "workload/workload.h"
 
 namespace orbitkv::bench {
 namespace {

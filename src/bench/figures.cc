@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <vector>
 
-#include "demo/format.h"
 #include "orbitkv/units.h"
+#include "workload/format.h"
 
 namespace orbitkv::bench {
 namespace {

@@ -4,10 +4,10 @@
 #include <cstring>
 
 #include "bench/cuda_pages.h"
-#include "demo/pages.h"
-#include "demo/workload.h"
 #include "orbitkv/device.h"
 #include "orbitkv/units.h"
+#include "workload/pages.h"
+#include "workload/workload.h"
 
 namespace orbitkv::bench {
 namespace {

@@ -2,7 +2,7 @@
 // they live in: host pages (sealed memfds, here) or CUDA pages (the GPU tier's
 // cuda_pages.h). Pages use a split layout (one region per slot). A target
 // registers itself with the Manager (Describe), writes a block's deterministic
-// content (Fill, demo/workload.h), checks it byte for byte (Check), poisons
+// content (Fill, workload/workload.h), checks it byte for byte (Check), poisons
 // pages before a restore, and moves a block to and from a contiguous host
 // buffer for the naive route (Gather, Scatter). One engine thread uses a
 // target; it is not thread-safe.

@@ -5,8 +5,8 @@
 
 #include <fmt/format.h>
 
-#include "demo/format.h"
 #include "orbitkv/units.h"
+#include "workload/format.h"
 
 namespace orbitkv::bench {
 namespace {

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "demo/format.h"
+#include "workload/format.h"
 
 namespace orbitkv::bench {
 

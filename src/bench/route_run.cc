@@ -14,10 +14,10 @@
 #include "bench/naive_store.h"
 #include "bench/phase_gate.h"
 #include "bench/proc_stat.h"
-#include "demo/format.h"
-#include "demo/machine.h"
-#include "demo/manager_process.h"
-#include "demo/scrape.h"
+#include "workload/format.h"
+#include "workload/machine.h"
+#include "workload/manager_process.h"
+#include "workload/scrape.h"
 
 namespace orbitkv::bench {
 namespace {

@@ -17,8 +17,8 @@
 #include "bench/route.h"
 #include "bench/samples.h"
 #include "bench/workloads.h"
-#include "demo/live_line.h"
 #include "orbitkv/status.h"
+#include "workload/live_line.h"
 
 namespace orbitkv::bench {
 

@@ -17,11 +17,11 @@
 
 #include "bench/backend.h"
 #include "bench/page_target.h"
-#include "demo/format.h"
-#include "demo/manager_process.h"
-#include "demo/scrape.h"
 #include "orbitkv/units.h"
 #include "store/object_format.h"
+#include "workload/format.h"
+#include "workload/manager_process.h"
+#include "workload/scrape.h"
 
 namespace orbitkv::bench {
 namespace {

@@ -6,7 +6,7 @@
 #include <random>
 #include <set>
 
-#include "demo/workload.h"
+#include "workload/workload.h"
 
 namespace orbitkv::bench {
 namespace {

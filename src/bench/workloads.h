@@ -3,7 +3,7 @@
 // Engines run a phase concurrently and wait for each other between phases; a
 // phase may first wait for the Manager's SSD writeback to drain, so that SSD
 // routes serve its restores from SSD. Only measured phases count in the
-// figures. A request is a block-key chain (demo/workload.h: a key names its
+// figures. A request is a block-key chain (workload/workload.h: a key names its
 // whole prefix, a block's bytes are a function of its key), so equal seeds and
 // flags give identical plans in every run and on every route. Pure functions.
 #pragma once

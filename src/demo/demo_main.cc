@@ -27,14 +27,14 @@
 #include <fmt/format.h>
 
 #include "demo/engine.h"
-#include "demo/machine.h"
-#include "demo/manager_process.h"
-#include "demo/process.h"
 #include "demo/record.h"
 #include "demo/report.h"
-#include "demo/scrape.h"
-#include "demo/workload.h"
 #include "orbitkv/units.h"
+#include "workload/machine.h"
+#include "workload/manager_process.h"
+#include "workload/process.h"
+#include "workload/scrape.h"
+#include "workload/workload.h"
 
 namespace orbitkv::demo {
 namespace {

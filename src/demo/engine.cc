@@ -9,9 +9,9 @@
 #include <numeric>
 #include <thread>
 
-#include "demo/pages.h"
 #include "demo/record.h"
 #include "orbitkv/client.h"
+#include "workload/pages.h"
 
 namespace orbitkv::demo {
 namespace {

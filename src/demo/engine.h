@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <string>
 
-#include "demo/workload.h"
+#include "workload/workload.h"
 
 namespace orbitkv::demo {
 

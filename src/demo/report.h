@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "demo/format.h"
-#include "demo/live_line.h"
 #include "demo/record.h"
-#include "demo/scrape.h"
+#include "workload/format.h"
+#include "workload/live_line.h"
+#include "workload/scrape.h"
 
 namespace orbitkv::demo {
 

@@ -63,8 +63,8 @@ Result<std::unique_ptr<Manager>> Manager::Create(const ManagerConfig& config) {
     so.metrics = config.metrics;
     ORBITKV_ASSIGN_OR_RETURN(impl->ssd, SsdStore::Open(so));
     // Cache-wide: cuFile for every shard (then reserved up front) or io_uring.
-    ORBITKV_ASSIGN_OR_RETURN(backend,
-                             SelectSsdBackend(o, config.gpu, config.gpu_unavailable, *impl->ssd));
+    ORBITKV_ASSIGN_OR_RETURN(
+        backend, SelectSsdBackend(o, config.gpu, config.gpu_unavailable, *impl->ssd, config.fs));
     impl->backend_reason = backend.reason;
     OKV_LOG_INFO("SSD backend: {}", backend.reason);
   }

@@ -2,15 +2,14 @@
 
 #include <fcntl.h>
 
-#include <cerrno>
-
 #include "orbitkv/units.h"
 #include "store/ssd_store.h"
 
 namespace orbitkv {
 
 Result<SsdBackendSelection> SelectSsdBackend(const ManagerOptions& o, gpu::Platform* platform,
-                                             const std::string& no_platform_why, SsdStore& store) {
+                                             const std::string& no_platform_why, SsdStore& store,
+                                             FileSystem* fs) {
   SsdBackendSelection out;
   const bool explicit_cufile = o.ssd_backend == SsdBackend::kCufile;
   auto refuse = [&](const Status& why) -> Result<SsdBackendSelection> {
@@ -45,13 +44,13 @@ Result<SsdBackendSelection> SelectSsdBackend(const ManagerOptions& o, gpu::Platf
   if (!driver.ok()) return refuse(driver.status());
   const ShardSet& shards = store.shards();
   for (uint32_t i = 0; i < shards.count(); ++i) {
-    const int fd = ::open(shards.path(i).c_str(), O_RDWR | O_DIRECT | O_CLOEXEC);
-    if (fd < 0) {
+    Result<int> fd = fs->Open(shards.path(i), O_RDWR | O_DIRECT | O_CLOEXEC, 0);
+    if (!fd.ok()) {
       out.files.clear();
-      return refuse(Status::IOError("opening SSD shard " + shards.path(i) + " for cuFile", errno));
+      return refuse(fd.status().WithContext("opening SSD shard " + shards.path(i) + " for cuFile"));
     }
-    out.fds.emplace_back(fd);
-    Result<std::unique_ptr<gpu::StorageFile>> f = platform->RegisterFile(fd);
+    out.fds.emplace_back(*fd);
+    Result<std::unique_ptr<gpu::StorageFile>> f = platform->RegisterFile(*fd);
     if (!f.ok()) {
       out.files.clear();
       return refuse(f.status().WithContext("registering SSD shard " + std::to_string(i) + " " +

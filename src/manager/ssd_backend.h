@@ -20,10 +20,11 @@
 #include <string>
 #include <vector>
 
+#include "common/unique_fd.h"
 #include "gpu/platform.h"
+#include "io/file_system.h"
 #include "orbitkv/options.h"
 #include "orbitkv/status.h"
-#include "protocol/unique_fd.h"
 
 namespace orbitkv {
 
@@ -35,12 +36,14 @@ struct SsdBackendSelection {
   // Per shard, when cufile: an fd of its own (O_RDWR | O_DIRECT; cuFile
   // refuses the store's O_NOFOLLOW fds with 5019) and its registration,
   // released before the fd.
-  std::vector<protocol::UniqueFd> fds;
+  std::vector<UniqueFd> fds;
   std::vector<std::unique_ptr<gpu::StorageFile>> files;
 };
 
-// `platform` may be null (`no_platform_why` then says why).
+// `platform` may be null (`no_platform_why` then says why). The shards'
+// cuFile fds are opened through `fs` (the FileSystem seam).
 Result<SsdBackendSelection> SelectSsdBackend(const ManagerOptions& options, gpu::Platform* platform,
-                                             const std::string& no_platform_why, SsdStore& store);
+                                             const std::string& no_platform_why, SsdStore& store,
+                                             FileSystem* fs);
 
 }  // namespace orbitkv

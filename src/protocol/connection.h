@@ -33,9 +33,9 @@
 
 #include <sys/types.h>
 
+#include "common/unique_fd.h"
 #include "orbitkv/status.h"
 #include "protocol/frame.h"
-#include "protocol/unique_fd.h"
 
 namespace orbitkv::protocol {
 

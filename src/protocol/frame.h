@@ -28,8 +28,8 @@
 #include <span>
 #include <vector>
 
+#include "common/unique_fd.h"
 #include "orbitkv/status.h"
-#include "protocol/unique_fd.h"
 
 struct msghdr;
 

@@ -18,8 +18,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/unique_fd.h"
 #include "protocol/server.h"
-#include "protocol/unique_fd.h"
 
 namespace orbitkv::protocol::testing {
 

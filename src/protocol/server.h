@@ -46,9 +46,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/unique_fd.h"
 #include "orbitkv/status.h"
 #include "protocol/frame.h"
-#include "protocol/unique_fd.h"
 
 namespace orbitkv::protocol {
 

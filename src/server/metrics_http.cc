@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/unique_fd.h"
 #include "orbitkv/logging.h"
 
 namespace orbitkv {
@@ -112,29 +113,6 @@ constexpr size_t kMaxConcurrentConnections = 64;
 constexpr auto kAcceptBackoff = std::chrono::milliseconds(100);
 
 constexpr std::string_view kTextContentType = "text/plain; charset=utf-8";
-
-// Owns a file descriptor.
-class UniqueFd {
- public:
-  explicit UniqueFd(int fd = -1) : fd_(fd) {}
-  ~UniqueFd() { Reset(); }
-  UniqueFd(UniqueFd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  UniqueFd& operator=(UniqueFd&& o) noexcept {
-    if (this != &o) {
-      Reset();
-      fd_ = std::exchange(o.fd_, -1);
-    }
-    return *this;
-  }
-  int get() const { return fd_; }
-  void Reset() {
-    if (fd_ >= 0) ::close(fd_);  // never retry close on EINTR (Linux frees the fd)
-    fd_ = -1;
-  }
-
- private:
-  int fd_;
-};
 
 enum class Wait { kReady, kTimeout, kStopped, kError };
 

@@ -49,12 +49,12 @@
 #include <flatbuffers/flatbuffers.h>
 #include <gtest/gtest.h>
 
+#include "common/unique_fd.h"
 #include "engine_common.h"
 #include "orbitkv/client.h"
 #include "process_harness.h"
 #include "protocol/frame.h"
 #include "protocol/orbitkv_generated.h"
-#include "protocol/unique_fd.h"
 #include "protocol/wire.h"
 #include "testing/host_pages.h"
 #include "testing/temp_dir.h"

@@ -30,7 +30,7 @@
 
 #include <gtest/gtest.h>
 
-#include "protocol/unique_fd.h"
+#include "common/unique_fd.h"
 
 extern char** environ;
 
@@ -38,7 +38,6 @@ namespace orbitkv::integration {
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
-using protocol::UniqueFd;
 
 // ---- binaries ------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-#include "demo/machine.h"
+#include "workload/machine.h"
 
 #include <sys/stat.h>
 #include <sys/statvfs.h>

@@ -1,4 +1,4 @@
-#include "demo/live_line.h"
+#include "workload/live_line.h"
 
 #include <cstdio>
 

@@ -1,4 +1,4 @@
-#include "demo/workload.h"
+#include "workload/workload.h"
 
 #include <cstring>
 

@@ -1,4 +1,4 @@
-#include "demo/manager_process.h"
+#include "workload/manager_process.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -11,7 +11,7 @@
 #include <fstream>
 #include <thread>
 
-#include "demo/machine.h"
+#include "workload/machine.h"
 
 namespace orbitkv::demo {
 

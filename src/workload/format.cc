@@ -1,4 +1,4 @@
-#include "demo/format.h"
+#include "workload/format.h"
 
 #include <algorithm>
 #include <cmath>

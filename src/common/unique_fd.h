@@ -1,12 +1,13 @@
 // UniqueFd: sole owner of a file descriptor; closes it on destruction. Move
-// only. Thread-compatible (like a unique_ptr): one object, one thread at a time.
+// only. Used wherever a descriptor is owned (protocol, SSD backend, tests).
+// Thread-compatible (like a unique_ptr): one object, one thread at a time.
 #pragma once
 
 #include <unistd.h>
 
 #include <utility>
 
-namespace orbitkv::protocol {
+namespace orbitkv {
 
 class UniqueFd {
  public:
@@ -41,4 +42,4 @@ class UniqueFd {
   int fd_ = -1;
 };
 
-}  // namespace orbitkv::protocol
+}  // namespace orbitkv

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "demo/process.h"
 #include "orbitkv/status.h"
+#include "workload/process.h"
 
 namespace orbitkv::demo {
 

@@ -1,4 +1,4 @@
-#include "demo/scrape.h"
+#include "workload/scrape.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

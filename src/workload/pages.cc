@@ -1,4 +1,4 @@
-#include "demo/pages.h"
+#include "workload/pages.h"
 
 #include <cstring>
 

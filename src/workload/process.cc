@@ -1,4 +1,4 @@
-#include "demo/process.h"
+#include "workload/process.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
