@@ -287,6 +287,7 @@ bool CufileRoute::SubmitWrite(Instance& inst, const GroupLayout& g, const Object
   }
   GpuWriteRequest w;
   w.key = StoreKey(id);
+  w.ns = id.ns;
   w.object_size = shape.object_size;
   w.header = header;
   w.header_bytes = shape.header_bytes;

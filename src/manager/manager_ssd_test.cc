@@ -341,5 +341,45 @@ TEST_F(ManagerTest, AdmissionReuseOptionSendsFirstSeenKeysToSsdOnly) {
   ExpectAllReleased();
 }
 
+// ClearNamespace drops the namespace's objects from DRAM and SSD and nothing
+// of another namespace. Sources a query took before the clear still restore
+// exactly (and are not promoted back into DRAM), then are released.
+TEST_F(ManagerTest, ClearNamespaceDropsItsObjectsFromDramAndSsdAndNothingElse) {
+  Start(1u << 20);
+  InstanceLayout l = SplitLayout(64, {65536});
+  HostPages pages(l), other_pages(l);
+  InstanceId inst = Register(pages, l);
+  InstanceId other = Register(other_pages, l, "model-b");
+  PublishOneByOne(inst, pages, 30);  // all on SSD, the newest in DRAM too
+  other_pages.Fill(0, 5, 5);
+  Publish(other, {5}, {5});
+  mgr->Drain();
+  QueryResult held_ssd = Query(inst, {0}), held_dram = Query(inst, {29});
+  ASSERT_EQ(held_ssd.sources[0], Tier::kSsd);
+  ASSERT_EQ(held_dram.sources[0], Tier::kDram);
+
+  Result<ClearNamespaceResult> cleared = mgr->ClearNamespace(session, {inst});
+  ASSERT_TRUE(cleared.ok()) << cleared.status().ToString();
+  EXPECT_GT(cleared->dram_objects, 0u);
+  EXPECT_EQ(cleared->ssd_objects, 30u);
+  for (uint64_t k = 0; k < 30; ++k) EXPECT_EQ(Query(inst, {k}).prefix, 0u) << "key " << k;
+  ExpectRestores(other_pages, other, 5, 40, Tier::kDram);  // the other namespace keeps it
+
+  RestoreResult r = Restore(inst, held_ssd.query, {0}, {60});
+  EXPECT_TRUE(r.blocks[0].status.ok()) << r.blocks[0].status.ToString();
+  EXPECT_TRUE(pages.Holds(0, 60, 0));
+  r = Restore(inst, held_dram.query, {0}, {61});
+  EXPECT_TRUE(r.blocks[0].status.ok()) << r.blocks[0].status.ToString();
+  EXPECT_TRUE(pages.Holds(0, 61, 29));
+  EXPECT_EQ(Query(inst, {0}).prefix, 0u) << "a restore promoted a cleared object";
+  EXPECT_EQ(mgr->ClearNamespace(session, {inst + 1000}).status().code(), StatusCode::kNotFound);
+  // Published again, a key is stored and served.
+  pages.Fill(0, 0, 0);
+  EXPECT_EQ(Publish(inst, {0}, {0}).sealed, 1u);
+  mgr->Drain();
+  ExpectRestores(pages, inst, 0, 62, Tier::kDram);
+  ExpectAllReleased();
+}
+
 }  // namespace
 }  // namespace orbitkv

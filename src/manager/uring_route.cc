@@ -176,7 +176,8 @@ void UringRoute::CopyLane(CopyJob& job) {
     }
     if (st.ok()) {
       o_.bytes_restore->Inc(b.src.ref.object_size);
-      if (o_.promote && !o_.dram->Contains(b.src.id)) {
+      // Not an object dropped while this restore read it (a cleared namespace).
+      if (o_.promote && !o_.dram->Contains(b.src.id) && o_.ssd->catalog().IsCurrent(b.src.ref)) {
         o_.dram->InsertSealed(b.src.id, {b.scratch.data, b.src.ref.object_size})
             .IgnoreError("promotion to DRAM is best effort");
       }

@@ -117,7 +117,8 @@ using Message = std::variant<HelloRequest, HelloReply, RegisterRequest, Register
                              PublishRequest, PublishResult, QueryRequest, QueryResult,
                              RestoreRequest, RestoreResult, CancelRestoreRequest,
                              CancelRestoreReply, PrepareRequest, PrepareReply, UnregisterRequest,
-                             UnregisterReply, ErrorReply, ReleaseQueryRequest, ReleaseQueryReply>;
+                             UnregisterReply, ErrorReply, ReleaseQueryRequest, ReleaseQueryReply,
+                             ClearNamespaceRequest, ClearNamespaceResult>;
 
 struct DecodedMessage {
   uint16_t version = 0;
@@ -138,6 +139,7 @@ std::vector<uint8_t> EncodeRequest(uint64_t id, const CancelRestoreRequest& m);
 std::vector<uint8_t> EncodeRequest(uint64_t id, const PrepareRequest& m);
 std::vector<uint8_t> EncodeRequest(uint64_t id, const UnregisterRequest& m);
 std::vector<uint8_t> EncodeRequest(uint64_t id, const ReleaseQueryRequest& m);
+std::vector<uint8_t> EncodeRequest(uint64_t id, const ClearNamespaceRequest& m);
 
 std::vector<uint8_t> EncodeReply(uint64_t id, const HelloReply& m);
 std::vector<uint8_t> EncodeReply(uint64_t id, const RegisterReply& m);
@@ -148,6 +150,7 @@ std::vector<uint8_t> EncodeReply(uint64_t id, const CancelRestoreReply& m);
 std::vector<uint8_t> EncodeReply(uint64_t id, const PrepareReply& m);
 std::vector<uint8_t> EncodeReply(uint64_t id, const UnregisterReply& m);
 std::vector<uint8_t> EncodeReply(uint64_t id, const ReleaseQueryReply& m);
+std::vector<uint8_t> EncodeReply(uint64_t id, const ClearNamespaceResult& m);
 std::vector<uint8_t> EncodeReply(uint64_t id, const ErrorReply& m);
 // An ErrorReply carrying `status`; an OK status becomes Internal (a bug).
 std::vector<uint8_t> EncodeError(uint64_t id, const Status& status);

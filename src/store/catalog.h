@@ -96,7 +96,8 @@ class SsdCatalog {
   // blocked when the range at its ring head holds a writing or pinned extent;
   // otherwise the published extents in that range are evicted. InvalidArgument
   // if object_size is 0 or exceeds shard_capacity; Busy if every shard is blocked.
-  Result<ExtentRef> Reserve(const Key& key, uint64_t object_size);
+  // `tag` (the object's namespace) is what DropTag matches.
+  Result<ExtentRef> Reserve(const Key& key, uint64_t object_size, uint64_t tag = 0);
   // REQUIRES: ref came from Reserve and was neither published nor aborted
   // (FailedPrecondition otherwise, changing nothing).
   // Makes it the key's current extent; the key's previous extent (if any) leaves
@@ -117,6 +118,9 @@ class SsdCatalog {
   // changing nothing, unless ref names a published extent (unknown,
   // overwritten, open, aborted or already dropped refs are ignored).
   bool Drop(const ExtentRef& ref);
+  // Drop of every published extent reserved with `tag` (current or dead);
+  // returns how many left the directory. Open reservations are not touched.
+  size_t DropTag(uint64_t tag);
 
   // The key's current published extent, if any.
   std::optional<ExtentRef> Lookup(const Key& key) const;

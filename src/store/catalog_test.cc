@@ -610,5 +610,34 @@ TEST_F(CatalogTest, DropIgnoresOpenUnknownAndSupersededRefsButDropsADeadExtent) 
   EXPECT_EQ(c->stats().published_objects, 1u);
 }
 
+TEST_F(CatalogTest, DropTagDropsEveryPublishedExtentOfTheTagAndNothingElse) {
+  auto c = Make(2, 8);
+  auto put = [&](uint64_t key, uint64_t tag) {
+    auto r = c->Reserve(K(key), 4096, tag);
+    EXPECT_TRUE(r.ok() && c->Publish(*r).ok());
+    return *r;
+  };
+  const ExtentRef a1 = put(1, 7), b = put(2, 8);
+  const ExtentRef a2 = put(3, 7);
+  const ExtentRef dead = put(1, 7);  // key 1 republished: a1 is dead
+  const LeaseId held = Lease(*c, {a2});
+  auto open = c->Reserve(K(4), 4096, 7);  // a write in flight
+  ASSERT_TRUE(open.ok());
+  EXPECT_EQ(c->DropTag(7), 2u);  // keys 1 and 3 leave the directory
+  EXPECT_FALSE(c->Lookup(K(1)).has_value());
+  EXPECT_FALSE(c->Lookup(K(3)).has_value());
+  EXPECT_FALSE(c->IsCurrent(a1));
+  EXPECT_FALSE(c->IsCurrent(dead));
+  EXPECT_FALSE(c->IsCurrent(a2));
+  EXPECT_EQ(c->Lookup(K(2)), b);
+  EXPECT_EQ(c->stats().pinned_extents, 1u);  // the lease keeps a2 until released
+  EXPECT_EQ(c->stats().dropped_extents, 3u);
+  c->Cancel(held);
+  EXPECT_EQ(c->stats().pinned_extents, 0u);
+  ASSERT_TRUE(c->Publish(*open).ok());  // the open reservation was not touched
+  EXPECT_EQ(c->Lookup(K(4)), *open);
+  EXPECT_EQ(c->DropTag(9), 0u);
+}
+
 }  // namespace
 }  // namespace orbitkv

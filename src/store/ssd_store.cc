@@ -173,8 +173,8 @@ void SsdStore::Dropped(DropReason reason, const Status& why) {
       kNames[reason], n, kHints[reason], why.ToString(), kNames[reason]);
 }
 
-Result<ExtentRef> SsdStore::Reserve(const Key& key, uint64_t size) {
-  Result<ExtentRef> ref = catalog_->Reserve(key, size);
+Result<ExtentRef> SsdStore::Reserve(const Key& key, uint64_t size, uint64_t tag) {
+  Result<ExtentRef> ref = catalog_->Reserve(key, size, tag);
   if (!ref.ok() && ref.status().IsBusy()) Dropped(kDropPinned, ref.status());
   return ref;
 }
@@ -230,7 +230,7 @@ void SsdStore::WriteObjects(IoEngine& io, std::span<ObjectWrite> objects) {
       w.result = Status::InvalidArgument("object buffer must be 4 KiB aligned");
       continue;
     }
-    w.result = Reserve(w.key, w.size);
+    w.result = Reserve(w.key, w.size, w.tag);
     if (!w.result.ok()) continue;
     const ExtentRef& ref = *w.result;
     // The caller's buffer covers AlignUp(size); zero the padding in the last

@@ -77,6 +77,7 @@ class SsdStore {
     Key key;
     const void* data = nullptr;
     uint64_t size = 0;
+    uint64_t tag = 0;  // the object's namespace (SsdCatalog::DropTag)
     Result<ExtentRef> result = Status::Internal("not written");
   };
   // WriteObject for many objects at once: every chunk of every reserved object
@@ -86,7 +87,7 @@ class SsdStore {
 
   // The pieces of WriteObject for writers that move bytes themselves (cuFile):
   // Reserve, write [offset, +len) of the extent, then Publish or Abort.
-  Result<ExtentRef> Reserve(const Key& key, uint64_t size);
+  Result<ExtentRef> Reserve(const Key& key, uint64_t size, uint64_t tag = 0);
   Status WriteChunk(IoEngine& io, const ExtentRef& ref, uint64_t offset, const void* buf,
                     size_t len);
   Status Publish(const ExtentRef& ref);
