@@ -621,8 +621,7 @@ class PyClient {
   }
 
   py::dict ClearNamespace(InstanceId instance) {
-    const ClearNamespaceResult r =
-        Blocking([&](Client& c) { return c.ClearNamespace(instance); });
+    const ClearNamespaceResult r = Blocking([&](Client& c) { return c.ClearNamespace(instance); });
     py::dict out;
     out["dram_objects"] = r.dram_objects;
     out["ssd_objects"] = r.ssd_objects;

@@ -699,7 +699,7 @@ Result<DecodedMessage> DecodeMessage(std::span<const uint8_t> input) {
       break;
     case w::Body_ClearNamespaceReply:
       st = DecodeBody<ClearNamespaceResult, w::ClearNamespaceReply>(*env, "ClearNamespaceReply",
-                                                                     &out.body);
+                                                                    &out.body);
       break;
     default:
       // The verifier accepts unknown union members (forward compatibility);

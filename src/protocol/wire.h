@@ -113,12 +113,12 @@ struct ErrorReply {
 };
 
 // Every body an Envelope can carry, in the order of the schema's Body union.
-using Message = std::variant<HelloRequest, HelloReply, RegisterRequest, RegisterReply,
-                             PublishRequest, PublishResult, QueryRequest, QueryResult,
-                             RestoreRequest, RestoreResult, CancelRestoreRequest,
-                             CancelRestoreReply, PrepareRequest, PrepareReply, UnregisterRequest,
-                             UnregisterReply, ErrorReply, ReleaseQueryRequest, ReleaseQueryReply,
-                             ClearNamespaceRequest, ClearNamespaceResult>;
+using Message =
+    std::variant<HelloRequest, HelloReply, RegisterRequest, RegisterReply, PublishRequest,
+                 PublishResult, QueryRequest, QueryResult, RestoreRequest, RestoreResult,
+                 CancelRestoreRequest, CancelRestoreReply, PrepareRequest, PrepareReply,
+                 UnregisterRequest, UnregisterReply, ErrorReply, ReleaseQueryRequest,
+                 ReleaseQueryReply, ClearNamespaceRequest, ClearNamespaceResult>;
 
 struct DecodedMessage {
   uint16_t version = 0;

@@ -200,8 +200,8 @@ TEST(WireTest, ReleaseQueryRoundTrip) {
 TEST(WireTest, ClearNamespaceRoundTrip) {
   auto m = DecodeAs<ClearNamespaceRequest>(EncodeRequest(8, ClearNamespaceRequest{12}), 8);
   EXPECT_EQ(m.instance, 12u);
-  auto r = DecodeAs<ClearNamespaceResult>(
-      EncodeReply(9, ClearNamespaceResult{7, uint64_t{1} << 40}), 9);
+  auto r =
+      DecodeAs<ClearNamespaceResult>(EncodeReply(9, ClearNamespaceResult{7, uint64_t{1} << 40}), 9);
   EXPECT_EQ(r.dram_objects, 7u);
   EXPECT_EQ(r.ssd_objects, uint64_t{1} << 40);
   EXPECT_EQ(MessageName(Message(ClearNamespaceRequest{})), "ClearNamespace");
