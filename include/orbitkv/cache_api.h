@@ -121,4 +121,15 @@ struct PrepareRequest {
   std::vector<BlockKey> keys;  // SSD objects to warm into DRAM
 };
 
+// Drops every object of the namespace of `instance` (one of the session's), in
+// DRAM and on SSD: the engine's "clear my cache".
+struct ClearNamespaceRequest {
+  InstanceId instance = 0;
+};
+
+struct ClearNamespaceResult {
+  uint64_t dram_objects = 0;  // sealed DRAM entries dropped
+  uint64_t ssd_objects = 0;   // SSD directory entries dropped
+};
+
 }  // namespace orbitkv

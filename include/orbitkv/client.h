@@ -108,6 +108,10 @@ class Client {
   // True if something not yet submitted was released.
   virtual Result<bool> CancelRestore(uint64_t ticket) = 0;
   virtual Result<uint32_t> Prepare(const PrepareRequest& request) = 0;
+  // Drops every object of the namespace of `instance` (one of this
+  // connection's), in DRAM and on SSD; other namespaces are untouched. Restores
+  // already holding an object finish with it. NotFound for an unknown instance.
+  virtual Result<ClearNamespaceResult> ClearNamespace(InstanceId instance) = 0;
   virtual void Close() = 0;
   // True once the connection is gone: Close was called, or the Manager closed
   // it or died. Every later call fails.

@@ -620,6 +620,14 @@ class PyClient {
     return Blocking([&](Client& c) { return c.CancelRestore(ticket); });
   }
 
+  py::dict ClearNamespace(InstanceId instance) {
+    const ClearNamespaceResult r = Blocking([&](Client& c) { return c.ClearNamespace(instance); });
+    py::dict out;
+    out["dram_objects"] = r.dram_objects;
+    out["ssd_objects"] = r.ssd_objects;
+    return out;
+  }
+
   uint32_t Prepare(InstanceId instance, uint32_t group_id, py::handle keys) {
     PrepareRequest req;
     req.instance = instance;
@@ -998,6 +1006,10 @@ wait_restore(ticket) returns.)doc")
            "True if something of that restore not yet submitted was released.")
       .def("prepare", &PyClient::Prepare, py::arg("instance"), py::arg("group_id"), py::arg("keys"),
            "Warms SSD objects into DRAM; returns how many were queued.")
+      .def("clear_namespace", &PyClient::ClearNamespace, py::arg("instance"),
+           "Drops every object of the namespace of this client's instance, in DRAM and on "
+           "SSD; other namespaces are untouched. Returns {'dram_objects': n, 'ssd_objects': "
+           "m}, the objects dropped. Restores already holding an object finish with it.")
       .def("close", &PyClient::Close,
            "Closes the connection (the Manager unregisters this client's instances). "
            "Idempotent; later calls raise FailedPreconditionError.")

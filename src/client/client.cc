@@ -112,6 +112,9 @@ class SocketClient final : public Client {
     ORBITKV_ASSIGN_OR_RETURN(protocol::PrepareReply r, Call<protocol::PrepareReply>(request));
     return r.queued;
   }
+  Result<ClearNamespaceResult> ClearNamespace(InstanceId instance) override {
+    return Call<ClearNamespaceResult>(ClearNamespaceRequest{instance});
+  }
   void Close() override { conn_->Close(); }
   bool closed() const override { return conn_->closed(); }
 

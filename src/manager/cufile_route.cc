@@ -222,6 +222,8 @@ std::vector<RestoreBlock> CufileRoute::Submit(const std::shared_ptr<RestoreRec>&
       o_.bytes_restore->Inc(b.src.ref.object_size);
     } else if (st.code() == StatusCode::kCancelled) {
       o_.cancelled->Inc();
+    } else {
+      o_.ssd->DropIfCorrupt(b.src.ref, b.src.id, st);
     }
     r->Finish(b.result, Tier::kSsd, std::move(st));
     if (left->fetch_sub(1) == 1) token->Release();
@@ -285,6 +287,7 @@ bool CufileRoute::SubmitWrite(Instance& inst, const GroupLayout& g, const Object
   }
   GpuWriteRequest w;
   w.key = StoreKey(id);
+  w.ns = id.ns;
   w.object_size = shape.object_size;
   w.header = header;
   w.header_bytes = shape.header_bytes;

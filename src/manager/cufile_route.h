@@ -4,7 +4,8 @@
 // per-instance SsdGpuWorker (created on first use, retired when the instance
 // unregisters). Reads: every SSD block of a restore goes to the worker, which
 // reads into GPU staging, verifies and scatters into the pages; each lease
-// stays held until its block's scatter completed. Under auto, a cuFile buffer
+// stays held until its block's scatter completed; a block the worker finds
+// damaged (Corruption) has its extent dropped from the store. Under auto, a cuFile buffer
 // or I/O failure stops new cuFile admission until restart (counted once in
 // orbitkv_ssd_backend_fallbacks_total) and a worker that cannot be created
 // declines the blocks (io_uring serves them); an explicit route never

@@ -128,6 +128,16 @@ class Manager {
   // Queues SSD objects for warm-up into DRAM; returns how many were queued.
   Result<uint32_t> Prepare(SessionId session, const PrepareRequest& request);
 
+  // Drops every object of the namespace of the session's instance
+  // `request.instance`, in DRAM and on SSD; other namespaces are untouched.
+  // What queries and restores hold (DRAM pins, SSD leases) stays readable until
+  // released, then its memory and extents are reclaimed. Not atomic with work
+  // in flight in the namespace: an object being published, written back or
+  // promoted into DRAM while it runs may stay cached (SGLang clears an idle
+  // cache). NotFound for an instance the session does not hold.
+  Result<ClearNamespaceResult> ClearNamespace(SessionId session,
+                                              const ClearNamespaceRequest& request);
+
   // Waits until the SSD writeback and read lanes are idle (tests, demo).
   void Drain();
 

@@ -142,8 +142,10 @@ TEST_F(ManagerTest, UringRestoreAndPrepareRefuseAFlippedPayloadByte) {
   HostPages pages(l);
   InstanceId inst = Register(pages, l);
   PublishOneByOne(inst, pages, 40);
-  auto [path, off] = FindObject(dir.File("cache.bin"), 2, 0);
-  FlipByte(path, off + ObjectHeaderSize(1) + 4321);  // payload, not header
+  for (uint64_t key : {0, 2}) {
+    auto [path, off] = FindObject(dir.File("cache.bin"), 2, key);
+    FlipByte(path, off + ObjectHeaderSize(1) + 4321);  // payload, not header
+  }
   pages.Fill(0, 60, 77);
   QueryResult q = Query(inst, {0});
   ASSERT_EQ(q.sources[0], Tier::kSsd);
@@ -152,15 +154,77 @@ TEST_F(ManagerTest, UringRestoreAndPrepareRefuseAFlippedPayloadByte) {
   EXPECT_NE(r.blocks[0].status.message().find("payload CRC32C"), std::string_view::npos)
       << r.blocks[0].status.ToString();
   EXPECT_TRUE(pages.Holds(0, 60, 77)) << "bytes reached the page";
-  // Prepare does not warm the damaged object into DRAM (DRAM restores trust it).
-  auto n = mgr->Prepare(session, {inst, 0, {K(0), K(1)}});
+  // Prepare does not warm a damaged object into DRAM (DRAM restores trust it);
+  // the good one it does.
+  auto n = mgr->Prepare(session, {inst, 0, {K(2), K(1)}});
   ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, 2u);
   mgr->Drain();
-  QueryResult q2 = Query(inst, {0, 1});
-  ASSERT_EQ(q2.prefix, 2u);
-  EXPECT_EQ(q2.sources[0], Tier::kSsd);
-  EXPECT_EQ(q2.sources[1], Tier::kDram);
+  QueryResult q2 = Query(inst, {1});
+  ASSERT_EQ(q2.prefix, 1u);
+  EXPECT_EQ(q2.sources[0], Tier::kDram);
   ASSERT_TRUE(mgr->ReleaseQuery(session, q2.query).ok());
+  // Both damaged objects left the SSD cache (the restore's and the prepare's).
+  EXPECT_EQ(Query(inst, {2}).prefix, 0u);
+  EXPECT_EQ(Query(inst, {0}).prefix, 0u);
+  EXPECT_EQ(metrics.Read("orbitkv_ssd_corrupt_objects_dropped_total"), 2);
+  ExpectAllReleased();
+}
+
+// A restore that finds an SSD object damaged drops it from the SSD cache.
+// Before, the damaged extent stayed in the SSD directory, so the next publish
+// of the key was skipped as "already present" and the key could not be cached
+// again until the Manager restarted.
+TEST_F(ManagerTest, KeyRepublishedAfterACorruptSsdRestoreIsStoredAndRestoresExactly) {
+  Start(1u << 20);
+  InstanceLayout l = SplitLayout(64, {65536});
+  HostPages pages(l);
+  InstanceId inst = Register(pages, l);
+  PublishOneByOne(inst, pages, 40);  // key 0 left DRAM; only its SSD copy is left
+  auto [path, off] = FindObject(dir.File("cache.bin"), 2, 0);
+  FlipByte(path, off + ObjectHeaderSize(1) + 999);
+  QueryResult q = Query(inst, {0});
+  ASSERT_EQ(q.sources[0], Tier::kSsd);
+  RestoreResult r = Restore(inst, q.query, {0}, {60});
+  ASSERT_EQ(r.blocks[0].status.code(), StatusCode::kCorruption) << r.blocks[0].status.ToString();
+  EXPECT_EQ(metrics.Read("orbitkv_ssd_corrupt_objects_dropped_total"), 1);
+  EXPECT_EQ(Query(inst, {0}).prefix, 0u) << "the damaged object is still served";
+
+  // Published again, the key is stored, not skipped as already present.
+  pages.Fill(0, 0, 0);
+  PublishResult p = Publish(inst, {0}, {0});
+  EXPECT_EQ(p.skipped, 0u);
+  EXPECT_EQ(p.sealed, 1u);
+  mgr->Drain();
+  for (uint64_t k = 100; k < 120; ++k) {  // push key 0 out of DRAM: restore its new SSD copy
+    pages.Fill(0, 1, k);
+    Publish(inst, {k}, {1});
+    mgr->Drain();
+  }
+  ExpectRestores(pages, inst, 0, 61, Tier::kSsd);
+  ExpectAllReleased();
+}
+
+// Only the SSD copy was damaged: a DRAM copy of the object stays and serves.
+// A query that leased the damaged extent before it was dropped reads it to
+// the end (Corruption) and releases it.
+TEST_F(ManagerTest, CorruptSsdCopyIsDroppedAndTheDramCopyStillServes) {
+  Start(1u << 20);
+  InstanceLayout l = SplitLayout(64, {65536});
+  HostPages pages(l);
+  InstanceId inst = Register(pages, l);
+  PublishOneByOne(inst, pages, 40);
+  QueryResult first = Query(inst, {0}), second = Query(inst, {0});
+  ASSERT_EQ(first.sources[0], Tier::kSsd);
+  ASSERT_EQ(second.sources[0], Tier::kSsd);
+  RestoreResult r1 = Restore(inst, first.query, {0}, {60});  // promotes key 0 into DRAM
+  ASSERT_TRUE(r1.blocks[0].status.ok()) << r1.blocks[0].status.ToString();
+  auto [path, off] = FindObject(dir.File("cache.bin"), 2, 0);
+  FlipByte(path, off + ObjectHeaderSize(1) + 5);
+  RestoreResult r2 = Restore(inst, second.query, {0}, {61});
+  EXPECT_EQ(r2.blocks[0].status.code(), StatusCode::kCorruption) << r2.blocks[0].status.ToString();
+  EXPECT_EQ(metrics.Read("orbitkv_ssd_corrupt_objects_dropped_total"), 1);
+  ExpectRestores(pages, inst, 0, 62, Tier::kDram);
   ExpectAllReleased();
 }
 
@@ -274,6 +338,46 @@ TEST_F(ManagerTest, AdmissionReuseOptionSendsFirstSeenKeysToSsdOnly) {
   RestoreResult r = Restore(inst, q.query, {0}, {5});
   EXPECT_TRUE(r.blocks[0].status.ok()) << r.blocks[0].status.ToString();
   EXPECT_TRUE(pages.Holds(0, 5, 7));
+  ExpectAllReleased();
+}
+
+// ClearNamespace drops the namespace's objects from DRAM and SSD and nothing
+// of another namespace. Sources a query took before the clear still restore
+// exactly (and are not promoted back into DRAM), then are released.
+TEST_F(ManagerTest, ClearNamespaceDropsItsObjectsFromDramAndSsdAndNothingElse) {
+  Start(1u << 20);
+  InstanceLayout l = SplitLayout(64, {65536});
+  HostPages pages(l), other_pages(l);
+  InstanceId inst = Register(pages, l);
+  InstanceId other = Register(other_pages, l, "model-b");
+  PublishOneByOne(inst, pages, 30);  // all on SSD, the newest in DRAM too
+  other_pages.Fill(0, 5, 5);
+  Publish(other, {5}, {5});
+  mgr->Drain();
+  QueryResult held_ssd = Query(inst, {0}), held_dram = Query(inst, {29});
+  ASSERT_EQ(held_ssd.sources[0], Tier::kSsd);
+  ASSERT_EQ(held_dram.sources[0], Tier::kDram);
+
+  Result<ClearNamespaceResult> cleared = mgr->ClearNamespace(session, {inst});
+  ASSERT_TRUE(cleared.ok()) << cleared.status().ToString();
+  EXPECT_GT(cleared->dram_objects, 0u);
+  EXPECT_EQ(cleared->ssd_objects, 30u);
+  for (uint64_t k = 0; k < 30; ++k) EXPECT_EQ(Query(inst, {k}).prefix, 0u) << "key " << k;
+  ExpectRestores(other_pages, other, 5, 40, Tier::kDram);  // the other namespace keeps it
+
+  RestoreResult r = Restore(inst, held_ssd.query, {0}, {60});
+  EXPECT_TRUE(r.blocks[0].status.ok()) << r.blocks[0].status.ToString();
+  EXPECT_TRUE(pages.Holds(0, 60, 0));
+  r = Restore(inst, held_dram.query, {0}, {61});
+  EXPECT_TRUE(r.blocks[0].status.ok()) << r.blocks[0].status.ToString();
+  EXPECT_TRUE(pages.Holds(0, 61, 29));
+  EXPECT_EQ(Query(inst, {0}).prefix, 0u) << "a restore promoted a cleared object";
+  EXPECT_EQ(mgr->ClearNamespace(session, {inst + 1000}).status().code(), StatusCode::kNotFound);
+  // Published again, a key is stored and served.
+  pages.Fill(0, 0, 0);
+  EXPECT_EQ(Publish(inst, {0}, {0}).sealed, 1u);
+  mgr->Drain();
+  ExpectRestores(pages, inst, 0, 62, Tier::kDram);
   ExpectAllReleased();
 }
 

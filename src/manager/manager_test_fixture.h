@@ -108,6 +108,19 @@ class ManagerTest : public ::testing::Test {
     return r.ok() ? *r : RestoreResult{};
   }
 
+  // Queries key `key` (expecting it on tier `from`) and restores it into
+  // `page`: the page must then hold the bytes of seed `key`.
+  void ExpectRestores(HostPages& pages, InstanceId inst, uint64_t key, uint64_t page, Tier from) {
+    pages.Fill(0, page, 77);
+    QueryResult q = Query(inst, {key});
+    ASSERT_EQ(q.prefix, 1u);
+    EXPECT_EQ(q.sources[0], from);
+    RestoreResult r = Restore(inst, q.query, {0}, {page});
+    ASSERT_EQ(r.blocks.size(), 1u);
+    EXPECT_TRUE(r.blocks[0].status.ok()) << r.blocks[0].status.ToString();
+    EXPECT_TRUE(pages.Holds(0, page, key));
+  }
+
   // Keys 0..n-1 from pages 0..n-1 (seed = key), each written back to SSD before
   // the next, so a small pool evicts the oldest to SSD.
   void PublishOneByOne(InstanceId inst, HostPages& pages, uint64_t n) {

@@ -1,9 +1,11 @@
-// Manager::Query, ReleaseQuery and Prepare (DESIGN.md "Query", "prepare"):
-// metadata-only lookups that take sources (QueryTable), and warm-up reads of
-// SSD objects into DRAM through the io_uring readers (UringRoute::Prepare).
+// Manager::Query, ReleaseQuery, Prepare and ClearNamespace (DESIGN.md "Query",
+// "prepare"): metadata-only lookups that take sources (QueryTable), warm-up
+// reads of SSD objects into DRAM through the io_uring readers
+// (UringRoute::Prepare), and dropping a namespace's objects from both tiers.
 #include <algorithm>
 
 #include "manager/manager_impl.h"
+#include "orbitkv/logging.h"
 
 namespace orbitkv {
 namespace {
@@ -69,6 +71,18 @@ Result<uint32_t> Manager::Prepare(SessionId session, const PrepareRequest& req) 
   if (n == 0) return 0u;
   if (!x.uring->Prepare(std::move(blocks), inst->shapes.at(req.group_id)->slot_bytes)) return 0u;
   return n;
+}
+
+Result<ClearNamespaceResult> Manager::ClearNamespace(SessionId session,
+                                                     const ClearNamespaceRequest& req) {
+  Impl& x = *impl_;
+  ORBITKV_ASSIGN_OR_RETURN(InstanceGuard inst, x.sessions->Acquire(session, req.instance));
+  ClearNamespaceResult out;
+  out.dram_objects = x.dram->EraseNamespace(inst->ns);
+  if (x.ssd) out.ssd_objects = x.ssd->catalog().DropTag(inst->ns);
+  OKV_LOG_INFO("namespace '{}' cleared by instance {}: {} DRAM and {} SSD objects dropped",
+               inst->ns_name, req.instance, out.dram_objects, out.ssd_objects);
+  return out;
 }
 
 }  // namespace orbitkv

@@ -206,7 +206,7 @@ Status SsdGpuWorker::SubmitWrite(GpuWriteRequest req) {
     ++m.write_jobs;  // the permit; held until the job's done runs
   }
   auto w = std::make_shared<WriteJobState>();
-  Result<ExtentRef> ref = m.o.store->Reserve(req.key, req.object_size);
+  Result<ExtentRef> ref = m.o.store->Reserve(req.key, req.object_size, req.ns);
   MutexLock l(m.mu);
   if (!ref.ok() || m.closing) {
     --m.write_jobs;

@@ -123,6 +123,7 @@ struct GatherSpan {
 
 struct GpuWriteRequest {
   Key key;
+  uint64_t ns = 0;  // the object's namespace: its extent's tag
   uint64_t object_size = 0;
   const uint8_t* header = nullptr;  // pinned host bytes [0, header_bytes) of the object
   uint64_t header_bytes = 0;

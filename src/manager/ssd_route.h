@@ -9,6 +9,9 @@
 //    Cancelled, and its lease is completed or cancelled first. It returns the
 //    blocks it declined, untouched (only a route that may fall back declines:
 //    the caller passes them to the next route); it declines all or none.
+//  * A block that fails with Corruption (the object on SSD is damaged) has its
+//    extent dropped from the store (SsdStore::DropIfCorrupt) before it
+//    finishes, so a later Publish of the key stores it again.
 //  * Cancel() finishes the restore's blocks that were not submitted to the
 //    device yet with Cancelled, before it returns, and returns how many;
 //    submitted blocks complete normally.

@@ -149,6 +149,7 @@ void UringRoute::PrepareReads(IoEngine& io, ReadJob& job) {
         if (ok.ok()) ok = VerifyObjectPayload(*h, obj);
         if (!ok.ok()) {
           OKV_LOG_WARN("prepare of {}: {}", b.id.key.ShortHex(), ok.ToString());
+          o_.ssd->DropIfCorrupt(b.ref, b.id, ok);
         } else if (o_.dram->InsertSealed(b.id, obj).ok()) {
           o_.bytes_prepare->Inc(b.ref.object_size);
         }
@@ -171,10 +172,12 @@ void UringRoute::CopyLane(CopyJob& job) {
       st = inst.ObjectToPages(r->group, {b.scratch.data, b.src.ref.object_size}, b.src.id, b.page,
                               /*from_ssd=*/true, &ops);
       if (st.ok()) st = inst.CopyAndWait(/*to_device=*/true, ops);
+      o_.ssd->DropIfCorrupt(b.src.ref, b.src.id, st);
     }
     if (st.ok()) {
       o_.bytes_restore->Inc(b.src.ref.object_size);
-      if (o_.promote && !o_.dram->Contains(b.src.id)) {
+      // Not an object dropped while this restore read it (a cleared namespace).
+      if (o_.promote && !o_.dram->Contains(b.src.id) && o_.ssd->catalog().IsCurrent(b.src.ref)) {
         o_.dram->InsertSealed(b.src.id, {b.scratch.data, b.src.ref.object_size})
             .IgnoreError("promotion to DRAM is best effort");
       }

@@ -8,6 +8,7 @@
 // admission "all", then releases the staging and the lease and finishes the
 // block. A full host-restore lane copies on the reader's thread. Prepare
 // reads go through the same readers and insert checked objects into DRAM.
+// An object either finds damaged is dropped from the store (DropIfCorrupt).
 // Thread-safe.
 #pragma once
 

@@ -36,7 +36,7 @@ void Writeback::Lane(size_t worker, std::vector<Item>& items) {
   for (const Item& item : items) {
     if (std::optional<DramView> v = o_.dram->TakeWriteback(item.id)) {
       views.push_back(*v);
-      writes.push_back({StoreKey(item.id), v->data, v->size});
+      writes.push_back({StoreKey(item.id), v->data, v->size, item.id.ns});
     }
   }
   o_.ssd->WriteObjects(*o_.engines[worker], writes);

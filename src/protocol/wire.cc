@@ -403,6 +403,17 @@ Status Decode(const w::ReleaseQuery& t, ReleaseQueryRequest* m) {
 
 Status Decode(const w::ReleaseQueryReply&, ReleaseQueryReply*) { return Status::OK(); }
 
+Status Decode(const w::ClearNamespace& t, ClearNamespaceRequest* m) {
+  m->instance = t.instance();
+  return Status::OK();
+}
+
+Status Decode(const w::ClearNamespaceReply& t, ClearNamespaceResult* m) {
+  m->dram_objects = t.dram_objects();
+  m->ssd_objects = t.ssd_objects();
+  return Status::OK();
+}
+
 Status Decode(const w::ErrorReply& t, ErrorReply* m) {
   WireStatus ws;
   ws.code = t.code();
@@ -606,6 +617,17 @@ std::vector<uint8_t> EncodeReply(uint64_t id, const ReleaseQueryReply&) {
   return Finish<ReleaseQueryReply>(fbb, id, w::CreateReleaseQueryReply(fbb));
 }
 
+std::vector<uint8_t> EncodeRequest(uint64_t id, const ClearNamespaceRequest& m) {
+  fb::FlatBufferBuilder fbb(64);
+  return Finish<ClearNamespaceRequest>(fbb, id, w::CreateClearNamespace(fbb, m.instance));
+}
+
+std::vector<uint8_t> EncodeReply(uint64_t id, const ClearNamespaceResult& m) {
+  fb::FlatBufferBuilder fbb(64);
+  return Finish<ClearNamespaceResult>(
+      fbb, id, w::CreateClearNamespaceReply(fbb, m.dram_objects, m.ssd_objects));
+}
+
 std::vector<uint8_t> EncodeReply(uint64_t id, const UnregisterReply&) {
   fb::FlatBufferBuilder fbb(64);
   return Finish<UnregisterReply>(fbb, id, w::CreateUnregisterReply(fbb));
@@ -721,6 +743,13 @@ Result<DecodedMessage> DecodeMessage(std::span<const uint8_t> input) {
     case w::Body_ReleaseQueryReply:
       st =
           DecodeBody<ReleaseQueryReply, w::ReleaseQueryReply>(*env, "ReleaseQueryReply", &out.body);
+      break;
+    case w::Body_ClearNamespace:
+      st = DecodeBody<ClearNamespaceRequest, w::ClearNamespace>(*env, "ClearNamespace", &out.body);
+      break;
+    case w::Body_ClearNamespaceReply:
+      st = DecodeBody<ClearNamespaceResult, w::ClearNamespaceReply>(*env, "ClearNamespaceReply",
+                                                                    &out.body);
       break;
     default:
       // The verifier accepts unknown union members (forward compatibility);

@@ -116,11 +116,12 @@ struct ErrorReply {
 };
 
 // Every body an Envelope can carry, in the order of the schema's Body union.
-using Message = std::variant<HelloRequest, HelloReply, RegisterRequest, RegisterReply,
-                             PublishRequest, PublishResult, QueryRequest, QueryResult,
-                             RestoreRequest, RestoreResult, CancelRestoreRequest,
-                             CancelRestoreReply, PrepareRequest, PrepareReply, UnregisterRequest,
-                             UnregisterReply, ErrorReply, ReleaseQueryRequest, ReleaseQueryReply>;
+using Message =
+    std::variant<HelloRequest, HelloReply, RegisterRequest, RegisterReply, PublishRequest,
+                 PublishResult, QueryRequest, QueryResult, RestoreRequest, RestoreResult,
+                 CancelRestoreRequest, CancelRestoreReply, PrepareRequest, PrepareReply,
+                 UnregisterRequest, UnregisterReply, ErrorReply, ReleaseQueryRequest,
+                 ReleaseQueryReply, ClearNamespaceRequest, ClearNamespaceResult>;
 
 struct DecodedMessage {
   uint16_t version = 0;
@@ -141,6 +142,7 @@ std::vector<uint8_t> EncodeRequest(uint64_t id, const CancelRestoreRequest& m);
 std::vector<uint8_t> EncodeRequest(uint64_t id, const PrepareRequest& m);
 std::vector<uint8_t> EncodeRequest(uint64_t id, const UnregisterRequest& m);
 std::vector<uint8_t> EncodeRequest(uint64_t id, const ReleaseQueryRequest& m);
+std::vector<uint8_t> EncodeRequest(uint64_t id, const ClearNamespaceRequest& m);
 
 std::vector<uint8_t> EncodeReply(uint64_t id, const HelloReply& m);
 std::vector<uint8_t> EncodeReply(uint64_t id, const RegisterReply& m);
@@ -151,6 +153,7 @@ std::vector<uint8_t> EncodeReply(uint64_t id, const CancelRestoreReply& m);
 std::vector<uint8_t> EncodeReply(uint64_t id, const PrepareReply& m);
 std::vector<uint8_t> EncodeReply(uint64_t id, const UnregisterReply& m);
 std::vector<uint8_t> EncodeReply(uint64_t id, const ReleaseQueryReply& m);
+std::vector<uint8_t> EncodeReply(uint64_t id, const ClearNamespaceResult& m);
 std::vector<uint8_t> EncodeReply(uint64_t id, const ErrorReply& m);
 // An ErrorReply carrying `status`; an OK status becomes Internal (a bug).
 std::vector<uint8_t> EncodeError(uint64_t id, const Status& status);

@@ -199,6 +199,29 @@ TEST(WireTest, ReleaseQueryRoundTrip) {
   DecodeAs<ReleaseQueryReply>(EncodeReply(9, ReleaseQueryReply{}), 9);
 }
 
+TEST(WireTest, ClearNamespaceRoundTrip) {
+  auto m = DecodeAs<ClearNamespaceRequest>(EncodeRequest(8, ClearNamespaceRequest{12}), 8);
+  EXPECT_EQ(m.instance, 12u);
+  auto r =
+      DecodeAs<ClearNamespaceResult>(EncodeReply(9, ClearNamespaceResult{7, uint64_t{1} << 40}), 9);
+  EXPECT_EQ(r.dram_objects, 7u);
+  EXPECT_EQ(r.ssd_objects, uint64_t{1} << 40);
+  EXPECT_EQ(MessageName(Message(ClearNamespaceRequest{})), "ClearNamespace");
+  EXPECT_EQ(MessageName(Message(ClearNamespaceResult{})), "ClearNamespaceReply");
+  EXPECT_TRUE(CheckAttachedFds(Message(ClearNamespaceRequest{1}), 0).ok());
+  EXPECT_FALSE(CheckAttachedFds(Message(ClearNamespaceRequest{1}), 1).ok());
+}
+
+// Appended to the Body union: the messages of the previous schema keep their
+// numbers, so older peers' messages decode as before.
+TEST(WireTest, ClearNamespaceIsAppendedAfterEveryOlderBody) {
+  EXPECT_EQ(static_cast<int>(w::Body_ReleaseQueryReply), 19);
+  EXPECT_EQ(static_cast<int>(w::Body_ClearNamespace), 20);
+  EXPECT_EQ(static_cast<int>(w::Body_ClearNamespaceReply), 21);
+  auto m = DecodeAs<ReleaseQueryRequest>(EncodeRequest(3, ReleaseQueryRequest{1, 2}), 3);
+  EXPECT_EQ(m.query, 2u);
+}
+
 TEST(WireTest, UnregisterRoundTrip) {
   EXPECT_EQ(DecodeAs<UnregisterRequest>(EncodeRequest(4, UnregisterRequest{12}), 4).instance, 12u);
   DecodeAs<UnregisterReply>(EncodeReply(5, UnregisterReply{}), 5);

@@ -118,6 +118,8 @@ void ManagerService::OnFrame(protocol::Session& session, protocol::Frame&& frame
           answer(manager_->Publish(sid, m));
         } else if constexpr (std::is_same_v<T, QueryRequest>) {
           answer(manager_->Query(sid, m));
+        } else if constexpr (std::is_same_v<T, ClearNamespaceRequest>) {
+          answer(manager_->ClearNamespace(sid, m));
         } else if constexpr (std::is_same_v<T, RestoreRequest>) {
           std::shared_ptr<protocol::Session> ref = session.Ref();
           const auto key = std::make_pair(session.id(), rid);

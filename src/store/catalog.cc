@@ -14,13 +14,15 @@
 namespace orbitkv {
 namespace {
 
-enum class ExtentState : uint8_t { kWriting, kPublished };
+// kDropped: published, then found damaged (Drop); kept only while pinned.
+enum class ExtentState : uint8_t { kWriting, kPublished, kDropped };
 
 struct Extent {
   uint64_t length = 0;
   uint64_t object_size = 0;
   uint64_t generation = 0;
   Key key;
+  uint64_t tag = 0;
   ExtentState state = ExtentState::kWriting;
   uint32_t pin_count = 0;  // one per (lease, ref) naming this extent
 };
@@ -98,8 +100,8 @@ struct SsdCatalog::Impl {
 
   // Tries to place a len-byte extent in `shard`. Returns the offset, or nullopt
   // if the range it would take holds a writing or pinned extent. REQUIRES: mu held.
-  std::optional<uint64_t> TryPlace(uint32_t shard, const Key& key, uint64_t object_size,
-                                   uint64_t len, uint64_t generation) {
+  std::optional<uint64_t> TryPlace(uint32_t shard, const Key& key, uint64_t tag,
+                                   uint64_t object_size, uint64_t len, uint64_t generation) {
     Ring& ring = rings[shard];
     uint64_t start = ring.head;
     if (start + len > options.shard_capacity) start = 0;
@@ -121,7 +123,7 @@ struct SsdCatalog::Impl {
     }
 
     for (auto it = first; it != last; ++it) {
-      const Extent& e = it->second;  // published and unpinned, checked above
+      const Extent& e = it->second;  // published and unpinned (dropped ones are erased then)
       ++counters.evictions;
       auto dir = directory.find(e.key);
       if (dir != directory.end() && SameExtent(dir->second, MakeRef(shard, it->first, e))) {
@@ -131,7 +133,7 @@ struct SsdCatalog::Impl {
     }
     ring.extents.erase(first, last);
     ring.extents.emplace(start,
-                         Extent{len, object_size, generation, key, ExtentState::kWriting, 0});
+                         Extent{len, object_size, generation, key, tag, ExtentState::kWriting, 0});
     ring.head = end;
     return start;
   }
@@ -155,7 +157,29 @@ struct SsdCatalog::Impl {
     if (--e->pin_count == 0) {
       --pinned_extents;
       pinned_bytes -= e->length;
+      // A dropped extent's range is free once no lease pins it.
+      if (e->state == ExtentState::kDropped) rings[ref.shard].extents.erase(ref.offset);
     }
+  }
+
+  // Drop of the published extent `it` of `shard`. REQUIRES: it is published.
+  // Returns whether it left the directory.
+  bool DropLocked(uint32_t shard, std::map<uint64_t, Extent>::iterator it) {
+    Extent& e = it->second;
+    ++counters.dropped_extents;
+    bool listed = false;
+    auto dir = directory.find(e.key);
+    if (dir != directory.end() && SameExtent(dir->second, MakeRef(shard, it->first, e))) {
+      published_bytes -= e.length;
+      directory.erase(dir);
+      listed = true;
+    }
+    if (e.pin_count == 0) {
+      rings[shard].extents.erase(it);
+    } else {
+      e.state = ExtentState::kDropped;  // erased by the last Unpin
+    }
+    return listed;
   }
 
   // Erases the lease and unpins its extents once no interest remains.
@@ -189,7 +213,7 @@ Result<std::unique_ptr<SsdCatalog>> SsdCatalog::Create(const CatalogOptions& opt
 SsdCatalog::SsdCatalog(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 SsdCatalog::~SsdCatalog() = default;
 
-Result<ExtentRef> SsdCatalog::Reserve(const Key& key, uint64_t object_size) {
+Result<ExtentRef> SsdCatalog::Reserve(const Key& key, uint64_t object_size, uint64_t tag) {
   Impl& s = *impl_;
   const uint64_t capacity = s.options.shard_capacity;
   // Compare before aligning: AlignUp would overflow near 2^64.
@@ -207,7 +231,7 @@ Result<ExtentRef> SsdCatalog::Reserve(const Key& key, uint64_t object_size) {
   for (uint32_t i = 0; i < shards; ++i) {
     const uint32_t shard = (first + i) % shards;
     const uint64_t generation = s.next_generation;
-    std::optional<uint64_t> offset = s.TryPlace(shard, key, object_size, len, generation);
+    std::optional<uint64_t> offset = s.TryPlace(shard, key, tag, object_size, len, generation);
     if (!offset) {
       ++s.counters.shard_skips;
       continue;
@@ -266,6 +290,31 @@ void SsdCatalog::Abort(const ExtentRef& ref) {
   ++s.counters.aborts;
   s.DropWriter(s.open_writers.find(e->key));
   s.rings[ref.shard].extents.erase(ref.offset);
+}
+
+bool SsdCatalog::Drop(const ExtentRef& ref) {
+  Impl& s = *impl_;
+  std::lock_guard lock(s.mu);
+  if (!s.IsCurrentLocked(ref)) return false;
+  s.DropLocked(ref.shard, s.rings[ref.shard].extents.find(ref.offset));
+  return true;
+}
+
+size_t SsdCatalog::DropTag(uint64_t tag) {
+  Impl& s = *impl_;
+  std::lock_guard lock(s.mu);
+  size_t listed = 0;
+  for (uint32_t shard = 0; shard < s.rings.size(); ++shard) {
+    auto& extents = s.rings[shard].extents;
+    for (auto it = extents.begin(); it != extents.end();) {
+      auto next = std::next(it);  // DropLocked may erase `it`
+      if (it->second.tag == tag && it->second.state == ExtentState::kPublished) {
+        listed += s.DropLocked(shard, it);
+      }
+      it = next;
+    }
+  }
+  return listed;
 }
 
 std::optional<ExtentRef> SsdCatalog::Lookup(const Key& key) const {

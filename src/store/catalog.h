@@ -10,7 +10,9 @@
 // key's current extent) only when a later reservation needs its space and no
 // lease pins it. Republishing a key leaves the old extent *dead* in its ring:
 // out of the directory, but intact and still current for IsCurrent() and
-// AcquireLease() until the ring overwrites it. A reservation whose range would
+// AcquireLease() until the ring overwrites it. Drop() removes a damaged
+// extent: out of the directory and no longer current at once; a lease that
+// pins it keeps its range from reuse until released. A reservation whose range would
 // cover a pinned or writing extent tries the next shard; when every shard is
 // blocked the reservation fails with Busy and `pinned_write_skips` counts it.
 // Nothing here blocks.
@@ -80,6 +82,7 @@ struct CatalogStats {
   uint64_t pinned_write_skips = 0;  // reservations refused to protect leases/in-flight writes
   uint64_t shard_skips = 0;         // times a shard was passed over for the same reason
   uint64_t expired_interests = 0;
+  uint64_t dropped_extents = 0;  // damaged extents removed by Drop
 };
 
 class SsdCatalog {
@@ -93,7 +96,8 @@ class SsdCatalog {
   // blocked when the range at its ring head holds a writing or pinned extent;
   // otherwise the published extents in that range are evicted. InvalidArgument
   // if object_size is 0 or exceeds shard_capacity; Busy if every shard is blocked.
-  Result<ExtentRef> Reserve(const Key& key, uint64_t object_size);
+  // `tag` (the object's namespace) is what DropTag matches.
+  Result<ExtentRef> Reserve(const Key& key, uint64_t object_size, uint64_t tag = 0);
   // REQUIRES: ref came from Reserve and was neither published nor aborted
   // (FailedPrecondition otherwise, changing nothing).
   // Makes it the key's current extent; the key's previous extent (if any) leaves
@@ -105,6 +109,18 @@ class SsdCatalog {
   // Drops a reservation (failed or short write); the ring head does not move
   // back. Unknown, published or already aborted refs are ignored.
   void Abort(const ExtentRef& ref);
+
+  // A read found ref's extent damaged: it leaves the directory if it is its
+  // key's current extent (so the key is absent and its next Publish is its
+  // current extent again) and is no longer IsCurrent (no new lease takes it).
+  // Leases that pin it keep its range from being reused until the last is
+  // released; then the range is free, as an evicted extent's. Returns false,
+  // changing nothing, unless ref names a published extent (unknown,
+  // overwritten, open, aborted or already dropped refs are ignored).
+  bool Drop(const ExtentRef& ref);
+  // Drop of every published extent reserved with `tag` (current or dead);
+  // returns how many left the directory. Open reservations are not touched.
+  size_t DropTag(uint64_t tag);
 
   // The key's current published extent, if any.
   std::optional<ExtentRef> Lookup(const Key& key) const;

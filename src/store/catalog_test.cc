@@ -561,5 +561,83 @@ TEST_F(CatalogTest, ClearForgetsEverythingAndKeepsGenerationsIncreasing) {
   EXPECT_FALSE(c->IsCurrent(a));
 }
 
+// Drop (a read found the extent damaged): the key is absent at once, no new
+// lease takes the extent, a lease that pins it keeps its range from reuse
+// until released, and the key can be published again.
+TEST_F(CatalogTest, DroppedExtentLeavesTheDirectoryAndIsKeptOnlyWhileLeased) {
+  auto c = Make(1, 4);
+  const ExtentRef a = Put(*c, 1, 4096);
+  for (uint64_t k = 2; k <= 4; ++k) Put(*c, k, 4096);  // the shard is full; head back at 0
+  const LeaseId other = Lease(*c, {a});                // another query still holds key 1
+  EXPECT_TRUE(c->Drop(a));
+  EXPECT_FALSE(c->Lookup(K(1)).has_value());
+  EXPECT_FALSE(c->IsCurrent(a));
+  EXPECT_EQ(c->AcquireLease({&a, 1}, {}).status().code(), StatusCode::kNotFound);
+  EXPECT_FALSE(c->Drop(a)) << "a second reader of the damaged extent drops nothing more";
+  CatalogStats st = c->stats();
+  EXPECT_EQ(st.published_objects, 3u);
+  EXPECT_EQ(st.published_bytes, 3u * 4096);
+  EXPECT_EQ(st.dropped_extents, 1u);
+  EXPECT_EQ(st.pinned_extents, 1u);
+  // The ring head is at the dropped extent: the lease keeps it from reuse.
+  EXPECT_TRUE(c->Reserve(K(5), 4096).status().IsBusy());
+  c->Cancel(other);
+  EXPECT_EQ(c->stats().pinned_extents, 0u);
+  // Released: the range is free, and a new object of key 1 is its current extent.
+  auto again = c->Reserve(K(1), 4096);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->offset, a.offset);
+  ASSERT_TRUE(c->Publish(*again).ok());
+  EXPECT_EQ(c->Lookup(K(1)), *again);
+  st = c->stats();
+  EXPECT_EQ(st.evictions, 0u) << "a dropped extent is not evicted again";
+  EXPECT_EQ(st.published_objects, 4u);
+  EXPECT_EQ(st.active_leases, 0u);
+}
+
+TEST_F(CatalogTest, DropIgnoresOpenUnknownAndSupersededRefsButDropsADeadExtent) {
+  auto c = Make(1, 8);
+  auto open = c->Reserve(K(1), 4096);
+  ASSERT_TRUE(open.ok());
+  EXPECT_FALSE(c->Drop(*open));  // being written: not a read's object
+  ASSERT_TRUE(c->Publish(*open).ok());
+  EXPECT_FALSE(c->Drop(ExtentRef{0, open->offset, 4096, 4096, open->generation + 100}));
+  EXPECT_FALSE(c->Drop(ExtentRef{3, 0, 4096, 4096, open->generation}));  // no such shard
+  const ExtentRef newer = Put(*c, 1, 4096);                              // key 1 republished
+  EXPECT_TRUE(c->Drop(*open));  // the dead extent goes; the key keeps its newer one
+  EXPECT_EQ(c->Lookup(K(1)), newer);
+  EXPECT_FALSE(c->IsCurrent(*open));
+  EXPECT_EQ(c->stats().published_objects, 1u);
+}
+
+TEST_F(CatalogTest, DropTagDropsEveryPublishedExtentOfTheTagAndNothingElse) {
+  auto c = Make(2, 8);
+  auto put = [&](uint64_t key, uint64_t tag) {
+    auto r = c->Reserve(K(key), 4096, tag);
+    EXPECT_TRUE(r.ok() && c->Publish(*r).ok());
+    return *r;
+  };
+  const ExtentRef a1 = put(1, 7), b = put(2, 8);
+  const ExtentRef a2 = put(3, 7);
+  const ExtentRef dead = put(1, 7);  // key 1 republished: a1 is dead
+  const LeaseId held = Lease(*c, {a2});
+  auto open = c->Reserve(K(4), 4096, 7);  // a write in flight
+  ASSERT_TRUE(open.ok());
+  EXPECT_EQ(c->DropTag(7), 2u);  // keys 1 and 3 leave the directory
+  EXPECT_FALSE(c->Lookup(K(1)).has_value());
+  EXPECT_FALSE(c->Lookup(K(3)).has_value());
+  EXPECT_FALSE(c->IsCurrent(a1));
+  EXPECT_FALSE(c->IsCurrent(dead));
+  EXPECT_FALSE(c->IsCurrent(a2));
+  EXPECT_EQ(c->Lookup(K(2)), b);
+  EXPECT_EQ(c->stats().pinned_extents, 1u);  // the lease keeps a2 until released
+  EXPECT_EQ(c->stats().dropped_extents, 3u);
+  c->Cancel(held);
+  EXPECT_EQ(c->stats().pinned_extents, 0u);
+  ASSERT_TRUE(c->Publish(*open).ok());  // the open reservation was not touched
+  EXPECT_EQ(c->Lookup(K(4)), *open);
+  EXPECT_EQ(c->DropTag(9), 0u);
+}
+
 }  // namespace
 }  // namespace orbitkv

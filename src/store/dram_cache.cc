@@ -253,7 +253,7 @@ struct DramCache::Impl {
     evictable_bytes_ += e.capacity;
   }
 
-  // Takes an assembling entry out of the directory so nobody joins it.
+  // Takes an entry out of the directory so nobody finds or joins it.
   void DetachLocked(Entry& e) {
     auto it = directory_.find(e.object);
     if (it != directory_.end() && it->second == &e) directory_.erase(it);
@@ -633,6 +633,27 @@ void DramCache::FinishWriteback(const DramView& view, bool written) {
     --m.writeback_pending_;
   }
   m.UnpinLocked(*e);  // at zero pins: into the LRU if admitted, else dropped
+}
+
+size_t DramCache::EraseNamespace(uint64_t ns) {
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.mu_);
+  std::vector<Entry*> doomed;
+  for (const auto& [id, e] : m.directory_) {
+    if (id.ns == ns && !e->inserting) doomed.push_back(e);
+  }
+  size_t sealed = 0;
+  for (Entry* e : doomed) {
+    if (e->state == EntryState::kSealed) ++sealed;
+    if (e->writeback_pending) {  // never written now; a writer holding it finishes as usual
+      e->writeback_pending = false;
+      --m.writeback_pending_;
+    }
+    m.DetachLocked(*e);
+    m.LruRemoveLocked(*e);
+    if (e->pins == 0) m.FreeEntryLocked(*e);
+  }
+  return sealed;
 }
 
 size_t DramCache::ExpireAssemblies() {

@@ -140,6 +140,13 @@ class DramCache {
   // Unpins and clears pending; under kReuse an unadmitted entry is dropped now.
   void FinishWriteback(const DramView& view, bool written);
 
+  // Drops every entry of namespace `ns` (sealed or assembling): each leaves
+  // the directory at once (a Pin or TakeWriteback no longer finds it) and its
+  // memory is freed now, or at the last unpin of a reader or writer still
+  // holding it. An InsertSealed copying in meanwhile is not touched. Returns
+  // how many sealed entries it dropped.
+  size_t EraseNamespace(uint64_t ns);
+
   // Drops assembling entries older than assembly_timeout; returns how many.
   // One still pinned by a writer is detached now and freed at its last unpin.
   size_t ExpireAssemblies();

@@ -880,5 +880,44 @@ TEST(DramCacheStressTest, FourThreadsAdmitOnReuseWithWriteback) {
   Stress(AdmissionPolicy::kReuse, true);
 }
 
+// EraseNamespace: every entry of the namespace leaves at once; a pinned one
+// stays readable to its holder and is freed at its last unpin; a pending
+// writeback finds nothing; other namespaces keep theirs.
+TEST_F(DramCacheTest, EraseNamespaceDropsItsEntriesAndFreesPinnedOnesAtTheirLastUnpin) {
+  auto c = Make(8 * kBlock, AdmissionPolicy::kAll, /*writeback_on_seal=*/true);
+  for (uint64_t v : {1, 2, 3, 5}) Put(*c, v);  // namespace 1, writeback pending
+  WriteBack(*c, 1);
+  auto writer = c->TakeWriteback(Id(5));  // a writeback in flight
+  ASSERT_TRUE(writer.has_value());
+  ASSERT_TRUE(c->InsertSealed(Id(10, 2), Bytes(10, kBlock)).ok());  // namespace 2
+  auto partial = c->BeginAssembly(Id(4), kBlock, 2);                // assembling in ns 1
+  ASSERT_TRUE(partial.ok());
+  auto pinned = c->Pin(Id(2));
+  ASSERT_TRUE(pinned.has_value());
+
+  EXPECT_EQ(c->EraseNamespace(1), 4u);
+  for (uint64_t v = 1; v <= 5; ++v) EXPECT_FALSE(c->Contains(Id(v))) << v;
+  EXPECT_FALSE(c->Pin(Id(1)).has_value());
+  EXPECT_FALSE(c->TakeWriteback(Id(3)).has_value());
+  EXPECT_TRUE(c->Contains(Id(10, 2)));
+  EXPECT_TRUE(Holds(*pinned, 2));  // still the holder's
+  const uint32_t part = 0;
+  EXPECT_EQ(c->CompleteParts(*partial, {&part, 1}).status().code(), StatusCode::kCancelled);
+  DramStats s = c->stats();
+  EXPECT_EQ(s.sealed_entries, 3u);  // the pinned one, the writer's and namespace 2's
+  EXPECT_EQ(s.writeback_pending, 0u);
+  c->FinishWriteback(*writer, true);
+  c->Unpin(pinned->id);
+  s = c->stats();
+  EXPECT_EQ(s.sealed_entries, 1u);
+  EXPECT_EQ(s.assembling_entries, 0u);
+  EXPECT_EQ(s.pinned_entries, 0u);
+  EXPECT_EQ(s.used_bytes, kBlock);
+  // The key can be cached again.
+  Put(*c, 1);
+  EXPECT_TRUE(c->Contains(Id(1)));
+  EXPECT_EQ(c->EraseNamespace(3), 0u);
+}
+
 }  // namespace
 }  // namespace orbitkv

@@ -121,7 +121,20 @@ void SsdStore::RegisterMetrics() {
             static_cast<double>(s.evictions));
     counter("orbitkv_ssd_expired_interests_total", "Lease interests released by expiry.",
             static_cast<double>(s.expired_interests));
+    counter("orbitkv_ssd_corrupt_objects_dropped_total",
+            "SSD objects a read found damaged (CRC or identity mismatch), dropped from the "
+            "directory so the key can be stored again.",
+            static_cast<double>(s.dropped_extents));
   });
+}
+
+bool SsdStore::DropIfCorrupt(const ExtentRef& ref, const ObjectId& id, const Status& why) {
+  if (why.code() != StatusCode::kCorruption || !catalog_->Drop(ref)) return false;
+  OKV_LOG_WARN(
+      "SSD object ns {} group {} key {} (shard {} offset {} generation {}) is damaged: {}; "
+      "dropped from the SSD cache, its next publish stores it again",
+      id.ns, id.group, id.key.ShortHex(), ref.shard, ref.offset, ref.generation, why.ToString());
+  return true;
 }
 
 void SsdStore::CountDrop(std::string_view reason) {
@@ -160,8 +173,8 @@ void SsdStore::Dropped(DropReason reason, const Status& why) {
       kNames[reason], n, kHints[reason], why.ToString(), kNames[reason]);
 }
 
-Result<ExtentRef> SsdStore::Reserve(const Key& key, uint64_t size) {
-  Result<ExtentRef> ref = catalog_->Reserve(key, size);
+Result<ExtentRef> SsdStore::Reserve(const Key& key, uint64_t size, uint64_t tag) {
+  Result<ExtentRef> ref = catalog_->Reserve(key, size, tag);
   if (!ref.ok() && ref.status().IsBusy()) Dropped(kDropPinned, ref.status());
   return ref;
 }
@@ -217,7 +230,7 @@ void SsdStore::WriteObjects(IoEngine& io, std::span<ObjectWrite> objects) {
       w.result = Status::InvalidArgument("object buffer must be 4 KiB aligned");
       continue;
     }
-    w.result = Reserve(w.key, w.size);
+    w.result = Reserve(w.key, w.size, w.tag);
     if (!w.result.ok()) continue;
     const ExtentRef& ref = *w.result;
     // The caller's buffer covers AlignUp(size); zero the padding in the last

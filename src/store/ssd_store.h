@@ -28,6 +28,7 @@
 #include "orbitkv/metrics.h"
 #include "orbitkv/status.h"
 #include "store/catalog.h"
+#include "store/object_id.h"
 #include "store/shard_file.h"
 
 namespace orbitkv {
@@ -76,6 +77,7 @@ class SsdStore {
     Key key;
     const void* data = nullptr;
     uint64_t size = 0;
+    uint64_t tag = 0;  // the object's namespace (SsdCatalog::DropTag)
     Result<ExtentRef> result = Status::Internal("not written");
   };
   // WriteObject for many objects at once: every chunk of every reserved object
@@ -85,7 +87,7 @@ class SsdStore {
 
   // The pieces of WriteObject for writers that move bytes themselves (cuFile):
   // Reserve, write [offset, +len) of the extent, then Publish or Abort.
-  Result<ExtentRef> Reserve(const Key& key, uint64_t size);
+  Result<ExtentRef> Reserve(const Key& key, uint64_t size, uint64_t tag = 0);
   Status WriteChunk(IoEngine& io, const ExtentRef& ref, uint64_t offset, const void* buf,
                     size_t len);
   Status Publish(const ExtentRef& ref);
@@ -101,6 +103,15 @@ class SsdStore {
   // (SsdCatalog::Submit), released with Complete after this returns.
   // Returns the first failure; each ExtentRead has its own status.
   Status ReadExtents(IoEngine& io, std::span<ExtentRead> reads);
+
+  // A read of `ref`, the object `id`, failed with `why`. When that is
+  // Corruption (a header or payload CRC mismatch, or another object's bytes),
+  // the extent is dropped (SsdCatalog::Drop: the key is absent, so its next
+  // write is stored; leases that pin it keep it until released), counted in
+  // orbitkv_ssd_corrupt_objects_dropped_total and logged as a warning naming
+  // the object. Returns whether this call dropped it; other statuses and
+  // refs dropped already change nothing. A DRAM copy is not the store's: it stays.
+  bool DropIfCorrupt(const ExtentRef& ref, const ObjectId& id, const Status& why);
 
   // Counters a caller adds to when it drops a write for its own reasons.
   void CountDrop(std::string_view reason);

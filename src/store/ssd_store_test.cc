@@ -1,6 +1,8 @@
 #include "store/ssd_store.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <thread>
@@ -10,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include "store/object_format.h"
 #include "store/store_test_util.h"
 
 namespace orbitkv {
@@ -329,6 +332,56 @@ TEST(SsdStore, TheSameExtentNamedTwiceFillsBothBuffers) {
   for (int i : {0, 2})
     EXPECT_EQ(0, std::memcmp(bufs[i].get(), testing::Pattern(1, 8192).data(), 8192));
   EXPECT_EQ(0, std::memcmp(bufs[1].get(), testing::Pattern(2, 8192).data(), 8192));
+}
+
+// A read that finds an object damaged drops it from the store. Before, the
+// damaged extent stayed its key's current one, so a publish of the key was
+// skipped as "already present" and the key was never cached again.
+TEST_F(SsdStoreTest, CorruptObjectFoundByAReadIsDroppedAndItsKeyCanBeStoredAgain) {
+  const ObjectId id{7, 0, Key::FromU64(42)};
+  const std::vector<uint64_t> slots{8192, 3000};
+  std::vector<uint8_t> obj = Pattern(42, ObjectSize(slots));
+  WriteObjectHeader(id, slots, kCodecRaw, SegmentCrcs(obj, slots), obj);
+  auto ref = f.Write(StoreKey(id), obj);
+  ASSERT_TRUE(ref.ok()) << ref.status().ToString();
+  {  // a flipped payload byte on the medium
+    const std::string& path = f.store->shards().path(ref->shard);
+    const off_t at =
+        static_cast<off_t>(ShardSet::FileOffset(ref->offset) + ObjectHeaderSize(2) + 99);
+    const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+    ASSERT_GE(fd, 0) << path;
+    uint8_t b = 0;
+    ASSERT_EQ(::pread(fd, &b, 1, at), 1);
+    b ^= 0x10;
+    ASSERT_EQ(::pwrite(fd, &b, 1, at), 1);
+    ::close(fd);
+  }
+  auto verify = [&](const ExtentRef& r) -> Status {
+    ORBITKV_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, f.Read(r));
+    ORBITKV_ASSIGN_OR_RETURN(ParsedHeader h, ParseObjectHeader(bytes, r.object_size));
+    ORBITKV_RETURN_IF_ERROR(CheckObjectMatches(h, id, slots));
+    return VerifyObjectPayload(h, bytes);
+  };
+  const Status damaged = verify(*ref);
+  ASSERT_EQ(damaged.code(), StatusCode::kCorruption) << damaged.ToString();
+
+  // Another failure (the read's own I/O error) drops nothing.
+  EXPECT_FALSE(f.store->DropIfCorrupt(*ref, id, Status::IOError("read failed", EIO)));
+  EXPECT_TRUE(f.store->catalog().Lookup(StoreKey(id)).has_value());
+  EXPECT_TRUE(f.store->DropIfCorrupt(*ref, id, damaged));
+  EXPECT_FALSE(f.store->catalog().Lookup(StoreKey(id)).has_value());
+  EXPECT_FALSE(f.store->catalog().IsCurrent(*ref));
+  EXPECT_FALSE(f.store->DropIfCorrupt(*ref, id, damaged)) << "counted once per object";
+  EXPECT_EQ(f.Metric("orbitkv_ssd_corrupt_objects_dropped_total"), 1);
+  EXPECT_EQ(f.Metric("orbitkv_ssd_objects"), 0);
+
+  // The key is stored again, and reads back whole.
+  auto again = f.Write(StoreKey(id), obj);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(f.store->catalog().Lookup(StoreKey(id)), *again);
+  EXPECT_TRUE(verify(*again).ok()) << verify(*again).ToString();
+  EXPECT_EQ(*f.Read(*again), obj);
+  ExpectIdle();
 }
 
 }  // namespace

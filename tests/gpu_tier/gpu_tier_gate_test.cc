@@ -220,13 +220,15 @@ class GpuTierGate : public ::testing::Test {
     EXPECT_TRUE(out.ok()) << out.status().ToString();
     return out.ok() ? *out : RestoreResult{};
   }
-  // Query keys [first_key, +n) (all on SSD), restore them into `pages`, expect exact bytes.
-  void RestoreExact(const Engine& e, uint64_t first_key, const std::vector<uint64_t>& pages) {
+  // Query keys [first_key, +n) (all on tier `from`), restore them into `pages`,
+  // expect exact bytes.
+  void RestoreExact(const Engine& e, uint64_t first_key, const std::vector<uint64_t>& pages,
+                    Tier from = Tier::kSsd) {
     const uint64_t n = pages.size();
     for (uint64_t p : pages) Scribble(e, p);
     QueryResult q = Query(e, first_key, n);
     ASSERT_EQ(q.prefix, n);
-    for (Tier t : q.sources) EXPECT_EQ(t, Tier::kSsd);
+    for (Tier t : q.sources) EXPECT_EQ(t, from);
     std::vector<uint32_t> blocks;
     for (uint32_t i = 0; i < n; ++i) blocks.push_back(i);
     RestoreResult r = Restore(Req(e, q, blocks, pages));
@@ -284,6 +286,12 @@ class GpuTierGate : public ::testing::Test {
     ASSERT_EQ(::fdatasync(fd), 0);
     ::close(fd);
   }
+  // Flips the bits `mask` of byte `at` of the object at `obj` on disk.
+  static void Flip(const OnDisk& obj, uint64_t at, uint8_t mask) {
+    std::vector<uint8_t> b = ReadAt(obj.path, obj.offset + at, 1);
+    b[0] ^= mask;
+    Overwrite(obj.path, obj.offset + at, b);
+  }
   static std::vector<uint8_t> ReadAt(const std::string& path, uint64_t offset, uint64_t n) {
     std::vector<uint8_t> out(n);
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -293,9 +301,11 @@ class GpuTierGate : public ::testing::Test {
     return out;
   }
   // Restores key `key` (on SSD) into `page`; expects Corruption containing `why`
-  // and, when `untouched`, not a byte scattered into the page.
+  // and, when `untouched`, not a byte scattered into the page. The damaged
+  // object then leaves the SSD cache: the key is a miss.
   void ExpectCorruptRestore(const Engine& e, uint64_t key, uint64_t page, const std::string& why,
                             bool untouched = true) {
+    const double dropped = Plain("orbitkv_ssd_corrupt_objects_dropped_total");
     Scribble(e, page);
     QueryResult q = Query(e, key, 1);
     ASSERT_EQ(q.prefix, 1u);
@@ -309,6 +319,18 @@ class GpuTierGate : public ::testing::Test {
       EXPECT_TRUE(Untouched(e, page));
     }
     EXPECT_EQ(mgr->gauges().ssd_leases, 0u);
+    EXPECT_EQ(Plain("orbitkv_ssd_corrupt_objects_dropped_total"), dropped + 1);
+    EXPECT_EQ(Query(e, key, 1).prefix, 0u) << "key " << key << ": the damaged object is served";
+  }
+  // After ExpectCorruptRestore of the key at `page`: published again it is
+  // stored, not skipped as already present (a key seen twice enters DRAM
+  // under admission reuse, and its complete group goes to SSD through cuFile
+  // as well), and restores exactly.
+  void RepublishAndRestore(const Engine& e, uint64_t key, uint64_t page, uint64_t into) {
+    const double ssd_objects = Plain("orbitkv_ssd_objects");
+    FillAndPublish(e, key, page, 1);  // sealed: stored
+    EXPECT_EQ(Plain("orbitkv_ssd_objects"), ssd_objects + 1) << "no new SSD copy of key " << key;
+    RestoreExact(e, key, {into}, Tier::kDram);
   }
 
   double Counter(std::string_view name) { return metrics.Read(name, {{"device", "cuda:0"}}); }
@@ -378,11 +400,7 @@ TEST_F(GpuTierGate, CufileReadOfAFlippedPayloadByteIsCorruptionBeforeAnyScatter)
   ASSERT_NO_FATAL_FAILURE(Start({}));
   Engine& e = Register(SplitLayout(16, {8192, 3000}));
   FillAndPublish(e, 1, 0, 2);
-  const OnDisk one = Find(1);
-  const uint64_t at = one.offset + SegmentLayout({8192, 3000})[1].offset + 1234;
-  std::vector<uint8_t> b = ReadAt(one.path, at, 1);
-  b[0] ^= 0x04;
-  Overwrite(one.path, at, b);
+  Flip(Find(1), SegmentLayout({8192, 3000})[1].offset + 1234, 0x04);
   ExpectCorruptRestore(e, 1, 8, "slot 1");
   RestoreExact(e, 2, {9});
 }
@@ -394,7 +412,7 @@ TEST_F(GpuTierGate, CufileReadCorruptedInStagingIsCaughtByTheGpuCrc) {
   // The read "completes" in full, but byte 100 of the payload came back wrong.
   faults->CorruptReads(1, ObjectHeaderSize(1) + 100, Pattern(1, 0, 100) ^ 0xFF);
   ExpectCorruptRestore(e, 1, 8, "payload CRC32C");
-  RestoreExact(e, 1, {9});
+  RepublishAndRestore(e, 1, 0, 9);
 }
 
 TEST_F(GpuTierGate, WrongGpuCrcResultFailsTheBlock) {
@@ -403,7 +421,20 @@ TEST_F(GpuTierGate, WrongGpuCrcResultFailsTheBlock) {
   FillAndPublish(e, 1, 0, 1);
   faults->CorruptCrcs(1);
   ExpectCorruptRestore(e, 1, 8, "payload CRC32C");
-  RestoreExact(e, 1, {9});
+  RepublishAndRestore(e, 1, 0, 9);
+}
+
+// A cuFile read that finds the object damaged on the medium drops it. Before,
+// the damaged extent stayed in the SSD directory, so the next publish of the
+// key was skipped as "already present" and the key was never cached again.
+TEST_F(GpuTierGate, KeyRepublishedAfterACorruptCufileReadIsStoredAndRestoresExactly) {
+  ASSERT_NO_FATAL_FAILURE(Start({}));
+  Engine& e = Register(SplitLayout(16, {8192, 3000}));
+  FillAndPublish(e, 1, 0, 1);
+  Flip(Find(1), SegmentLayout({8192, 3000})[0].offset + 10, 0x40);
+  ExpectCorruptRestore(e, 1, 8, "slot 0");
+  RepublishAndRestore(e, 1, 0, 9);
+  EXPECT_EQ(Plain("orbitkv_bytes_total", {{"route", "restore_ssd_uring"}}), 0);
 }
 
 TEST_F(GpuTierGate, ObjectLargerThanStagingIsHeaderCheckedBeforeItsFirstScatter) {
@@ -417,10 +448,7 @@ TEST_F(GpuTierGate, ObjectLargerThanStagingIsHeaderCheckedBeforeItsFirstScatter)
   Overwrite(one.path, one.offset, ReadAt(two.path, two.offset, ObjectHeaderSize(2)));
   ExpectCorruptRestore(e, 1, 2, "object holds");
   // A flipped byte in key 2's last piece fails the block at that piece.
-  const uint64_t last = two.offset + ObjectSize({150001, 70001}) - 10;
-  std::vector<uint8_t> b = ReadAt(two.path, last, 1);
-  b[0] ^= 0x80;
-  Overwrite(two.path, last, b);
+  Flip(two, ObjectSize({150001, 70001}) - 10, 0x80);
   ExpectCorruptRestore(e, 2, 3, "slot 1", /*untouched=*/false);
 }
 
@@ -430,10 +458,7 @@ TEST_F(GpuTierGate, UringRouteRefusesAFlippedPayloadByteOfCudaPages) {
   ASSERT_NO_FATAL_FAILURE(Start(o));
   Engine& e = Register(SplitLayout(16, {8192}));
   FillAndPublish(e, 1, 0, 2);
-  const OnDisk one = Find(1);
-  std::vector<uint8_t> b = ReadAt(one.path, one.offset + ObjectHeaderSize(1) + 7, 1);
-  b[0] ^= 0x01;
-  Overwrite(one.path, one.offset + ObjectHeaderSize(1) + 7, b);
+  Flip(Find(1), ObjectHeaderSize(1) + 7, 0x01);
   ExpectCorruptRestore(e, 1, 8, "payload CRC32C");
   RestoreExact(e, 2, {9});
   EXPECT_EQ(Counter("orbitkv_ssd_cufile_read_bytes_total"), 0);

@@ -264,9 +264,33 @@ def test_bad_configuration_fails_the_attach(sglang_manager, tmp_path):
         backend.register_mem_pool_host(make_pool("layer_first"))
         with pytest.raises(ValueError, match="host indices"):
             backend.batch_get_v1(keys(2), torch.arange(3))
-        with pytest.raises(NotImplementedError, match="namespace"):
-            backend.clear()
     finally:
+        backend.close()
+
+
+def test_clear_empties_its_namespace_and_nothing_else(sglang_manager):
+    """clear() raised NotImplementedError: a namespace could not be emptied."""
+    pool = make_pool("page_first")
+    ps = pool.page_size
+    backend = attach(sglang_manager, pool)
+    other = attach(sglang_manager, make_pool("page_first"), namespace="other")
+    try:
+        ks = keys(4, "clr")
+        assert backend.batch_set_v1(ks, indices([1, 2, 3, 4], ps)) == [True] * 4
+        assert other.batch_set_v1(ks, indices([1, 2, 3, 4], ps)) == [True] * 4
+        assert backend.batch_exists(ks) == 4
+        backend.clear()
+        assert backend.batch_exists(ks) == 0
+        assert backend.batch_get_v1(ks, indices([5, 6, 7, 8], ps)) == [False] * 4
+        assert other.batch_exists(ks) == 4  # the same page keys of another namespace
+        # Stored again after the clear, byte-exact.
+        assert backend.batch_set_v1(ks[:2], indices([1, 2], ps)) == [True] * 2
+        assert backend.batch_exists(ks) == 2
+        assert backend.batch_get_v1(ks[:2], indices([9, 10], ps)) == [True] * 2
+        assert page_bytes(pool, 9 * ps) == page_bytes(pool, 1 * ps)
+        assert page_bytes(pool, 10 * ps) == page_bytes(pool, 2 * ps)
+    finally:
+        other.close()
         backend.close()
 
 

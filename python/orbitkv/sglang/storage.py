@@ -16,6 +16,9 @@ Contract
   exception and goes on. A miss is not a failure: ``batch_exists`` counts it,
   ``batch_get_v1`` reports False from the first missing page on, ``get``
   returns None (SGLang's contract for a missing key).
+* ``clear()`` drops every object of its pools' namespaces from the Manager, in
+  DRAM and on SSD (``Client.clear_namespace``); other engines' and other TP
+  ranks' namespaces keep theirs.
 * Thread-safe: SGLang's prefetch and backup threads call it at once.
 
 Memory: one bounded copy, not zero copy
@@ -560,11 +563,13 @@ class OrbitKVStorage(HiCacheStorage):
 
     # -- management
     def clear(self) -> None:
-        raise NotImplementedError(
-            "orbitkv.sglang: the OrbitKV Manager is a cache shared by every engine on the "
-            "host and has no delete; objects leave by LRU. To start from an empty cache, "
-            "use a new extra_config 'namespace'."
-        )
+        """Drops every object of this storage's pools' namespaces from the Manager
+        (DRAM and SSD). Other engines' namespaces, and other TP ranks', are
+        untouched. Raises if the Manager cannot be reached."""
+        with self._bind_lock:
+            bindings = list(self._bindings.values())
+        for b in bindings:
+            self._client.clear_namespace(b.instance)
 
     def get_stats(self):
         from sglang.srt.observability.metrics_collector import StorageMetrics
