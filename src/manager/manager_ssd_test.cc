@@ -254,7 +254,7 @@ TEST_F(ManagerTest, UringRestoreOfAnExtentHoldingAnotherKeysObjectIsCorruption) 
 }
 
 TEST_F(ManagerTest, RestoreQueuedPastItsQueryTtlKeepsItsLease) {
-  ManualClock clock;
+  ManualClock& clock = manual_clock;  // the fixture's: it must outlive mgr
   Start(1u << 20, true, /*workers=*/1, 0, &clock);
   InstanceLayout l = SplitLayout(64, {65536});
   HostPages pages(l);

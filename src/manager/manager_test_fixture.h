@@ -39,6 +39,9 @@ class ManagerTest : public ::testing::Test {
   testing::TempDir dir;
   MetricsRegistry metrics;
   ScriptedIoFaults faults;
+  // For tests that drive time: declared before mgr, so it outlives the
+  // Manager's reaper thread, which reads it until the Manager is gone.
+  ManualClock manual_clock;
   std::unique_ptr<Manager> mgr;
   SessionId session = 0;
 
