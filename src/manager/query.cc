@@ -55,7 +55,7 @@ Result<uint32_t> Manager::Prepare(SessionId session, const PrepareRequest& req) 
   const Clock::TimePoint deadline = x.config.clock->Now() + std::chrono::seconds(30);
   for (const BlockKey& k : req.keys) {
     QueryBlock b;
-    b.id = ObjectId{inst->ns, req.group_id, ToKey(k)};
+    b.id = inst->Object(req.group_id, k);
     if (x.dram->Contains(b.id)) continue;
     std::optional<ExtentRef> ref = x.ssd->catalog().Lookup(StoreKey(b.id));
     if (!ref) continue;
