@@ -118,7 +118,6 @@ Result<QueryTable::Taken> QueryTable::Take(SessionId session, InstanceId instanc
   Taken out;
   out.group = q.group;
   r->id = next_id_.fetch_add(1);
-  r->group = q.group;
   r->Init(std::vector<uint32_t>(blocks.begin(), blocks.end()));
   for (size_t i = 0; i < blocks.size(); ++i) {
     QueryBlock& src = q.blocks[blocks[i]];

@@ -49,7 +49,7 @@ Status SessionTable::Add(const std::shared_ptr<Instance>& inst) {
   MutexLock l(mu_);
   auto session = sessions_.find(inst->session);
   if (session == sessions_.end()) return Status::NotFound("unknown session");
-  auto [ns_it, fresh] = ns_ids_.emplace(inst->ns_name, 0);
+  auto [ns_it, fresh] = ns_ids_.emplace(inst->ns_key, 0);
   if (fresh) ns_it->second = next_id_.fetch_add(1);
   if (!fresh && ReshapeNamespaceLocked(ns_it->second, inst->layout)) {
     // Its last instance left and the new one declares other slot sizes: the

@@ -169,7 +169,8 @@ void UringRoute::CopyLane(CopyJob& job) {
     Status st = job.read_status[i];
     if (st.ok()) {
       std::vector<gpu::CopyOp> ops;
-      st = inst.ObjectToPages(r->group, {b.scratch.data, b.src.ref.object_size}, b.src.id, b.page,
+      st = inst.ObjectToPages(b.src.id.group, {b.scratch.data, b.src.ref.object_size}, b.src.id,
+                              b.page,
                               /*from_ssd=*/true, &ops);
       if (st.ok()) st = inst.CopyAndWait(/*to_device=*/true, ops);
       o_.ssd->DropIfCorrupt(b.src.ref, b.src.id, st);

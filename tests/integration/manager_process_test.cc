@@ -942,11 +942,11 @@ TEST_F(ManagerProcessTest, ManagerRestartStartsEmptyAndOldClientsFail) {
 
 // ---- 9: malformed and hostile messages -------------------------------------------------------
 
-// Until the Manager compiles hybrid recovery requirements (issue 14), a
-// register with a model description is refused with the reason, the fds are
-// closed, and the session keeps working: a dense register follows. A bad
-// description is refused by the decoder, naming the field.
-TEST_F(ManagerProcessTest, RegisterWithModelDescriptionIsRefusedUntilTheManagerCompilesIt) {
+// A register with a model description is served (the Manager compiles its
+// recovery plans); one whose description disagrees with the layout or is bad
+// is refused naming the field, the fds are closed, and the session keeps
+// working: a dense register follows.
+TEST_F(ManagerProcessTest, RegisterWithModelDescriptionIsServedAndABadOneRefused) {
   ASSERT_NO_FATAL_FAILURE(StartManager({.pool = "2mib", .shards = 2}));
   LayoutSpec spec;
   spec.slot_bytes = {4096};
@@ -963,13 +963,14 @@ TEST_F(ManagerProcessTest, RegisterWithModelDescriptionIsRefusedUntilTheManagerC
   attn.block_tokens = 16;
   attn.bytes = 4096;
   rr.model = ModelDescription{16, {attn}};
-  Result<InstanceId> refused = c->RegisterInstance(rr, pages.fds());
-  ASSERT_FALSE(refused.ok());
-  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(refused.status().message().find("RegisterInstance.model: this Manager does not "
-                                            "compile hybrid recovery requirements yet"),
-            std::string_view::npos)
-      << refused.status().ToString();
+  Result<InstanceId> served = c->RegisterInstance(rr, pages.fds());
+  ASSERT_TRUE(served.ok()) << served.status().ToString();
+  EXPECT_TRUE(c->UnregisterInstance(*served).ok());
+  rr.model->groups[0].bytes = 4000;  // the layout's group holds 4096
+  Result<InstanceId> disagrees = c->RegisterInstance(rr, pages.fds());
+  ASSERT_FALSE(disagrees.ok());
+  EXPECT_EQ(disagrees.status().code(), StatusCode::kInvalidArgument)
+      << disagrees.status().ToString();
   rr.model->groups[0].bytes = 0;
   Result<InstanceId> bad = c->RegisterInstance(rr, pages.fds());
   ASSERT_FALSE(bad.ok());
