@@ -11,7 +11,7 @@ import time
 
 import pytest
 import torch
-from conftest import LAYOUTS, Manager, make_pool, storage_config
+from conftest import LAYOUTS, Manager, make_mamba_pool, make_pool, storage_config
 from sglang.srt.mem_cache.hicache_storage import (
     HiCacheStorage,
     PoolHitPolicy,
@@ -206,6 +206,120 @@ def test_v2_pools_and_hit_policies(sglang_manager):
         with pytest.raises(RuntimeError, match="mamba"):
             backend.batch_get_v2([PoolTransfer(name=PoolName.MAMBA, keys=ks[:1],
                                                host_indices=indices([1], ps))])
+
+
+class CountingClient:
+    """An orbitkv.Client whose queries are counted (a proxy: the pybind class takes
+    no new attributes)."""
+
+    def __init__(self, client):
+        self._c, self.queries = client, 0
+
+    def __getattr__(self, name):
+        return getattr(self._c, name)
+
+    def query(self, *a, **kw):
+        self.queries += 1
+        return self._c.query(*a, **kw)
+
+
+def hybrid_attach(manager, kv, swa, mamba, **kw) -> OrbitKVStorage:
+    """What SGLang's hybrid controller does: the KV pool, the v2 pools, then
+    on_host_pools_registered."""
+    backend = attach(manager, kv, window_pages={"swa": 2}, **kw)
+    backend.register_mem_host_pool_v2(swa, PoolName.SWA)
+    backend.register_mem_host_pool_v2(mamba, PoolName.MAMBA)
+    backend.on_host_pools_registered()
+    return backend
+
+
+def test_v2_hybrid_set_is_planned_by_the_manager(sglang_manager):
+    """kv + swa (window 2 pages, from extra_config) + mamba: one hybrid set of
+    instances sharing one model description. KV pages 0..5 stored through v1,
+    swa all but page 4, mamba states after pages 3 and 5: the Manager's plan
+    over the 6 keys is P = 4 (at 6 the window needs page 4; at 5 the state is
+    missing), answered in one query; each pool restores its own pieces into
+    another engine's pools, byte for byte."""
+    kv, swa, mamba = make_pool("page_first"), make_pool("layer_first", layers=2), make_mamba_pool()
+    ps = kv.page_size
+    ks = keys(6, "plan")
+    writer = hybrid_attach(sglang_manager, kv, swa, mamba)
+    assert writer.hybrid is not None
+    assert [g.kind.name for g in writer.hybrid.groups] == ["FULL_ATTENTION", "SLIDING_WINDOW",
+                                                           "RECURRENT"]
+    assert writer.batch_set_v1(ks, indices(range(1, 7), ps)) == [True] * 6
+    have_swa = [0, 1, 2, 3, 5]
+    got = writer.batch_set_v2([
+        PoolTransfer(name=PoolName.SWA, keys=[ks[i] for i in have_swa],
+                     host_indices=indices([i + 1 for i in have_swa], ps),
+                     hit_policy=PoolHitPolicy.TRAILING_PAGES),
+        PoolTransfer(name=PoolName.MAMBA, keys=[ks[3], ks[5]], host_indices=torch.tensor([4, 6]),
+                     hit_policy=PoolHitPolicy.TRAILING_PAGES),
+    ])
+    assert got == {PoolName.SWA: [True] * 5, PoolName.MAMBA: [True, True]}
+
+    r_kv, r_swa, r_mamba = (make_pool("page_first"), make_pool("layer_first", layers=2),
+                            make_mamba_pool(seed=1))
+    reader = hybrid_attach(sglang_manager, r_kv, r_swa, r_mamba)
+    try:
+        counting = CountingClient(reader._client)
+        for b in reader._bindings.values():
+            b._client = counting
+        lookups = [PoolTransfer(name=PoolName.SWA, keys=ks[-2:], hit_policy=PoolHitPolicy.TRAILING_PAGES),
+                   PoolTransfer(name=PoolName.MAMBA, keys=ks[-1:], hit_policy=PoolHitPolicy.TRAILING_PAGES)]
+        r = reader.batch_exists_v2(ks, lookups)
+        assert counting.queries == 1
+        assert (r.kv_hit_pages, r.restorable_prefix_pages) == (4, [4])
+        assert r.extra_pool_hit_pages == {PoolName.KV: 4, PoolName.SWA: 4, PoolName.MAMBA: 4}
+        assert reader.batch_exists(ks) == 4
+        assert reader.batch_exists_v2(ks[:3]).kv_hit_pages == 0  # no state after page 2
+
+        # KV through v1, the window and the state through v2, as SGLang loads them.
+        assert reader.batch_get_v1(ks[:4], indices(range(8, 12), ps)) == [True] * 4
+        assert pages_bytes(r_kv, range(8, 12)) == pages_bytes(kv, range(1, 5))
+        got = reader.batch_get_v2([
+            PoolTransfer(name=PoolName.SWA, keys=ks[2:4], host_indices=indices([8, 9], ps)),
+            PoolTransfer(name=PoolName.MAMBA, keys=ks[3:4], host_indices=torch.tensor([12])),
+        ])
+        assert got == {PoolName.SWA: [True, True], PoolName.MAMBA: [True]}
+        assert pages_bytes(r_swa, (8, 9)) == pages_bytes(swa, (3, 4))
+        assert page_bytes(r_mamba, 12) == page_bytes(mamba, 4)
+        # A window with a missing page restores nothing of it.
+        missing = reader.batch_get_v2([
+            PoolTransfer(name=PoolName.SWA, keys=ks[4:6], host_indices=indices([10, 11], ps))])
+        assert missing == {PoolName.SWA: [False, False]}
+        # The same pages in a dense set (no window configured) are other objects.
+        with attached(sglang_manager, make_pool("page_first")) as dense:
+            assert dense.batch_exists(ks) == 0
+    finally:
+        reader.close()
+        writer.close()
+
+
+def test_v2_kv_and_mamba_are_a_hybrid_set_without_configuration(sglang_manager):
+    kv, mamba = make_pool("page_first"), make_mamba_pool()
+    with attached(sglang_manager, kv) as backend:
+        backend.register_mem_host_pool_v2(mamba, PoolName.MAMBA)
+        backend.on_host_pools_registered()
+        assert [g.name for g in backend.hybrid.groups] == ["kv", "mamba"]
+        ks = keys(3, "gdn")
+        assert backend.batch_set_v1(ks, indices([1, 2, 3], kv.page_size)) == [True] * 3
+        assert backend.batch_exists(ks) == 0  # no state stored yet
+        assert backend.batch_set_v2([PoolTransfer(
+            name=PoolName.MAMBA, keys=ks[1:2], host_indices=torch.tensor([2]))]) == {
+            PoolName.MAMBA: [True]}
+        assert backend.batch_exists(ks) == 2
+        with pytest.raises(ValueError, match="after the hybrid pool set"):
+            backend.register_mem_host_pool_v2(make_pool("layer_first"), PoolName.SWA)
+
+
+def test_v2_swa_without_a_window_is_looked_up_per_pool(sglang_manager):
+    with attached(sglang_manager, make_pool("page_first")) as backend:
+        backend.register_mem_host_pool_v2(make_pool("layer_first"), PoolName.SWA)
+        backend.on_host_pools_registered()
+        assert backend.hybrid is None
+    with pytest.raises(ValueError, match="window_pages"):
+        OrbitKVStorage(storage_config(sglang_manager, window_pages={"swa": 0}))
 
 
 def test_a_killed_manager_raises_and_never_returns_none(manager_binary, tmp_path):
