@@ -322,23 +322,11 @@ def test_v2_swa_without_a_window_is_looked_up_per_pool(sglang_manager):
         OrbitKVStorage(storage_config(sglang_manager, window_pages={"swa": 0}))
 
 
-def test_a_killed_manager_raises_and_never_returns_none(manager_binary, tmp_path):
-    m = Manager(manager_binary, tmp_path, "64mib", [])
-    pool = make_pool("layer_first")
-    ps = pool.page_size
-    backend = attach(m, pool, timeout_ms=5000)
-    ks = keys(3, "dead")
-    assert backend.batch_set_v1(ks, indices([1, 2, 3], ps)) == [True] * 3
+def kill_and_expect_errors(m, backend, calls) -> None:
+    """SIGKILLs the Manager; each call must then raise an OrbitKVError within the
+    client's timeout (never return None or hang)."""
     m.proc.send_signal(signal.SIGKILL)
     m.proc.wait()
-    calls = [
-        lambda: backend.batch_exists(ks),
-        lambda: backend.batch_get_v1(ks, indices([4, 5, 6], ps)),
-        lambda: backend.batch_set_v1(ks, indices([4, 5, 6], ps)),
-        lambda: backend.get(ks[0]),
-        lambda: backend.exists(ks[0]),
-        lambda: backend.batch_exists_v2(ks),
-    ]
     for call in calls:
         t0 = time.monotonic()
         with pytest.raises(orbitkv.OrbitKVError):
@@ -346,6 +334,41 @@ def test_a_killed_manager_raises_and_never_returns_none(manager_binary, tmp_path
         assert time.monotonic() - t0 < 5
     backend.close()
     m.stop()
+
+
+def test_a_killed_manager_raises_and_never_returns_none(manager_binary, tmp_path):
+    m = Manager(manager_binary, tmp_path, "64mib", [])
+    pool = make_pool("layer_first")
+    ps = pool.page_size
+    backend = attach(m, pool, timeout_ms=5000)
+    ks = keys(3, "dead")
+    assert backend.batch_set_v1(ks, indices([1, 2, 3], ps)) == [True] * 3
+    kill_and_expect_errors(m, backend, [
+        lambda: backend.batch_exists(ks),
+        lambda: backend.batch_get_v1(ks, indices([4, 5, 6], ps)),
+        lambda: backend.batch_set_v1(ks, indices([4, 5, 6], ps)),
+        lambda: backend.get(ks[0]),
+        lambda: backend.exists(ks[0]),
+        lambda: backend.batch_exists_v2(ks),
+    ])
+
+
+def test_a_killed_manager_raises_for_a_hybrid_set(manager_binary, tmp_path):
+    m = Manager(manager_binary, tmp_path, "64mib", [])
+    kv, mamba = make_pool("page_first"), make_mamba_pool()
+    backend = attach(m, kv, timeout_ms=5000)
+    backend.register_mem_host_pool_v2(mamba, PoolName.MAMBA)
+    backend.on_host_pools_registered()
+    ks = keys(2, "dead-hybrid")
+    assert backend.batch_set_v1(ks, indices([1, 2], kv.page_size)) == [True] * 2
+    state = [PoolTransfer(name=PoolName.MAMBA, keys=ks[1:], host_indices=torch.tensor([3]),
+                          hit_policy=PoolHitPolicy.TRAILING_PAGES)]
+    kill_and_expect_errors(m, backend, [
+        lambda: backend.batch_exists_v2(ks, state),
+        lambda: backend.batch_get_v2(state),
+        lambda: backend.batch_set_v2(state),
+        lambda: backend.batch_get_v1(ks, indices([4, 5], kv.page_size)),
+    ])
 
 
 def test_bad_configuration_fails_the_attach(sglang_manager, tmp_path):

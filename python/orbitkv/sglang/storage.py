@@ -318,6 +318,14 @@ class _PoolBinding:
         finally:
             self._release_query_if_live(q.query)
 
+    def _abandon_query(self, query: int) -> None:
+        """Releases a query after its restore failed (the restore's own error is
+        the one to raise)."""
+        try:
+            self._release_query(query)
+        except orbitkv.OrbitKVError:
+            pass
+
     def _release_query_if_live(self, query: int) -> None:
         try:
             self._release_query(query)
@@ -422,8 +430,10 @@ class _PoolBinding:
                 finally:
                     self._release(pages)
                 done += len(chunk)
-        finally:
-            self._release_query_if_live(q.query)
+        except BaseException:
+            self._abandon_query(q.query)
+            raise
+        self._release_query_if_live(q.query)
         out, good = [], True
         for j in range(len(keys)):
             good = good and j in ok
@@ -443,10 +453,7 @@ class _PoolBinding:
                     self.instance, q.query, list(range(q.prefix)), pages[done : done + q.prefix]
                 )
             except BaseException:
-                try:
-                    self._release_query(q.query)
-                except orbitkv.OrbitKVError:
-                    pass  # the restore's own error is the one to raise
+                self._abandon_query(q.query)
                 raise
             for j, res in enumerate(results):
                 if not res.ok:
