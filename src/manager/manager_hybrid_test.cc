@@ -299,6 +299,38 @@ TEST_F(HybridTest, InstancesWhoseDescriptionsDifferShareNothing) {
   ExpectAllReleased();
 }
 
+TEST_F(HybridTest, CheckpointsStreamingInLeaveTheAttentionBlocksInDram) {
+  // A 2 MiB pool (1.5 MiB for objects) with 1% for checkpoints: 300
+  // checkpoints (about 2.4 MiB) would flush it without the cap.
+  ManagerConfig c = Config(2u << 20);
+  c.options.checkpoint_dram_percent = 1;
+  auto m = Manager::Create(c);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  mgr = std::move(m).value();
+  session = mgr->OpenSession(getpid());
+  InstanceId inst = RegisterHybrid(pages, Description());
+  PublishBlocks(inst, kAttn, {0, 1, 2, 3, 4, 5, 6, 7});
+  PublishBlocks(inst, kSwa, {5, 6, 7});
+  mgr->Drain();
+  for (uint64_t k = 1; k <= 300; ++k) {
+    PublishPiece(inst, kGdn, k * 4 - 1, k * 64, k % kPages);  // a checkpoint every 64 tokens
+    if (k % 16 == 0) mgr->Drain();
+  }
+  mgr->Drain();
+  const DramStats s = mgr->gauges().dram;
+  EXPECT_GT(s.checkpoints_demoted, 250u);
+  EXPECT_LE(s.checkpoint_bytes, (1536u << 10) / 100);
+  // The attention blocks are all still in DRAM; the checkpoint at 128 comes from SSD.
+  QueryResult q = QueryChain(inst, 8);
+  EXPECT_EQ(q.prefix_tokens, 128u);
+  ASSERT_EQ(q.pieces.size(), 12u);
+  for (const QuerySource& p : q.pieces) {
+    EXPECT_EQ(p.tier, p.group == kGdn ? Tier::kSsd : Tier::kDram) << p.group << "/" << p.index;
+  }
+  ASSERT_TRUE(mgr->ReleaseQuery(session, q.query).ok());
+  ExpectAllReleased();
+}
+
 TEST_F(HybridTest, ADescriptionThatDisagreesWithTheLayoutIsRefused) {
   Start(8u << 20);
   RegisterRequest r;

@@ -115,6 +115,10 @@ struct Entry {
   // Position in lru_ (sealed, unpinned, admitted, not writeback-pending).
   bool in_lru = false;
   std::list<Entry*>::iterator lru_it;
+  // A checkpoint (DramCache::SetCheckpointGroups): while in lru_, also in ckpt_lru_.
+  bool checkpoint = false;
+  bool in_ckpt_lru = false;
+  std::list<Entry*>::iterator ckpt_lru_it;
   // Position in assembling_ (assembling, not detached, not inserting).
   bool in_assembling = false;
   std::list<Entry*>::iterator assembling_it;
@@ -200,6 +204,9 @@ struct DramCache::Impl {
     e.parts.assign(num_parts, false);
     e.started = options_.clock->Now();
     e.inserting = inserting;
+    if (auto c = ckpt_groups_.find(id.ns); c != ckpt_groups_.end() && id.group < 64) {
+      e.checkpoint = (c->second >> id.group) & 1;
+    }
     directory_[id] = &e;
     ++assembling_entries_;
     if (!inserting) {
@@ -214,6 +221,25 @@ struct DramCache::Impl {
     lru_.erase(e.lru_it);
     e.in_lru = false;
     evictable_bytes_ -= e.capacity;
+    if (e.in_ckpt_lru) {
+      ckpt_lru_.erase(e.ckpt_lru_it);
+      e.in_ckpt_lru = false;
+      ckpt_lru_bytes_ -= e.capacity;
+    }
+  }
+
+  // A checkpoint joined the LRU: the least recently used checkpoints leave
+  // until the rest fit checkpoint_capacity (possibly `e` itself).
+  void AdmitCheckpointLocked(Entry& e) {
+    e.ckpt_lru_it = ckpt_lru_.insert(ckpt_lru_.end(), &e);
+    e.in_ckpt_lru = true;
+    ckpt_lru_bytes_ += e.capacity;
+    while (ckpt_lru_bytes_ > options_.checkpoint_capacity && !ckpt_lru_.empty()) {
+      Entry* victim = ckpt_lru_.front();
+      ++checkpoints_demoted_;
+      checkpoint_demoted_bytes_ += victim->capacity;
+      FreeEntryLocked(*victim);
+    }
   }
 
   void PinLocked(Entry& e) {
@@ -251,6 +277,7 @@ struct DramCache::Impl {
     e.lru_it = lru_.insert(lru_.end(), &e);
     e.in_lru = true;
     evictable_bytes_ += e.capacity;
+    if (e.checkpoint) AdmitCheckpointLocked(e);  // may free `e`
   }
 
   // Takes an entry out of the directory so nobody finds or joins it.
@@ -334,12 +361,15 @@ struct DramCache::Impl {
   std::list<Entry*> lru_;         // evictable, least recently used first
   std::list<Entry*> assembling_;  // by start time (the clock is monotonic)
   std::unordered_map<EntryId, Scratch> scratch_;
-  std::list<ObjectId> ghost_;  // kReuse: recently used ids, oldest first
+  std::list<Entry*> ckpt_lru_;                          // the checkpoints of lru_, in its order
+  std::unordered_map<uint64_t, uint64_t> ckpt_groups_;  // ns -> checkpoint storage groups
+  std::list<ObjectId> ghost_;                           // kReuse: recently used ids, oldest first
   std::unordered_map<ObjectId, std::list<ObjectId>::iterator, ObjectIdHash> ghost_index_;
   // Gauges.
   uint64_t used_bytes_ = 0;
   uint64_t scratch_bytes_ = 0;
   uint64_t evictable_bytes_ = 0;
+  uint64_t ckpt_lru_bytes_ = 0;
   uint64_t sealed_entries_ = 0;
   uint64_t assembling_entries_ = 0;  // includes detached ones still pinned
   uint64_t pinned_entries_ = 0;
@@ -349,6 +379,8 @@ struct DramCache::Impl {
   uint64_t evictions_ = 0;
   uint64_t evicted_bytes_ = 0;
   uint64_t admission_rejects_ = 0;
+  uint64_t checkpoints_demoted_ = 0;
+  uint64_t checkpoint_demoted_bytes_ = 0;
   uint64_t alloc_failures_ = 0;
   uint64_t assembly_timeouts_ = 0;
 };
@@ -635,6 +667,16 @@ void DramCache::FinishWriteback(const DramView& view, bool written) {
   m.UnpinLocked(*e);  // at zero pins: into the LRU if admitted, else dropped
 }
 
+void DramCache::SetCheckpointGroups(uint64_t ns, uint64_t groups) {
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.mu_);
+  if (groups == 0) {
+    m.ckpt_groups_.erase(ns);
+  } else {
+    m.ckpt_groups_[ns] = groups;
+  }
+}
+
 size_t DramCache::EraseNamespace(uint64_t ns) {
   Impl& m = *impl_;
   std::lock_guard<std::mutex> lock(m.mu_);
@@ -690,6 +732,9 @@ DramStats DramCache::stats() const {
   s.evictions = m.evictions_;
   s.evicted_bytes = m.evicted_bytes_;
   s.admission_rejects = m.admission_rejects_;
+  s.checkpoint_bytes = m.ckpt_lru_bytes_;
+  s.checkpoints_demoted = m.checkpoints_demoted_;
+  s.checkpoint_demoted_bytes = m.checkpoint_demoted_bytes_;
   s.alloc_failures = m.alloc_failures_;
   s.assembly_timeouts = m.assembly_timeouts_;
   return s;
