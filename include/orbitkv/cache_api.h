@@ -31,6 +31,18 @@ using BlockKey = std::array<uint8_t, 32>;
 
 enum class Tier : uint8_t { kNone = 0, kDram = 1, kSsd = 2 };
 
+// The storage codec a namespace asks for (README "Storage codecs"). The codec
+// and its parameters are part of the namespace's identity: objects of
+// different codecs never mix. The lossy codecs (fp8, turboquant-*) need the
+// element dtype and head_dim; ans uses the dtype's element size (bf16 when
+// unknown) and ignores head_dim.
+struct StorageCodecRequest {
+  std::string codec;      // "" = the Manager's --storage-codec; none|ans|fp8|turboquant-4|-3
+  std::string dtype;      // every slot's element type: "" (unknown), bf16, fp16, fp8_e4m3fn
+  uint32_t head_dim = 0;  // elements per (token, head) vector; 0 unknown
+  friend bool operator==(const StorageCodecRequest&, const StorageCodecRequest&) = default;
+};
+
 struct RegisterRequest {
   std::string ns;  // namespace: model, dtype, layout fingerprint, TP/PP shape, salt
   uint32_t rank = 0;
@@ -47,6 +59,7 @@ struct RegisterRequest {
   // Until the Manager compiles hybrid recovery requirements (issue 14) the
   // socket server refuses a register that carries one.
   std::optional<ModelDescription> model;
+  StorageCodecRequest storage;  // default: the Manager's --storage-codec
 };
 
 struct PublishRequest {

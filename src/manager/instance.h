@@ -20,6 +20,7 @@
 #include "common/mutex.h"
 #include "gpu/platform.h"
 #include "manager/host_region.h"
+#include "manager/storage_codec.h"
 #include "orbitkv/cache_api.h"
 #include "orbitkv/status.h"
 #include "store/dram_cache.h"
@@ -50,6 +51,8 @@ class Instance {
   InstanceLayout layout;
   std::map<uint32_t, const GroupLayout*> groups;  // into layout.groups
   std::map<uint32_t, std::shared_ptr<const ObjectShape>> shapes;
+  NamespaceCodec codec;                         // of the namespace's objects
+  const CodecMetrics* codec_metrics = nullptr;  // the Manager's (outlives the instance)
 
   bool cuda() const { return device_ != nullptr; }
   // REQUIRES: cuda(), and a guard is held (the device lives until ReleaseDevice).
@@ -69,13 +72,21 @@ class Instance {
   // CRC32C of each slot's bytes of `page` (g.slots order) into pinned `out`,
   // computed on the D2H stream.
   Status PageCrcs(const GroupLayout& g, uint64_t page, uint32_t* out) EXCLUDES(d2h_mu_);
-  // Checks one object (pinned host memory) against its id and shape, then
-  // copies its segments into `page` for every slot this instance holds:
-  // memcpy for host pages; for CUDA pages the copies are appended to `ops`.
-  // `from_ssd`: every segment's payload CRC32C is checked first (DRAM entries
-  // were checked when they entered the pool).
+  // The H2D copies of CUDA pages from ObjectToPages, and the host buffers
+  // holding decoded segments they copy from (kept until the copies finished).
+  struct PageCopies {
+    std::vector<gpu::CopyOp> ops;
+    std::vector<std::unique_ptr<uint8_t[]>> decoded;
+  };
+  // Checks one object (host memory) against its id and shape, then copies its
+  // segments into `page` for every slot this instance holds: memcpy for host
+  // pages; for CUDA pages the copies are appended to `copies`. `from_ssd`:
+  // every segment's payload CRC32C is checked first (raw DRAM entries were
+  // checked when they entered the pool). An encoded object (storage_codec.h)
+  // is always checked (codec, version, every segment's CRC) and then decoded
+  // on the CPU: into host pages, or into `copies->decoded` for CUDA pages.
   Status ObjectToPages(uint32_t group, std::span<const uint8_t> object, const ObjectId& id,
-                       uint64_t page, bool from_ssd, std::vector<gpu::CopyOp>* ops) const;
+                       uint64_t page, bool from_ssd, PageCopies* copies) const;
 
   // ---- operations and teardown ---------------------------------------------
   // A hold for one operation; Cancelled once BeginClose started.
