@@ -41,8 +41,9 @@ struct ManagerOptions {
   // (RegisterRequest::storage): none|ans|fp8|turboquant-4|turboquant-3
   // (README "Storage codecs"). Compression is off by default.
   std::string storage_codec = "none";  // --storage-codec
-  // GPU codec memory per instance/device worker: retained encoded input plus
-  // decoder scratch. Too small to stage a segment selects the host reader.
+  // Codec memory: the encoded output the io_uring writeback lanes hold at
+  // once (split between them); for the GPU codec path, retained encoded input
+  // plus decoder scratch per worker. More than 0.
   uint64_t codec_budget = 256ull << 20;  // --codec-budget 256mib
   // Opt-in cost observations: orbitkv_cost_seconds{path} per SSD restore route
   // (environment ORBITKV_COST_OBSERVATIONS=1, read by ParseFlags).

@@ -140,8 +140,9 @@ Status Instance::ObjectToPages(uint32_t group, std::span<const uint8_t> object, 
       if (!cuda()) {
         dst = HostPage(s, page);
       } else {
-        copies->decoded.push_back(std::make_unique_for_overwrite<uint8_t[]>(s.bytes_per_page));
-        dst = copies->decoded.back().get();
+        ORBITKV_ASSIGN_OR_RETURN(DramView v, copies->pool->AllocateScratch(s.bytes_per_page));
+        copies->scratch.push_back(v);
+        dst = v.data;
         copies->ops.push_back(
             {DevicePage(s, page), reinterpret_cast<gpu::DevPtr>(dst), s.bytes_per_page});
       }

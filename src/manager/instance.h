@@ -72,11 +72,19 @@ class Instance {
   // CRC32C of each slot's bytes of `page` (g.slots order) into pinned `out`,
   // computed on the D2H stream.
   Status PageCrcs(const GroupLayout& g, uint64_t page, uint32_t* out) EXCLUDES(d2h_mu_);
-  // The H2D copies of CUDA pages from ObjectToPages, and the host buffers
-  // holding decoded segments they copy from (kept until the copies finished).
+  // The H2D copies of CUDA pages from ObjectToPages, and the pinned scratch
+  // (from `pool`, registered with CUDA like the pool) holding the decoded
+  // segments they copy from, returned when this goes (after the copies).
   struct PageCopies {
+    explicit PageCopies(DramCache* pool) : pool(pool) {}
+    ~PageCopies() {
+      for (const DramView& v : scratch) pool->ReleaseScratch(v);
+    }
+    PageCopies(const PageCopies&) = delete;
+    PageCopies& operator=(const PageCopies&) = delete;
     std::vector<gpu::CopyOp> ops;
-    std::vector<std::unique_ptr<uint8_t[]>> decoded;
+    DramCache* const pool;
+    std::vector<DramView> scratch;
   };
   // Checks one object (host memory) against its id and shape, then copies its
   // segments into `page` for every slot this instance holds: memcpy for host
@@ -84,7 +92,8 @@ class Instance {
   // every segment's payload CRC32C is checked first (raw DRAM entries were
   // checked when they entered the pool). An encoded object (storage_codec.h)
   // is always checked (codec, version, every segment's CRC) and then decoded
-  // on the CPU: into host pages, or into `copies->decoded` for CUDA pages.
+  // on the CPU: into host pages, or into pinned scratch for CUDA pages (no
+  // room there: ResourceExhausted for the block).
   Status ObjectToPages(uint32_t group, std::span<const uint8_t> object, const ObjectId& id,
                        uint64_t page, bool from_ssd, PageCopies* copies) const;
 

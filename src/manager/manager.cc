@@ -92,6 +92,7 @@ Result<std::unique_ptr<Manager>> Manager::Create(const ManagerConfig& config) {
     w.bytes = x.m.bytes_writeback;
     w.queue_full = x.m.writeback_queue_full;
     w.codec_metrics = x.codec_metrics.get();
+    w.codec_budget = o.codec_budget;
     x.writeback = std::make_unique<Writeback>(std::move(w));
     r.ssd = x.ssd.get();
     r.dram = x.dram.get();

@@ -319,6 +319,30 @@ TEST_F(ManagerCodecTest, LossyCodecsRoundTripWithinTheirErrorFromSsd) {
   ExpectAllReleased();
 }
 
+// --codec-budget bounds what a writeback lane holds encoded: with a budget
+// below one object each is written on its own, and every buffer is returned.
+TEST_F(ManagerCodecTest, TinyCodecBudgetWritesEachObjectAloneAndReturnsItsBuffers) {
+  ManagerConfig c = Config(8u << 20);
+  c.options.codec_budget = 1;
+  mgr = std::move(Manager::Create(c)).value();
+  session = mgr->OpenSession(getpid());
+  InstanceId inst = RegisterWith(Codec("turboquant-4"));
+  std::vector<uint64_t> keys, pgs;
+  for (uint64_t k = 0; k < 8; ++k) {
+    for (size_t s = 0; s < 2; ++s) FillKv(pages.Slot(0, s, k), kSlot, 40 + k * 2 + s);
+    keys.push_back(k);
+    pgs.push_back(k);
+  }
+  EXPECT_EQ(Publish(inst, keys, pgs).sealed, 8u);  // queued together, batched by the lane
+  mgr->Drain();
+  EXPECT_EQ(metrics.Read("orbitkv_ssd_objects_written_total"), 8);
+  EXPECT_EQ(metrics.Read("orbitkv_codec_budget_used_bytes"), 0);
+  for (uint64_t k = 0; k < 8; ++k) {
+    EXPECT_EQ(Find(k).header.codec, static_cast<uint8_t>(codec::CodecId::kTurboQuant4));
+  }
+  ExpectAllReleased();
+}
+
 // A restarted Manager recreates its SSD cache: every key misses (never stale
 // or foreign bytes), and the codec path works on the fresh cache.
 TEST_F(ManagerCodecTest, AfterAManagerRestartKeysMissThenRoundTripAgain) {

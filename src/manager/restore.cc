@@ -52,7 +52,7 @@ Result<RestoreId> Manager::StartRestore(SessionId session, const RestoreRequest&
   if (!taken.ssd.empty()) x.SubmitSsd(r, *inst, std::move(taken.ssd));
   // DRAM blocks copy here, on the caller's thread, from the entries the query
   // pinned: memcpy into host pages, or one H2D job (one event) for CUDA pages.
-  Instance::PageCopies copies;
+  Instance::PageCopies copies(x.dram.get());
   std::vector<Status> st(taken.dram.size());
   for (size_t i = 0; i < taken.dram.size(); ++i) {
     const RestoreBlock& b = taken.dram[i];

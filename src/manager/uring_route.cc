@@ -168,7 +168,7 @@ void UringRoute::CopyLane(CopyJob& job) {
     RestoreBlock& b = job.blocks[i];
     Status st = job.read_status[i];
     if (st.ok()) {
-      Instance::PageCopies copies;
+      Instance::PageCopies copies(o_.dram);
       st = inst.ObjectToPages(r->group, {b.scratch.data, b.src.ref.object_size}, b.src.id, b.page,
                               /*from_ssd=*/true, &copies);
       if (st.ok()) st = inst.CopyAndWait(/*to_device=*/true, copies.ops);

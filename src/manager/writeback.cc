@@ -35,7 +35,20 @@ Result<DramView> Writeback::WaitForRoom(Result<DramView> v,
 void Writeback::Lane(size_t worker, std::vector<Item>& items) {
   std::vector<DramView> views;
   std::vector<SsdStore::ObjectWrite> writes;
-  std::vector<CodecBuffer> encoded;  // live until the batch is written
+  std::vector<CodecBuffer> encoded;  // live until their objects are written
+  uint64_t held = 0;                 // bytes of `encoded`
+  const uint64_t budget = std::max<uint64_t>(1, o_.codec_budget / o_.engines.size());
+  auto flush = [&] {
+    o_.ssd->WriteObjects(*o_.engines[worker], writes);
+    for (size_t i = 0; i < views.size(); ++i) {
+      if (writes[i].result.ok()) o_.bytes->Inc(writes[i].size);
+      o_.dram->FinishWriteback(views[i], writes[i].result.ok());
+    }
+    views.clear();
+    writes.clear();
+    encoded.clear();
+    held = 0;
+  };
   for (const Item& item : items) {
     std::optional<DramView> v = o_.dram->TakeWriteback(item.id);
     if (!v) continue;
@@ -54,14 +67,13 @@ void Writeback::Lane(size_t worker, std::vector<Item>& items) {
     }
     views.push_back(*v);
     writes.push_back({StoreKey(item.id), buf.data(), *n, item.id.ns});
+    held += buf.capacity();
     encoded.push_back(std::move(buf));
+    // The lane's share of --codec-budget bounds the encoded bytes it holds:
+    // past it, what is encoded is written before the next object is.
+    if (held >= budget) flush();
   }
-  o_.ssd->WriteObjects(*o_.engines[worker], writes);
-  for (size_t i = 0; i < views.size(); ++i) {
-    if (writes[i].result.ok()) o_.bytes->Inc(writes[i].size);
-    o_.dram->FinishWriteback(views[i], writes[i].result.ok());
-  }
-  encoded.clear();
+  flush();
   {
     MutexLock l(room_mu_);  // pairs with the publisher's wait
   }

@@ -2,7 +2,8 @@
 // a full queue drops the SSD copy and counts it), encoded on the lane's
 // thread when their namespace has a storage codec (storage_codec.h: the SSD
 // gets the encoded object, the DRAM entry stays raw; an encode failure drops
-// the SSD copy, counted), written in batches by one io_uring engine per lane
+// the SSD copy, counted; the encoded bytes a lane holds are bounded by its
+// share of --codec-budget), written in batches by one io_uring engine per lane
 // thread, and leave writeback-pending in the pool.
 // Publishers that find the pool full of objects waiting for writeback wait
 // here (bounded) for the lane to free room: WaitForRoom. Each queued object
@@ -39,6 +40,9 @@ class Writeback {
     Counter* bytes = nullptr;                        // written object bytes
     Counter* queue_full = nullptr;                   // objects dropped: queue full
     const CodecMetrics* codec_metrics = nullptr;     // required
+    // --codec-budget, split between the lane threads: encoded output a lane
+    // holds at once (one object past it at most: a larger one goes alone).
+    uint64_t codec_budget = 256u << 20;
   };
   explicit Writeback(Options options);
   ~Writeback() { Close(); }

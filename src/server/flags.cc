@@ -50,8 +50,8 @@ Result<ParsedFlags> ParseFlags(int argc, const char* const* argv, std::string* o
                  "head_dim)")
       ->capture_default_str();
   app.add_option("--codec-budget", codec_budget,
-                 "GPU codec memory per worker (encoded input plus decoder scratch); too small "
-                 "to stage a segment selects the host reader")
+                 "Codec memory: encoded output the SSD writeback lanes hold at once (split "
+                 "between them)")
       ->capture_default_str();
   app.add_option("--socket", o.socket_path,
                  "Engine protocol Unix socket (default: $XDG_RUNTIME_DIR/orbitkv.sock, else "

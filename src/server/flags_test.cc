@@ -110,6 +110,7 @@ TEST(Flags, BadValuesNameTheFlagOnOneLine) {
            {{"--storage-codec", "zstd"}, "--storage-codec"},
            {{"--storage-codec", ""}, "--storage-codec"},
            {{"--codec-budget", "lots"}, "--codec-budget"},
+           {{"--codec-budget", "0"}, "--codec-budget"},
            {{"--ssd-read-path", "auto"}, "--ssd-read-path"},
            {{"--ssd-queue-depth", "0"}, "--ssd-queue-depth"},
            {{"--ssd-queue-depth", "lots"}, "--ssd-queue-depth"},
