@@ -2,8 +2,9 @@
 // back from SSD (untrusted). Input: 8 bytes little-endian object_size, then the
 // header bytes. When bit 63 of object_size is set it is cleared and the header's
 // crc is recomputed first, so mutations reach the checks behind the crc.
-// A successful parse must satisfy the format's invariants, and a header in the
-// canonical layout must re-serialize to the same bytes; violations trap.
+// A successful parse must satisfy the format's invariants (segments, codec id
+// and version), and a header in the canonical layout must re-serialize to the
+// same bytes, codec and version included; violations trap.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -67,6 +68,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     sizes.push_back(s.size);
   }
   Check(h.crcs.size() == n);
+  // The codec's format version is set exactly for encoded objects.
+  Check((h.codec == kCodecRaw) == (h.codec_version == 0));
   const bool canonical = h.segments == SegmentLayout(sizes);
   // Raw objects must sit where SegmentLayout puts them; encoded ones are the codec's.
   Check(CheckObjectMatches(h, h.id, sizes).ok() == (canonical || h.codec != kCodecRaw));
@@ -74,7 +77,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // A canonically laid out header is exactly what WriteObjectHeader writes.
   if (canonical) {
     std::vector<uint8_t> again(h.header_size);
-    WriteObjectHeader(h.id, sizes, h.codec, h.crcs, again);
+    WriteObjectHeader(h.id, sizes, ObjectCodec{h.codec, h.codec_version}, h.crcs, again);
     Check(std::memcmp(again.data(), header.data(), h.header_size) == 0);
   }
   return 0;

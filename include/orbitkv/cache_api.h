@@ -31,6 +31,18 @@ using BlockKey = std::array<uint8_t, 32>;
 
 enum class Tier : uint8_t { kNone = 0, kDram = 1, kSsd = 2 };
 
+// The storage codec a namespace asks for (README "Storage codecs"). The codec
+// and its parameters are part of the namespace's identity: objects of
+// different codecs never mix. The lossy codecs (fp8, turboquant-*) need the
+// element dtype and head_dim; ans uses the dtype's element size (bf16 when
+// unknown) and ignores head_dim.
+struct StorageCodecRequest {
+  std::string codec;      // "" = the Manager's --storage-codec; none|ans|fp8|turboquant-4|-3
+  std::string dtype;      // every slot's element type: "" (unknown), bf16, fp16, fp8_e4m3fn
+  uint32_t head_dim = 0;  // elements per (token, head) vector; 0 unknown
+  friend bool operator==(const StorageCodecRequest&, const StorageCodecRequest&) = default;
+};
+
 struct RegisterRequest {
   std::string ns;  // namespace: model, dtype, layout fingerprint, TP/PP shape, salt
   uint32_t rank = 0;
@@ -49,6 +61,7 @@ struct RegisterRequest {
   // objects. A hybrid instance publishes plain chain keys; the Manager stores
   // each under recovery::ObjectKey(key, mask of the group).
   std::optional<ModelDescription> model;
+  StorageCodecRequest storage;  // default: the Manager's --storage-codec
 };
 
 struct PublishRequest {

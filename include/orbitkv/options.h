@@ -42,6 +42,14 @@ struct ManagerOptions {
   // Queries: the longest lease a query may ask for (ttl_ms); larger ones are
   // refused, so a forgotten query holds its budget share for at most this.
   uint32_t max_query_ttl_ms = 60000;  // --max-query-ttl-ms
+  // Storage codec of namespaces whose engine does not ask for one at register
+  // (RegisterRequest::storage): none|ans|fp8|turboquant-4|turboquant-3
+  // (README "Storage codecs"). Compression is off by default.
+  std::string storage_codec = "none";  // --storage-codec
+  // Codec memory: the encoded output the io_uring writeback lanes hold at
+  // once (split between them); for the GPU codec path, retained encoded input
+  // plus decoder scratch per worker. More than 0.
+  uint64_t codec_budget = 256ull << 20;  // --codec-budget 256mib
   // Opt-in cost observations: orbitkv_cost_seconds{path} per SSD restore route
   // (environment ORBITKV_COST_OBSERVATIONS=1, read by ParseFlags).
   bool cost_observations = false;

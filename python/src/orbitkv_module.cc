@@ -542,11 +542,14 @@ class PyClient {
 
   InstanceId RegisterInstance(const std::string& ns, uint32_t rank, const std::string& device,
                               const PyInstanceLayout& layout, py::handle regions,
-                              py::handle ipc_handles, py::handle model) {
+                              py::handle ipc_handles, py::handle model,
+                              const std::string& storage_codec, const std::string& kv_dtype,
+                              uint32_t head_dim) {
     RegisterRequest req;
     req.ns = ns;
     req.rank = rank;
     req.device = device;
+    req.storage = {storage_codec, kv_dtype, head_dim};
     req.layout = ToLayout(layout);
     if (!model.is_none()) req.model = ToModel(model);
     if (!ipc_handles.is_none()) req.ipc_handles = ToIpcHandles(ipc_handles);
@@ -1032,7 +1035,8 @@ context manager (closes on exit).)doc")
                              "True once closed, or once the Manager closed the connection or died.")
       .def("register_instance", &PyClient::RegisterInstance, py::arg("ns"), py::arg("rank"),
            py::arg("device"), py::arg("layout"), py::arg("regions") = py::list(),
-           py::arg("ipc_handles") = py::none(), py::arg("model") = py::none(),
+           py::arg("ipc_handles") = py::none(), py::arg("model") = py::none(), py::kw_only(),
+           py::arg("storage_codec") = "", py::arg("kv_dtype") = "", py::arg("head_dim") = 0,
            R"doc(Registers an instance with `layout`; returns the instance id.
 
 `model`: a hybrid model's orbitkv.hybrid.ModelDescription (or its to_dict());
@@ -1042,6 +1046,11 @@ Manager refuses one that is invalid or disagrees with the layout
 chain keys per storage group, and its queries return the recovery plan
 (QueryResult.prefix_tokens, .pieces); restore(blocks=...) indexes .pieces,
 pages are pages of each piece's storage group.
+
+storage_codec: the namespace's SSD storage codec ("" = the Manager's
+--storage-codec; none, ans, fp8, turboquant-4, turboquant-3); part of the
+namespace's identity. kv_dtype ("bf16", "fp16", "fp8_e4m3fn") and head_dim
+describe every slot's elements; the lossy codecs need both.
 
 device "host": `regions` are HostPages (or memfds sealed with F_SEAL_SHRINK),
 one per layout.region_bytes entry, and `ipc_handles` is None or empty.

@@ -123,13 +123,15 @@ class NaiveBackend final : public Backend {
 
 Result<std::unique_ptr<Backend>> ConnectManagerBackend(const std::string& socket,
                                                        const std::string& ns, PageTarget& pages,
-                                                       const std::string& client_name) {
+                                                       const std::string& client_name,
+                                                       const StorageCodecRequest& storage) {
   ClientConfig cc;
   cc.socket_path = socket;
   cc.client_name = client_name;
   ORBITKV_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Client::Connect(cc));
   RegisterRequest reg;
   reg.ns = ns;
+  reg.storage = storage;
   std::vector<int> fds;
   pages.Describe(&reg, &fds);
   ORBITKV_ASSIGN_OR_RETURN(InstanceId instance, client->RegisterInstance(reg, fds));

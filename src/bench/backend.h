@@ -41,10 +41,12 @@ class Backend {
   virtual Status Close() = 0;
 };
 
-// Connects to the Manager at `socket` and registers `pages` in namespace `ns`.
+// Connects to the Manager at `socket` and registers `pages` in namespace `ns`
+// with storage codec `storage` (default: the Manager's).
 Result<std::unique_ptr<Backend>> ConnectManagerBackend(const std::string& socket,
                                                        const std::string& ns, PageTarget& pages,
-                                                       const std::string& client_name);
+                                                       const std::string& client_name,
+                                                       const StorageCodecRequest& storage = {});
 // The naive route over `store`: one pread + one copy per slot per block.
 Result<std::unique_ptr<Backend>> NewNaiveBackend(NaiveStore& store, PageTarget& pages);
 

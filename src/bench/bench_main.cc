@@ -36,6 +36,7 @@
 #include "bench/route_run.h"
 #include "bench/scale.h"
 #include "bench/workloads.h"
+#include "codec/codec.h"
 #include "orbitkv/device.h"
 #include "orbitkv/logging.h"
 #include "orbitkv/units.h"
@@ -80,7 +81,8 @@ struct Flags {
   std::string disk_ceiling = "auto";  // auto | fio | probe
   std::string fio_file_size;          // empty: the working set, within 1 GiB..8 GiB
   bool no_verify = false, no_progress = false, list_models = false, list_workloads = false;
-  uint32_t inject_corruption = 0;  // tests only (hidden flag)
+  std::string storage_codec = "none";  // the Manager routes' namespace codec
+  uint32_t inject_corruption = 0;      // tests only (hidden flag)
   std::string json, png;
   std::vector<std::string> argv;  // as given, for the report
   // --workload scale.
@@ -92,6 +94,38 @@ struct Flags {
 int FlagError(const std::string& msg) {
   std::fprintf(stderr, "orbitkv-bench: %s\n", msg.c_str());
   return kExitFlags;
+}
+
+// Under --storage-codec: the compression ratio on the KV the route moved
+// (what the writeback encoded, what restores decoded), the KV delivered per
+// second (effective, uncompressed) and the stored bytes per second it took.
+void PrintCodecLine(const Flags& f, const RouteRunResult& run, const RouteFigures& fig,
+                    const Ceiling* ceil) {
+  auto d = [&](const char* k) {
+    auto it = run.view.delta.find(k);
+    return it == run.view.delta.end() ? 0.0 : it->second;
+  };
+  const double enc_in = d("codec_encode_in"), enc_out = d("codec_encode_out");
+  const double dec_in = d("codec_decode_in"), dec_out = d("codec_decode_out");
+  auto ratio = [](double raw, double coded) {
+    return coded > 0 ? fmt::format("{:.3f}x", raw / coded) : std::string("n/a");
+  };
+  const double eff = fig.restore.bytes ? fig.restore.bytes_per_s : 0;
+  // Of the restored KV, the part the codec decoded moved at its stored size.
+  const double dec_share = fig.restore.bytes ? std::min(1.0, dec_out / fig.restore.bytes) : 0;
+  const double stored = dec_out > 0 ? eff * (1 - dec_share + dec_share * dec_in / dec_out) : eff;
+  std::printf(
+      "  %-10s codec %s: ratio %s written (%s -> %s), %s read back; effective KV %s GB/s, "
+      "stored bytes %s GB/s%s\n",
+      "", f.storage_codec.c_str(), ratio(enc_in, enc_out).c_str(),
+      FormatByteSize(static_cast<uint64_t>(enc_in)).c_str(),
+      FormatByteSize(static_cast<uint64_t>(enc_out)).c_str(), ratio(dec_out, dec_in).c_str(),
+      eff ? fmt::format("{:.2f}", eff / 1e9).c_str() : "n/a",
+      eff ? fmt::format("{:.2f}", stored / 1e9).c_str() : "n/a",
+      ceil && ceil->ok && eff
+          ? fmt::format(" ({:.0f}% of the ceiling, effective)", 100 * eff / ceil->bytes_per_s)
+                .c_str()
+          : "");
 }
 
 int Fail(const std::string& msg) {
@@ -429,7 +463,10 @@ int Run(const Flags& f, const std::vector<Route>& routes, const ModelPreset& mod
   for (Route r : routes)
     route_names += (route_names.empty() ? "" : ", ") + std::string(Info(r).name);
   std::printf("  routes     %s; verification %s; seed %llu\n", route_names.c_str(),
-              f.no_verify ? "OFF" : "every restored byte",
+              f.no_verify ? "OFF"
+              : codec::CodecIsLossless(*codec::ParseCodecName(f.storage_codec))
+                  ? "every restored byte"
+                  : "OFF (lossy storage codec)",
               static_cast<unsigned long long>(f.w.seed));
   std::fflush(stdout);
 
@@ -553,7 +590,12 @@ int Run(const Flags& f, const std::vector<Route>& routes, const ModelPreset& mod
       rc.ssd_io_workers = f.ssd_io_workers;
       rc.dir = dir + "/" + std::string(Info(r).name);
       rc.manager_binary = f.manager;
-      rc.verify = !f.no_verify;
+      const codec::CodecId storage = *codec::ParseCodecName(f.storage_codec);
+      rc.verify = !f.no_verify && codec::CodecIsLossless(storage);
+      if (storage != codec::CodecId::kNone) {
+        rc.storage = {f.storage_codec, model.dtype_bytes == 1 ? "fp8_e4m3fn" : "bf16",
+                      model.head_dim};
+      }
       rc.probes_per_engine = (f.latency_probes + w.engines - 1) / w.engines;
       rc.corrupt_every = f.inject_corruption;
       rc.seed = f.w.seed;
@@ -592,6 +634,7 @@ int Run(const Flags& f, const std::vector<Route>& routes, const ModelPreset& mod
           demo::Percent(fig.hit_dram, fig.queried), demo::Percent(fig.hit_ssd, fig.queried),
           fig.measured_wall_s,
           fig.mismatched ? fmt::format(", {} MISMATCHED blocks", fig.mismatched).c_str() : "");
+      if (storage != codec::CodecId::kNone && run->manager) PrintCodecLine(f, *run, fig, ceil);
       std::fflush(stdout);
       p.routes.push_back(std::move(fig));
     }
@@ -754,6 +797,12 @@ int Main(int argc, char** argv) {
                  "Size of fio's file (default: the working set, within 1gib..8gib)")
       ->group(g);
   app.add_flag("--no-verify", f.no_verify, "Do not check restored bytes")->group(g);
+  app.add_option("--storage-codec", f.storage_codec,
+                 "none|ans|fp8|turboquant-4|turboquant-3: the Manager routes' SSD storage codec "
+                 "(asked for at register with the model's bf16 head_dim; lossy ones skip the "
+                 "byte check)")
+      ->capture_default_str()
+      ->group(g);
   app.add_flag("--no-progress", f.no_progress, "No live line")->group(g);
   app.add_option("--json", f.json, "Write the report as JSON")->group(g);
   app.add_option("--png", f.png,
@@ -794,6 +843,9 @@ int Main(int argc, char** argv) {
     return FlagError("--workload: unknown workload '" + f.workload + "' (--list-workloads)");
   const ModelPreset* model = FindModel(f.model);
   if (!model) return FlagError("--model: unknown model '" + f.model + "' (--list-models)");
+  if (Result<codec::CodecId> c = codec::ParseCodecName(f.storage_codec); !c.ok()) {
+    return FlagError("--storage-codec: " + std::string(c.status().message()));
+  }
   if (Result<DeviceSpec> d = ParseDevice(f.device, "--device"); !d.ok()) {
     return FlagError(std::string(d.status().message()));
   }

@@ -113,7 +113,7 @@ class Driver {
       o.connect = [this, e](PageTarget& pages) -> Result<std::unique_ptr<Backend>> {
         if (naive_) return NewNaiveBackend(*naive_, pages);
         return ConnectManagerBackend(socket_, c_.ns, pages,
-                                     "orbitkv-bench-engine-" + std::to_string(e));
+                                     "orbitkv-bench-engine-" + std::to_string(e), c_.storage);
       };
       threads.emplace_back([&, e] { statuses[e] = RunEngine(opts[e], &out_.engines[e]); });
     }
@@ -132,6 +132,19 @@ class Driver {
   }
 
  private:
+  // The storage codec's bytes in and out per direction over a measured phase.
+  void AddCodecDeltas(const demo::MetricsSnapshot& before, const demo::MetricsSnapshot& after) {
+    if (c_.storage.codec.empty() || c_.storage.codec == "none") return;
+    for (const char* op : {"encode", "decode"}) {
+      for (const char* dir : {"in", "out"}) {
+        const std::string name = std::string("orbitkv_codec_bytes_") + dir + "_total";
+        const std::map<std::string, std::string> l = {{"codec", c_.storage.codec}, {"op", op}};
+        out_.view.delta[std::string("codec_") + op + "_" + dir] +=
+            after.Value(name, l) - before.Value(name, l);
+      }
+    }
+  }
+
   uint64_t BlockBytes() const {
     uint64_t sum = 0;
     for (uint64_t b : c_.slot_bytes) sum += b;
@@ -277,6 +290,7 @@ class Driver {
           if (before && after) {
             for (const Series& s : kCounters)
               out_.view.delta[s.key] += Get(*after, s) - Get(*before, s);
+            AddCodecDeltas(*before, *after);
           }
         }
       }

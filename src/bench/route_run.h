@@ -17,6 +17,7 @@
 #include "bench/route.h"
 #include "bench/samples.h"
 #include "bench/workloads.h"
+#include "orbitkv/cache_api.h"
 #include "orbitkv/status.h"
 #include "workload/live_line.h"
 
@@ -31,6 +32,9 @@ struct RouteRunConfig {
   bool page_first = false;  // --layout page-first
   uint32_t block_tokens = 16;
   std::string ns;  // Manager namespace of the blocks
+  // The namespace's storage codec (--storage-codec); its counters are kept
+  // in ManagerView::delta as codec_{encode,decode}_{in,out}.
+  StorageCodecRequest storage;
   uint64_t pool_bytes = 0;
   uint64_t ssd_bytes = 0;
   uint32_t ssd_shards = 4;

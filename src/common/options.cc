@@ -37,6 +37,7 @@ Status ManagerOptions::Validate() const {
   if (ssd_io_workers == 0 || ssd_io_workers > 64) {
     return Status::InvalidArgument("--ssd-io-workers must be between 1 and 64");
   }
+  if (codec_budget == 0) return Status::InvalidArgument("--codec-budget must be more than 0");
   if (max_query_ttl_ms == 0 || max_query_ttl_ms > 3600000) {
     return Status::InvalidArgument("--max-query-ttl-ms must be between 1 and 3600000 (1 h)");
   }

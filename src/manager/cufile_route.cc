@@ -94,12 +94,17 @@ bool CufileRoute::explicit_read() const {
 }
 
 bool CufileRoute::ServesReads(const Instance& inst) const {
-  if (!inst.cuda()) return false;
+  // Encoded objects decode on the CPU behind the io_uring route (the GPU
+  // decode of cuFile-staged frames is not wired in yet).
+  if (!inst.cuda() || !inst.codec.raw()) return false;
   if (o_.read_path) return *o_.read_path == SsdReadPath::kCufile;  // explicit: never switched
   return admit_.load();
 }
 
-bool CufileRoute::ServesWrites(const Instance& inst) const { return inst.cuda() && admit_.load(); }
+bool CufileRoute::ServesWrites(const Instance& inst) const {
+  // Encoded namespaces write back through io_uring, encoded on the CPU.
+  return inst.cuda() && inst.codec.raw() && admit_.load();
+}
 
 void CufileRoute::OnFailure(const Status& st) {
   if (o_.backend != SsdBackend::kAuto) {
@@ -283,7 +288,7 @@ bool CufileRoute::SubmitWrite(Instance& inst, const GroupLayout& g, const Object
     }
     std::vector<uint32_t> crcs(g.num_slots);
     for (size_t k = 0; k < g.slots.size(); ++k) crcs[g.slots[k].slot_id] = out[k];
-    WriteObjectHeader(id, shape.slot_bytes, /*codec=*/0, crcs, {scratch.data, crc_at});
+    WriteObjectHeader(id, shape.slot_bytes, ObjectCodec{}, crcs, {scratch.data, crc_at});
     header = scratch.data;
   }
   GpuWriteRequest w;

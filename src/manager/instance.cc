@@ -144,18 +144,43 @@ Status Instance::PageCrcs(const GroupLayout& g, uint64_t page, uint32_t* out) {
 }
 
 Status Instance::ObjectToPages(uint32_t group, std::span<const uint8_t> object, const ObjectId& id,
-                               uint64_t page, bool from_ssd, std::vector<gpu::CopyOp>* ops) const {
+                               uint64_t page, bool from_ssd, PageCopies* copies) const {
   const GroupLayout* g = groups.at(group);
   const ObjectShape& shape = *shapes.at(group);
   const uint64_t size = object.size();
   ORBITKV_ASSIGN_OR_RETURN(
       ParsedHeader h, ParseObjectHeader({object.data(), std::min(size, shape.header_bytes)}, size));
   ORBITKV_RETURN_IF_ERROR(CheckObjectMatches(h, id, shape.slot_bytes));
+  if (h.codec != kCodecRaw) {
+    // Every segment is checked before the first is decoded, so a damaged
+    // object leaves no page of it half written.
+    if (codec.raw()) {
+      return Status::Corruption("encoded object (codec " + std::to_string(h.codec) +
+                                ") in a namespace without a storage codec");
+    }
+    ORBITKV_RETURN_IF_ERROR(CheckEncodedObject(codec, h, object, *codec_metrics));
+    for (const SlotLayout& s : g->slots) {
+      uint8_t* dst = nullptr;
+      if (!cuda()) {
+        dst = HostPage(s, page);
+      } else {
+        ORBITKV_ASSIGN_OR_RETURN(DramView v, copies->pool->AllocateScratch(s.bytes_per_page));
+        copies->scratch.push_back(v);
+        dst = v.data;
+        copies->ops.push_back(
+            {DevicePage(s, page), reinterpret_cast<gpu::DevPtr>(dst), s.bytes_per_page});
+      }
+      ORBITKV_RETURN_IF_ERROR(
+          DecodeSegment(codec, h, object, s.slot_id, {dst, s.bytes_per_page}, *codec_metrics));
+    }
+    return Status::OK();
+  }
   if (from_ssd) ORBITKV_RETURN_IF_ERROR(VerifyObjectPayload(h, object));
   for (const SlotLayout& s : g->slots) {
     const uint8_t* src = object.data() + h.segments[s.slot_id].offset;
     if (cuda()) {
-      ops->push_back({DevicePage(s, page), reinterpret_cast<gpu::DevPtr>(src), s.bytes_per_page});
+      copies->ops.push_back(
+          {DevicePage(s, page), reinterpret_cast<gpu::DevPtr>(src), s.bytes_per_page});
     } else {
       std::memcpy(HostPage(s, page), src, s.bytes_per_page);
     }

@@ -20,6 +20,7 @@
 #include "common/mutex.h"
 #include "gpu/platform.h"
 #include "manager/host_region.h"
+#include "manager/storage_codec.h"
 #include "orbitkv/cache_api.h"
 #include "orbitkv/model_description.h"
 #include "orbitkv/status.h"
@@ -68,6 +69,8 @@ class Instance {
   // for a hybrid one. REQUIRES: `group` is one of the layout's (hybrid: of the
   // description's storage groups).
   ObjectId Object(uint32_t group, const BlockKey& chain_key) const;
+  NamespaceCodec codec;                         // of the namespace's objects
+  const CodecMetrics* codec_metrics = nullptr;  // the Manager's (outlives the instance)
 
   bool cuda() const { return device_ != nullptr; }
   // REQUIRES: cuda(), and a guard is held (the device lives until ReleaseDevice).
@@ -87,13 +90,30 @@ class Instance {
   // CRC32C of each slot's bytes of `page` (g.slots order) into pinned `out`,
   // computed on the D2H stream.
   Status PageCrcs(const GroupLayout& g, uint64_t page, uint32_t* out) EXCLUDES(d2h_mu_);
-  // Checks one object (pinned host memory) against its id and shape, then
-  // copies its segments into `page` for every slot this instance holds:
-  // memcpy for host pages; for CUDA pages the copies are appended to `ops`.
-  // `from_ssd`: every segment's payload CRC32C is checked first (DRAM entries
-  // were checked when they entered the pool).
+  // The H2D copies of CUDA pages from ObjectToPages, and the pinned scratch
+  // (from `pool`, registered with CUDA like the pool) holding the decoded
+  // segments they copy from, returned when this goes (after the copies).
+  struct PageCopies {
+    explicit PageCopies(DramCache* pool) : pool(pool) {}
+    ~PageCopies() {
+      for (const DramView& v : scratch) pool->ReleaseScratch(v);
+    }
+    PageCopies(const PageCopies&) = delete;
+    PageCopies& operator=(const PageCopies&) = delete;
+    std::vector<gpu::CopyOp> ops;
+    DramCache* const pool;
+    std::vector<DramView> scratch;
+  };
+  // Checks one object (host memory) against its id and shape, then copies its
+  // segments into `page` for every slot this instance holds: memcpy for host
+  // pages; for CUDA pages the copies are appended to `copies`. `from_ssd`:
+  // every segment's payload CRC32C is checked first (raw DRAM entries were
+  // checked when they entered the pool). An encoded object (storage_codec.h)
+  // is always checked (codec, version, every segment's CRC) and then decoded
+  // on the CPU: into host pages, or into pinned scratch for CUDA pages (no
+  // room there: ResourceExhausted for the block).
   Status ObjectToPages(uint32_t group, std::span<const uint8_t> object, const ObjectId& id,
-                       uint64_t page, bool from_ssd, std::vector<gpu::CopyOp>* ops) const;
+                       uint64_t page, bool from_ssd, PageCopies* copies) const;
 
   // ---- operations and teardown ---------------------------------------------
   // A hold for one operation; Cancelled once BeginClose started.

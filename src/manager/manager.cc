@@ -20,6 +20,9 @@ Result<std::unique_ptr<Manager>> Manager::Create(const ManagerConfig& config) {
   auto impl = std::make_unique<Impl>();
   impl->config = config;
   const ManagerOptions& o = config.options;
+  Result<codec::CodecId> default_codec = codec::ParseCodecName(o.storage_codec);
+  if (!default_codec.ok()) return default_codec.status().WithContext("--storage-codec");
+  impl->default_codec = *default_codec;
   const bool ssd_on = !o.ssd_cache_path.empty();
   const uint64_t pool = AlignDown(o.pool_size, 4096);
   const uint64_t staging =
@@ -74,6 +77,7 @@ Result<std::unique_ptr<Manager>> Manager::Create(const ManagerConfig& config) {
   }
   Impl& x = *impl;
   x.m = ManagerMetrics::Register(*config.metrics, ssd_on, o.cost_observations);
+  x.codec_metrics = std::make_unique<CodecMetrics>(*config.metrics);
   x.cufile_series = std::make_unique<CufileSeries>(config.metrics, config.gpu);
   if (ssd_on) {
     Writeback::Options w;
@@ -91,6 +95,8 @@ Result<std::unique_ptr<Manager>> Manager::Create(const ManagerConfig& config) {
     w.batch = o.ssd_queue_depth / 2;  // a batch fills the queue depth (several chunks per object)
     w.bytes = x.m.bytes_writeback;
     w.queue_full = x.m.writeback_queue_full;
+    w.codec_metrics = x.codec_metrics.get();
+    w.codec_budget = o.codec_budget;
     x.writeback = std::make_unique<Writeback>(std::move(w));
     r.ssd = x.ssd.get();
     r.dram = x.dram.get();
@@ -240,6 +246,10 @@ Result<InstanceId> Manager::RegisterInstance(SessionId session, const RegisterRe
   ORBITKV_ASSIGN_OR_RETURN(std::shared_ptr<Instance> inst,
                            Instance::Create(session, req, std::move(region_fds), impl_->config.gpu,
                                             impl_->config.gpu_unavailable));
+  // The storage codec is part of the namespace's identity (SessionTable::Add).
+  ORBITKV_ASSIGN_OR_RETURN(inst->codec,
+                           SelectNamespaceCodec(req.storage, impl_->default_codec, inst->layout));
+  inst->codec_metrics = impl_->codec_metrics.get();
   ORBITKV_RETURN_IF_ERROR(impl_->sessions->Add(inst));
   if (inst->hybrid()) {
     // The recurrent groups' objects are checkpoints for the DRAM admission cap.
@@ -249,9 +259,10 @@ Result<InstanceId> Manager::RegisterInstance(SessionId session, const RegisterRe
     }
     impl_->dram->SetCheckpointGroups(inst->ns, recurrent);
   }
-  OKV_LOG_INFO("registered instance {} (namespace '{}', rank {}, {}, {} pages, {} groups)",
-               inst->id, req.ns, req.rank, req.device, req.layout.num_pages,
-               req.layout.groups.size());
+  OKV_LOG_INFO(
+      "registered instance {} (namespace '{}', rank {}, {}, {} pages, {} groups, storage codec {})",
+      inst->id, req.ns, req.rank, req.device, req.layout.num_pages, req.layout.groups.size(),
+      inst->codec.raw() ? "none" : inst->codec.Identity());
   return inst->id;
 }
 

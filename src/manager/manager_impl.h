@@ -20,6 +20,7 @@
 #include "manager/read_staging.h"
 #include "manager/restore.h"
 #include "manager/session_table.h"
+#include "manager/storage_codec.h"
 #include "manager/uring_route.h"
 #include "manager/writeback.h"
 #include "store/dram_cache.h"
@@ -30,6 +31,8 @@ namespace orbitkv {
 struct Manager::Impl {
   ManagerConfig config;
   ManagerMetrics m;
+  std::unique_ptr<CodecMetrics> codec_metrics;
+  codec::CodecId default_codec = codec::CodecId::kNone;  // --storage-codec
   std::atomic<uint64_t> next_id{1};  // sessions, namespaces, instances, queries, restores
 
   std::unique_ptr<DramCache> dram;

@@ -85,7 +85,7 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
       x.m.publish_skipped->Inc();
       continue;
     }
-    WriteObjectHeader(id, shape.slot_bytes, /*codec=*/0, {}, header);  // CRCs at seal
+    WriteObjectHeader(id, shape.slot_bytes, ObjectCodec{}, {}, header);  // CRCs at seal
     auto begin = [&] { return x.dram->BeginAssembly(id, shape.object_size, g.num_slots, header); };
     Result<DramView> v = begin();
     if (!v.ok() && v.status().code() == StatusCode::kResourceExhausted && x.ssd) {
@@ -148,7 +148,7 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
     if (direct() && x.cufile->SubmitWrite(*inst, g, shape, id, req.pages[i], dram_header, dw)) {
       continue;
     }
-    if (x.ssd) x.writeback->Queue(id);
+    if (x.ssd) x.writeback->Queue(id, inst->codec);
   }
   // On every return: the pages stay the engine's only after this call's SSD
   // writes finished (the GPU gathers from them), and each write's DRAM entry
@@ -163,7 +163,7 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
         ++out.sealed;
       }
     } else if (d.dram_copy) {
-      x.writeback->Queue(d.id);  // the DRAM copy can still reach SSD through io_uring
+      x.writeback->Queue(d.id, inst->codec);  // the DRAM copy can still reach SSD through io_uring
     } else {
       ++out.dropped;  // no DRAM copy and the SSD write failed: the block is gone
       x.m.publish_pool_full->Inc();

@@ -72,15 +72,14 @@ Result<RestoreId> Manager::StartRestore(SessionId session, const RestoreRequest&
   if (!taken.ssd.empty()) x.SubmitSsd(r, *inst, std::move(taken.ssd));
   // DRAM blocks copy here, on the caller's thread, from the entries the query
   // pinned: memcpy into host pages, or one H2D job (one event) for CUDA pages.
-  std::vector<gpu::CopyOp> ops;
+  Instance::PageCopies copies(x.dram.get());
   std::vector<Status> st(taken.dram.size());
   for (size_t i = 0; i < taken.dram.size(); ++i) {
     const RestoreBlock& b = taken.dram[i];
-    st[i] =
-        inst->ObjectToPages(b.src.id.group, {b.src.dram.data, b.src.dram.size}, b.src.id, b.page,
-                            /*from_ssd=*/false, &ops);
+    st[i] = inst->ObjectToPages(b.src.id.group, {b.src.dram.data, b.src.dram.size}, b.src.id, b.page,
+                                /*from_ssd=*/false, &copies);
   }
-  const Status copied = inst->CopyAndWait(/*to_device=*/true, ops);
+  const Status copied = inst->CopyAndWait(/*to_device=*/true, copies.ops);
   for (size_t i = 0; i < taken.dram.size(); ++i) {
     const RestoreBlock& b = taken.dram[i];
     if (st[i].ok()) st[i] = copied;

@@ -45,11 +45,22 @@ bool SessionTable::ReshapeNamespaceLocked(uint64_t ns, const InstanceLayout& lay
   return true;
 }
 
+namespace {
+
+// What a namespace id is interned under: the engine's namespace string with
+// its model fingerprint (Instance::ns_key), and its storage codec: instances
+// that differ in either never share objects.
+std::pair<recovery::NamespaceKey, std::string> NamespaceKey(const Instance& inst) {
+  return {inst.ns_key, inst.codec.Identity()};
+}
+
+}  // namespace
+
 Status SessionTable::Add(const std::shared_ptr<Instance>& inst) {
   MutexLock l(mu_);
   auto session = sessions_.find(inst->session);
   if (session == sessions_.end()) return Status::NotFound("unknown session");
-  auto [ns_it, fresh] = ns_ids_.emplace(inst->ns_key, 0);
+  auto [ns_it, fresh] = ns_ids_.emplace(NamespaceKey(*inst), 0);
   if (fresh) ns_it->second = next_id_.fetch_add(1);
   if (!fresh && ReshapeNamespaceLocked(ns_it->second, inst->layout)) {
     // Its last instance left and the new one declares other slot sizes: the

@@ -393,6 +393,12 @@ void SsdGpuWorker::Impl::TakeVerifyResults(Slot& s, const Status& event) {
         Result<ParsedHeader> h =
             ParseObjectHeader({s.host + p.host_offset, c.header_bytes}, item.ref.object_size);
         Status m = h.ok() ? CheckObjectMatches(*h, item.id, item.slot_bytes) : h.status();
+        if (m.ok() && h->codec != kCodecRaw) {
+          // Routing keeps encoded namespaces off cuFile reads (CufileRoute::
+          // ServesReads); scattering a frame as raw bytes would be wrong bytes.
+          m = Status::Corruption("encoded object (codec " + std::to_string(h->codec) +
+                                 ") on the cuFile read route, which scatters raw segments");
+        }
         if (m.ok()) {
           c.header = std::move(h).value();
         } else {

@@ -168,11 +168,10 @@ void UringRoute::CopyLane(CopyJob& job) {
     RestoreBlock& b = job.blocks[i];
     Status st = job.read_status[i];
     if (st.ok()) {
-      std::vector<gpu::CopyOp> ops;
-      st = inst.ObjectToPages(b.src.id.group, {b.scratch.data, b.src.ref.object_size}, b.src.id,
-                              b.page,
-                              /*from_ssd=*/true, &ops);
-      if (st.ok()) st = inst.CopyAndWait(/*to_device=*/true, ops);
+      Instance::PageCopies copies(o_.dram);
+      st = inst.ObjectToPages(b.src.id.group, {b.scratch.data, b.src.ref.object_size}, b.src.id, b.page,
+                              /*from_ssd=*/true, &copies);
+      if (st.ok()) st = inst.CopyAndWait(/*to_device=*/true, copies.ops);
       o_.ssd->DropIfCorrupt(b.src.ref, b.src.id, st);
     }
     if (st.ok()) {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "orbitkv/logging.h"
+
 namespace orbitkv {
 
 Writeback::Writeback(Options options) : o_(std::move(options)) {
@@ -10,8 +12,8 @@ Writeback::Writeback(Options options) : o_(std::move(options)) {
       std::max<size_t>(1, o_.batch));
 }
 
-void Writeback::Queue(const ObjectId& id) {
-  Item item{id, o_.lanes->Start()};
+void Writeback::Queue(const ObjectId& id, const NamespaceCodec& codec) {
+  Item item{id, codec, o_.lanes->Start()};
   if (!queue_->TryPush(item)) {
     o_.queue_full->Inc();
     if (auto w = o_.dram->TakeWriteback(id)) o_.dram->FinishWriteback(*w, false);
@@ -33,17 +35,45 @@ Result<DramView> Writeback::WaitForRoom(Result<DramView> v,
 void Writeback::Lane(size_t worker, std::vector<Item>& items) {
   std::vector<DramView> views;
   std::vector<SsdStore::ObjectWrite> writes;
+  std::vector<CodecBuffer> encoded;  // live until their objects are written
+  uint64_t held = 0;                 // bytes of `encoded`
+  const uint64_t budget = std::max<uint64_t>(1, o_.codec_budget / o_.engines.size());
+  auto flush = [&] {
+    o_.ssd->WriteObjects(*o_.engines[worker], writes);
+    for (size_t i = 0; i < views.size(); ++i) {
+      if (writes[i].result.ok()) o_.bytes->Inc(writes[i].size);
+      o_.dram->FinishWriteback(views[i], writes[i].result.ok());
+    }
+    views.clear();
+    writes.clear();
+    encoded.clear();
+    held = 0;
+  };
   for (const Item& item : items) {
-    if (std::optional<DramView> v = o_.dram->TakeWriteback(item.id)) {
+    std::optional<DramView> v = o_.dram->TakeWriteback(item.id);
+    if (!v) continue;
+    if (item.codec.raw()) {
       views.push_back(*v);
       writes.push_back({StoreKey(item.id), v->data, v->size, item.id.ns});
+      continue;
     }
+    CodecBuffer buf;
+    Result<uint64_t> n = EncodeObject(item.codec, {v->data, v->size}, &buf, *o_.codec_metrics);
+    if (!n.ok()) {  // counted on orbitkv_codec_failures_total
+      OKV_LOG_WARN("writeback of {}: not stored on SSD: {}", item.id.key.ShortHex(),
+                   n.status().ToString());
+      o_.dram->FinishWriteback(*v, false);
+      continue;
+    }
+    views.push_back(*v);
+    writes.push_back({StoreKey(item.id), buf.data(), *n, item.id.ns});
+    held += buf.capacity();
+    encoded.push_back(std::move(buf));
+    // The lane's share of --codec-budget bounds the encoded bytes it holds:
+    // past it, what is encoded is written before the next object is.
+    if (held >= budget) flush();
   }
-  o_.ssd->WriteObjects(*o_.engines[worker], writes);
-  for (size_t i = 0; i < views.size(); ++i) {
-    if (writes[i].result.ok()) o_.bytes->Inc(views[i].size);
-    o_.dram->FinishWriteback(views[i], writes[i].result.ok());
-  }
+  flush();
   {
     MutexLock l(room_mu_);  // pairs with the publisher's wait
   }

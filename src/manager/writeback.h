@@ -1,6 +1,10 @@
 // Writeback: the SSD writeback lane. Sealed DRAM objects are queued (bounded;
-// a full queue drops the SSD copy and counts it), written in batches by one
-// io_uring engine per lane thread, and leave writeback-pending in the pool.
+// a full queue drops the SSD copy and counts it), encoded on the lane's
+// thread when their namespace has a storage codec (storage_codec.h: the SSD
+// gets the encoded object, the DRAM entry stays raw; an encode failure drops
+// the SSD copy, counted; the encoded bytes a lane holds are bounded by its
+// share of --codec-budget), written in batches by one io_uring engine per lane
+// thread, and leave writeback-pending in the pool.
 // Publishers that find the pool full of objects waiting for writeback wait
 // here (bounded) for the lane to free room: WaitForRoom. Each queued object
 // holds one LaneToken until its write finished. Thread-safe; room_mu_ is
@@ -16,6 +20,7 @@
 #include "common/mutex.h"
 #include "io/io_engine.h"
 #include "manager/lane.h"
+#include "manager/storage_codec.h"
 #include "manager/work_queue.h"
 #include "orbitkv/metrics.h"
 #include "store/dram_cache.h"
@@ -34,13 +39,18 @@ class Writeback {
     size_t batch = 1;                                // objects per engine submission
     Counter* bytes = nullptr;                        // written object bytes
     Counter* queue_full = nullptr;                   // objects dropped: queue full
+    const CodecMetrics* codec_metrics = nullptr;     // required
+    // --codec-budget, split between the lane threads: encoded output a lane
+    // holds at once (one object past it at most: a larger one goes alone).
+    uint64_t codec_budget = 256u << 20;
   };
   explicit Writeback(Options options);
   ~Writeback() { Close(); }
 
-  // Queues a sealed, writeback-pending object; a full queue finishes its
-  // writeback as failed (the DRAM copy stays) and counts it.
-  void Queue(const ObjectId& id);
+  // Queues a sealed, writeback-pending object of a namespace of `codec`; a
+  // full queue finishes its writeback as failed (the DRAM copy stays) and
+  // counts it.
+  void Queue(const ObjectId& id, const NamespaceCodec& codec);
   // While `attempt` keeps failing with ResourceExhausted and objects wait for
   // writeback, waits for the lane to free room (until `deadline`) and retries.
   // Returns the last attempt's result.
@@ -53,6 +63,7 @@ class Writeback {
  private:
   struct Item {
     ObjectId id;
+    NamespaceCodec codec;
     LaneToken token;
   };
   void Lane(size_t worker, std::vector<Item>& items) EXCLUDES(room_mu_);

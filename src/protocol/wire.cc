@@ -276,6 +276,30 @@ Status DecodeModel(const w::ModelDescription* t, RegisterRequest* m) {
   return Status::OK();
 }
 
+// Shape here (short names, a bounded head_dim); meaning in the Manager
+// (manager/storage_codec.h), which refuses unknown names and lossy codecs
+// without a dtype and head_dim.
+Status DecodeStorageCodec(const w::StorageCodec* t, RegisterRequest* m) {
+  m->storage = {};
+  if (t == nullptr) return Status::OK();
+  StorageCodecRequest& o = m->storage;
+  ORBITKV_RETURN_IF_ERROR(GetString(t->codec(), "RegisterInstance.storage.codec", &o.codec));
+  ORBITKV_RETURN_IF_ERROR(GetString(t->dtype(), "RegisterInstance.storage.dtype", &o.dtype));
+  for (auto [field, v] : {std::pair{"RegisterInstance.storage.codec", &o.codec},
+                          std::pair{"RegisterInstance.storage.dtype", &o.dtype}}) {
+    if (v->size() > kMaxCodecNameBytes) {
+      return Invalid(
+          field, fmt::format("{} bytes, longer than the limit {}", v->size(), kMaxCodecNameBytes));
+    }
+  }
+  o.head_dim = t->head_dim();
+  if (o.head_dim > kMaxCodecHeadDim) {
+    return Invalid("RegisterInstance.storage.head_dim",
+                   fmt::format("{} is more than the limit {}", o.head_dim, kMaxCodecHeadDim));
+  }
+  return Status::OK();
+}
+
 Status Decode(const w::RegisterInstance& t, RegisterRequest* m) {
   ORBITKV_RETURN_IF_ERROR(GetString(t.ns(), "RegisterInstance.ns", &m->ns));
   m->rank = t.rank();
@@ -283,6 +307,7 @@ Status Decode(const w::RegisterInstance& t, RegisterRequest* m) {
   ORBITKV_RETURN_IF_ERROR(DecodeLayout(t.layout(), m));
   ORBITKV_RETURN_IF_ERROR(GetIpcHandles(t.ipc_handles(), m));
   ORBITKV_RETURN_IF_ERROR(DecodeModel(t.model(), m));
+  ORBITKV_RETURN_IF_ERROR(DecodeStorageCodec(t.storage(), m));
   return CheckDeviceRegions(*m);
 }
 
@@ -552,8 +577,15 @@ std::vector<uint8_t> EncodeRequest(uint64_t id, const RegisterRequest& m) {
     }
     model = w::CreateModelDescription(fbb, m.model->key_block_tokens, fbb.CreateVector(mgroups));
   }
+  // Absent for the Manager's default, as before the field existed.
+  fb::Offset<w::StorageCodec> storage;
+  if (m.storage != StorageCodecRequest{}) {
+    auto codec = fbb.CreateString(m.storage.codec);
+    auto dtype = fbb.CreateString(m.storage.dtype);
+    storage = w::CreateStorageCodec(fbb, codec, dtype, m.storage.head_dim);
+  }
   return Finish<RegisterRequest>(
-      fbb, id, w::CreateRegisterInstance(fbb, ns, m.rank, device, layout, handles, model));
+      fbb, id, w::CreateRegisterInstance(fbb, ns, m.rank, device, layout, handles, model, storage));
 }
 
 std::vector<uint8_t> EncodeRequest(uint64_t id, const PublishRequest& m) {

@@ -44,6 +44,9 @@ inline constexpr uint16_t kProtocolVersion = 1;
 // ---- limits enforced by DecodeMessage ---------------------------------------
 inline constexpr uint32_t kMaxKeysPerMessage = 65536;  // keys, pages, blocks, sources
 inline constexpr uint32_t kMaxStringBytes = 4096;      // every string field
+// RegisterInstance.storage: codec and dtype names, and head_dim.
+inline constexpr uint32_t kMaxCodecNameBytes = 32;
+inline constexpr uint32_t kMaxCodecHeadDim = 1u << 16;
 // RegisterInstance.ipc_handles: one cudaIpcMemHandle_t (64 bytes) per region,
 // so at most kMaxRegions of them.
 inline constexpr size_t kIpcHandleBytes = 64;

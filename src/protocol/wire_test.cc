@@ -5,8 +5,11 @@
 
 #include <array>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -508,6 +511,46 @@ TEST(WireTest, RegisterWithoutModelIsDenseAndUnchanged) {
       DecodeAs<RegisterRequest>(RawEnvelope(fbb, b.Finish(), w::Body_RegisterInstance, 1, 9), 9);
   EXPECT_EQ(m.ns, "old");
   EXPECT_FALSE(m.model.has_value());
+}
+
+TEST(WireTest, RegisterWithStorageCodecRoundTrip) {
+  RegisterRequest r = SampleRegister();
+  r.storage = {"turboquant-4", "bf16", 128};
+  EXPECT_EQ(DecodeAs<RegisterRequest>(EncodeRequest(5, r), 5).storage, r.storage);
+  r.storage = {"ans", "", 0};
+  EXPECT_EQ(DecodeAs<RegisterRequest>(EncodeRequest(6, r), 6).storage, r.storage);
+  // The Manager's default: no table at all, the bytes of a register before the field.
+  const std::vector<uint8_t> plain = EncodeRequest(7, SampleRegister());
+  EXPECT_EQ(w::GetEnvelope(plain.data())->body_as_RegisterInstance()->storage(), nullptr);
+  EXPECT_EQ(DecodeAs<RegisterRequest>(plain, 7).storage, StorageCodecRequest{});
+}
+
+// The committed fuzz seed (fuzz/corpus/protocol_fuzz) is a register with a
+// storage codec and decodes as one, so the fuzzer starts inside the table.
+TEST(WireTest, ProtocolFuzzSeedIsARegisterWithAStorageCodec) {
+  RegisterRequest r = SampleRegister();
+  r.storage = {"fp8", "fp16", 64};
+  const std::vector<uint8_t> bytes = EncodeRequest(11, r);
+  const std::string path =
+      std::string(ORBITKV_SOURCE_DIR) + "/fuzz/corpus/protocol_fuzz/register_storage_codec";
+  if (std::getenv("ORBITKV_WRITE_FUZZ_SEEDS")) {
+    std::ofstream(path, std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+  }
+  std::ifstream in(path, std::ios::binary);
+  const std::vector<uint8_t> seed{std::istreambuf_iterator<char>(in), {}};
+  ASSERT_FALSE(seed.empty()) << path;
+  EXPECT_EQ(DecodeAs<RegisterRequest>(seed, 11).storage, r.storage);
+}
+
+TEST(WireHostileTest, BadStorageCodecFieldsAreRefusedNamingTheField) {
+  RegisterRequest r = SampleRegister();
+  r.storage = {std::string(kMaxCodecNameBytes + 1, 'a'), "bf16", 128};
+  ExpectInvalid(EncodeRequest(1, r), "RegisterInstance.storage.codec: 33 bytes");
+  r.storage = {"fp8", std::string(kMaxCodecNameBytes + 1, 'b'), 128};
+  ExpectInvalid(EncodeRequest(1, r), "RegisterInstance.storage.dtype: 33 bytes");
+  r.storage = {"fp8", "bf16", kMaxCodecHeadDim + 1};
+  ExpectInvalid(EncodeRequest(1, r), "RegisterInstance.storage.head_dim: 65537");
 }
 
 TEST(WireHostileTest, BadModelDescriptionsAreRefusedNamingTheField) {

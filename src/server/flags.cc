@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdlib>
 
+#include "codec/codec.h"
 #include "orbitkv/units.h"
 
 namespace orbitkv {
@@ -41,6 +42,16 @@ Result<ParsedFlags> ParseFlags(int argc, const char* const* argv, std::string* o
       ->capture_default_str();
   app.add_option("--max-query-ttl-ms", o.max_query_ttl_ms,
                  "Longest query lease (ttl_ms) an engine may ask for; longer ones are refused")
+      ->capture_default_str();
+  std::string codec_budget = std::to_string(o.codec_budget >> 20) + "mib";
+  app.add_option("--storage-codec", o.storage_codec,
+                 "none|ans|fp8|turboquant-4|turboquant-3: codec of SSD objects of namespaces "
+                 "whose engine does not ask for one (lossy ones need the engine's dtype and "
+                 "head_dim)")
+      ->capture_default_str();
+  app.add_option("--codec-budget", codec_budget,
+                 "Codec memory: encoded output the SSD writeback lanes hold at once (split "
+                 "between them)")
       ->capture_default_str();
   app.add_option("--socket", o.socket_path,
                  "Engine protocol Unix socket (default: $XDG_RUNTIME_DIR/orbitkv.sock, else "
@@ -110,6 +121,10 @@ Result<ParsedFlags> ParseFlags(int argc, const char* const* argv, std::string* o
   };
   ORBITKV_RETURN_IF_ERROR(size_flag("--pool-size", pool, &o.pool_size));
   ORBITKV_RETURN_IF_ERROR(size_flag("--ssd-cache-capacity", capacity, &o.ssd_cache_capacity));
+  ORBITKV_RETURN_IF_ERROR(size_flag("--codec-budget", codec_budget, &o.codec_budget));
+  if (Result<codec::CodecId> c = codec::ParseCodecName(o.storage_codec); !c.ok()) {
+    return Status::InvalidArgument("--storage-codec: " + std::string(c.status().message()));
+  }
   if (admission == "all" || admission == "reuse") {
     o.admission_reuse = admission == "reuse";
   } else {

@@ -18,6 +18,8 @@ TEST(Flags, DefaultsMatchTheSpec) {
   EXPECT_EQ(p->options.ssd_cache_capacity, 512ull * 1000 * 1000 * 1000);
   EXPECT_TRUE(p->options.ssd_cache_path.empty());
   EXPECT_EQ(p->options.max_query_ttl_ms, 60000u);
+  EXPECT_EQ(p->options.storage_codec, "none");  // compression is off by default
+  EXPECT_EQ(p->options.codec_budget, 256ull << 20);
 }
 
 TEST(Flags, HelpListsEveryFlagWithItsDefault) {
@@ -25,19 +27,38 @@ TEST(Flags, HelpListsEveryFlagWithItsDefault) {
   auto p = Parse({"--help"}, &help);
   ASSERT_TRUE(p.ok());
   EXPECT_TRUE(p->exit_now);
-  for (const char* want :
-       {"--pool-size", "--ssd-cache-path", "--ssd-cache-capacity", "512gb", "--ssd-backend", "auto",
-        "--ssd-read-path", "unset", "--metrics-port", "9464", "--ssd-shards", "--ssd-queue-depth",
-        "--ssd-io-workers", "--socket", "--admission", "--max-query-ttl-ms", "60000"}) {
+  for (const char* want : {"--pool-size",
+                           "--ssd-cache-path",
+                           "--ssd-cache-capacity",
+                           "512gb",
+                           "--ssd-backend",
+                           "auto",
+                           "--ssd-read-path",
+                           "unset",
+                           "--metrics-port",
+                           "9464",
+                           "--ssd-shards",
+                           "--ssd-queue-depth",
+                           "--ssd-io-workers",
+                           "--socket",
+                           "--admission",
+                           "--max-query-ttl-ms",
+                           "60000",
+                           "--storage-codec",
+                           "none",
+                           "--codec-budget",
+                           "256mib"}) {
     EXPECT_NE(help.find(want), std::string::npos) << want << "\n" << help;
   }
 }
 
 TEST(Flags, ParsesValues) {
-  auto p =
-      Parse({"--pool-size", "8gb", "--ssd-cache-path", "/x/cache.bin", "--ssd-cache-capacity",
-             "100gb", "--ssd-backend", "cufile", "--ssd-read-path", "uring", "--ssd-shards", "8",
-             "--ssd-queue-depth", "128", "--metrics-port", "0", "--max-query-ttl-ms", "5000"});
+  auto p = Parse({"--pool-size",          "8gb",   "--ssd-cache-path", "/x/cache.bin",
+                  "--ssd-cache-capacity", "100gb", "--ssd-backend",    "cufile",
+                  "--ssd-read-path",      "uring", "--ssd-shards",     "8",
+                  "--ssd-queue-depth",    "128",   "--metrics-port",   "0",
+                  "--max-query-ttl-ms",   "5000",  "--storage-codec",  "turboquant-3",
+                  "--codec-budget",       "1gib"});
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   EXPECT_EQ(p->options.pool_size, 8ull * 1000 * 1000 * 1000);
   EXPECT_EQ(p->options.ssd_cache_capacity, 100ull * 1000 * 1000 * 1000);
@@ -47,6 +68,8 @@ TEST(Flags, ParsesValues) {
   EXPECT_EQ(p->options.ssd_queue_depth, 128u);
   EXPECT_EQ(p->options.metrics_port, 0);
   EXPECT_EQ(p->options.max_query_ttl_ms, 5000u);
+  EXPECT_EQ(p->options.storage_codec, "turboquant-3");
+  EXPECT_EQ(p->options.codec_budget, 1ull << 30);
 }
 
 TEST(Flags, ProtocolLimits) {
@@ -84,6 +107,10 @@ TEST(Flags, BadValuesNameTheFlagOnOneLine) {
            {{"--ssd-cache-capacity", "12zb"}, "--ssd-cache-capacity"},
            {{"--ssd-backend", "spdk"}, "--ssd-backend"},
            {{"--admission", "lru"}, "--admission"},
+           {{"--storage-codec", "zstd"}, "--storage-codec"},
+           {{"--storage-codec", ""}, "--storage-codec"},
+           {{"--codec-budget", "lots"}, "--codec-budget"},
+           {{"--codec-budget", "0"}, "--codec-budget"},
            {{"--ssd-read-path", "auto"}, "--ssd-read-path"},
            {{"--ssd-queue-depth", "0"}, "--ssd-queue-depth"},
            {{"--ssd-queue-depth", "lots"}, "--ssd-queue-depth"},

@@ -92,8 +92,9 @@ ObjectShape MakeObjectShape(const std::vector<uint64_t>& slot_bytes) {
   return s;
 }
 
-void WriteObjectHeader(const ObjectId& id, const std::vector<uint64_t>& slot_bytes, uint8_t codec,
-                       std::span<const uint32_t> segment_crcs, std::span<uint8_t> out) {
+void WriteObjectHeader(const ObjectId& id, const std::vector<uint64_t>& slot_bytes,
+                       ObjectCodec codec, std::span<const uint32_t> segment_crcs,
+                       std::span<uint8_t> out) {
   const auto n = static_cast<uint32_t>(slot_bytes.size());
   assert(n >= 1 && n <= kMaxSlotsPerGroup);
   assert(segment_crcs.empty() || segment_crcs.size() == n);
@@ -103,7 +104,8 @@ void WriteObjectHeader(const ObjectId& id, const std::vector<uint64_t>& slot_byt
   std::memset(p, 0, header_size);
   std::memcpy(p, kObjectMagic, sizeof kObjectMagic);
   PutLE<uint16_t>(p + kVersionAt, kObjectFormatVersion);
-  PutLE<uint16_t>(p + kFlagsAt, codec);
+  assert((codec.id == kCodecRaw) == (codec.version == 0));
+  PutLE<uint16_t>(p + kFlagsAt, static_cast<uint16_t>(codec.id | (codec.version << 8)));
   PutLE<uint32_t>(p + kNumSlotsAt, n);
   PutLE<uint64_t>(p + kNsAt, id.ns);
   PutLE<uint32_t>(p + kGroupAt, id.group);
@@ -159,7 +161,13 @@ Result<ParsedHeader> ParseObjectHeader(std::span<const uint8_t> bytes, uint64_t 
                std::to_string(kObjectFormatVersion) + ")");
   }
   const auto flags = GetLE<uint16_t>(p + kFlagsAt);
-  if ((flags >> 8) != 0) return Bad("unknown flags " + Hex32(flags));
+  const auto codec = static_cast<uint8_t>(flags & 0xff);
+  const auto codec_version = static_cast<uint8_t>(flags >> 8);
+  if ((codec == kCodecRaw) != (codec_version == 0)) {
+    return Bad("codec " + std::to_string(codec) + " with format version " +
+               std::to_string(codec_version) + " (flags " + Hex32(flags) +
+               "): raw objects have version 0, encoded ones a nonzero version");
+  }
   const auto n = GetLE<uint32_t>(p + kNumSlotsAt);
   if (n == 0 || n > kMaxSlotsPerGroup) {
     return Bad("num_slots " + std::to_string(n) + " not in [1, " +
@@ -188,7 +196,8 @@ Result<ParsedHeader> ParseObjectHeader(std::span<const uint8_t> bytes, uint64_t 
   out.id.ns = GetLE<uint64_t>(p + kNsAt);
   out.id.group = GetLE<uint32_t>(p + kGroupAt);
   std::memcpy(out.id.key.bytes.data(), p + kKeyAt, out.id.key.bytes.size());
-  out.codec = static_cast<uint8_t>(flags & 0xff);
+  out.codec = codec;
+  out.codec_version = codec_version;
   out.header_size = header_size;
   out.segments.reserve(n);
   uint64_t prev_end = header_size;

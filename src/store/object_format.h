@@ -8,7 +8,8 @@
 // Header, little-endian; header_size = AlignUp(64 + 24 * num_slots, 512):
 //   [0, 8)    magic "OKVOBJ1\0"
 //   [8, 10)   format version u16 (kObjectFormatVersion)
-//   [10, 12)  flags u16: bits 0-7 codec id (0 = raw), bits 8-15 zero
+//   [10, 12)  flags u16: bits 0-7 codec id (0 = raw), bits 8-15 the codec's
+//             format version (0 for raw, nonzero otherwise; codec/codec.h)
 //   [12, 16)  num_slots u32, in [1, kMaxSlotsPerGroup]
 //   [16, 24)  ns u64
 //   [24, 28)  group u32
@@ -25,6 +26,10 @@
 // cuFile worker's kernel on the GPU). Version 1 (16-byte slot entries, zlib
 // CRC32 of the header only) is refused as Corruption: the SSD cache is
 // recreated at every start, so such an object is never served.
+// Encoded objects (codec id != 0): each segment is the codec's frame of the
+// slot's raw bytes (codec/codec.h), its size the frame's, its payload CRC the
+// CRC32C of the frame; segments are laid out by SegmentLayout of the encoded
+// sizes. Raw objects (codec 0) are the format as it was before codecs.
 #pragma once
 
 #include <cstdint>
@@ -45,6 +50,14 @@ inline constexpr uint64_t kObjectHeaderFixedBytes = 64;
 inline constexpr uint64_t kObjectSlotEntryBytes = 24;
 inline constexpr uint64_t kObjectHeaderCrcOffset = 28;
 inline constexpr uint8_t kCodecRaw = 0;
+
+// The codec of an object's segments: header flags bits 0-7 (id) and 8-15
+// (the version of the codec's format its encoder wrote).
+struct ObjectCodec {
+  uint8_t id = kCodecRaw;
+  uint8_t version = 0;  // 0 exactly when id is kCodecRaw
+  friend bool operator==(const ObjectCodec&, const ObjectCodec&) = default;
+};
 
 struct SegmentPos {
   uint64_t offset = 0;  // from the object start; a multiple of kObjectAlign
@@ -90,8 +103,10 @@ ObjectShape MakeObjectShape(const std::vector<uint64_t>& slot_bytes);
 // SealObjectHeader once the payload is known (fragmented publishes).
 // REQUIRES: 1 <= slot_bytes.size() <= kMaxSlotsPerGroup, every size > 0,
 // segment_crcs empty or one per slot, out.size() >= ObjectHeaderSize(n).
-void WriteObjectHeader(const ObjectId& id, const std::vector<uint64_t>& slot_bytes, uint8_t codec,
-                       std::span<const uint32_t> segment_crcs, std::span<uint8_t> out);
+// REQUIRES (also): codec.version is 0 exactly when codec.id is kCodecRaw.
+void WriteObjectHeader(const ObjectId& id, const std::vector<uint64_t>& slot_bytes,
+                       ObjectCodec codec, std::span<const uint32_t> segment_crcs,
+                       std::span<uint8_t> out);
 
 // Sets slot `slot`'s payload CRC in a header WriteObjectHeader wrote; the
 // header CRC is stale until SealObjectHeader. Entries of different slots are
@@ -112,6 +127,7 @@ std::vector<uint32_t> SegmentCrcs(std::span<const uint8_t> object,
 struct ParsedHeader {
   ObjectId id;
   uint8_t codec = kCodecRaw;
+  uint8_t codec_version = 0;  // nonzero exactly when codec is not raw
   uint64_t header_size = 0;
   std::vector<SegmentPos> segments;  // one per slot, in slot order
   std::vector<uint32_t> crcs;        // each segment's payload CRC32C
@@ -121,7 +137,9 @@ struct ParsedHeader {
 // the object) for an object of `object_size` bytes. Checks magic, version,
 // flags, num_slots, crc, zero padding, and that the segments are non-empty,
 // 512-aligned, in order, non-overlapping, after the header and inside
-// object_size. Any failure is Corruption saying which check failed.
+// object_size, and that the codec version is 0 exactly for raw objects (which
+// codec ids and versions exist is the codec's to check). Any failure is
+// Corruption saying which check failed.
 Result<ParsedHeader> ParseObjectHeader(std::span<const uint8_t> bytes, uint64_t object_size);
 
 // Corruption when a well-formed header is not the object the caller looked up

@@ -5,7 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <limits>
 #include <set>
 #include <string>
@@ -35,7 +38,7 @@ std::vector<uint64_t> Sizes(uint32_t n) {
 }
 
 std::vector<uint8_t> Header(const ObjectId& id, const std::vector<uint64_t>& sizes,
-                            uint8_t codec = kCodecRaw) {
+                            ObjectCodec codec = {}) {
   std::vector<uint8_t> h(ObjectHeaderSize(static_cast<uint32_t>(sizes.size())));
   WriteObjectHeader(id, sizes, codec, {}, h);
   return h;
@@ -103,12 +106,12 @@ TEST(ObjectFormatTest, SegmentsAreAlignedAndContiguousWithPadding) {
 
 TEST(ObjectFormatTest, FixedFieldsAreWhereTheFormatSays) {
   const ObjectId id = Id(0x0102030405060708ULL, 0x0A0B0C0D, 77);
-  const std::vector<uint8_t> h = Header(id, {1000, 3}, /*codec=*/2);
+  const std::vector<uint8_t> h = Header(id, {1000, 3}, {.id = 2, .version = 7});
   EXPECT_EQ(std::memcmp(h.data(), "OKVOBJ1\0", 8), 0);
   EXPECT_EQ(h[8], 2);  // version, little-endian
   EXPECT_EQ(h[9], 0);
-  EXPECT_EQ(h[10], 2);  // codec
-  EXPECT_EQ(h[11], 0);
+  EXPECT_EQ(h[10], 2);  // codec id
+  EXPECT_EQ(h[11], 7);  // its format version
   EXPECT_EQ(h[12], 2);  // num_slots
   EXPECT_EQ(GetU64(h, 16), id.ns);
   EXPECT_EQ(h[24], 0x0D);
@@ -122,7 +125,7 @@ TEST(ObjectFormatTest, FixedFieldsAreWhereTheFormatSays) {
   // Payload CRCs at entry + 16, after the reserved u32 at + 20 stays zero.
   std::vector<uint8_t> with_crc(h.size());
   const uint32_t crcs[] = {0x11223344, 0xA5A5A5A5};
-  WriteObjectHeader(id, {1000, 3}, 2, crcs, with_crc);
+  WriteObjectHeader(id, {1000, 3}, {2, 7}, crcs, with_crc);
   EXPECT_EQ(with_crc[EntryAt(0) + 16], 0x44);
   EXPECT_EQ(with_crc[EntryAt(0) + 19], 0x11);
   EXPECT_EQ(with_crc[EntryAt(1) + 16], 0xA5);
@@ -156,7 +159,7 @@ std::vector<uint8_t> Object(const ObjectId& id, const std::vector<uint64_t>& siz
     for (uint64_t i = 0; i < seg.size; ++i) obj[seg.offset + i] = static_cast<uint8_t>(seed + i);
   }
   const std::vector<uint32_t> crcs = SegmentCrcs(obj, sizes);
-  WriteObjectHeader(id, sizes, kCodecRaw, crcs, obj);
+  WriteObjectHeader(id, sizes, ObjectCodec{}, crcs, obj);
   return obj;
 }
 
@@ -190,7 +193,7 @@ TEST(ObjectFormatTest, SetSegmentCrcThenSealEqualsWritingTheCrcs) {
   const std::vector<uint64_t> sizes = {1000, 3, 1};
   const std::vector<uint8_t> want = Object(id, sizes, 3);
   std::vector<uint8_t> obj = want;
-  WriteObjectHeader(id, sizes, kCodecRaw, {}, obj);  // payload CRCs zero
+  WriteObjectHeader(id, sizes, ObjectCodec{}, {}, obj);  // payload CRCs zero
   auto zero = ParseObjectHeader(obj, obj.size());
   ASSERT_TRUE(zero.ok());
   EXPECT_EQ(VerifyObjectPayload(*zero, obj).code(), StatusCode::kCorruption);
@@ -211,7 +214,7 @@ TEST(ObjectFormatTest, Version1ObjectsAreRefused) {
 
 TEST(ObjectFormatTest, WriteZeroFillsPaddingAndStopsAtHeaderEnd) {
   std::vector<uint8_t> buf(ObjectHeaderSize(3) + 100, 0xAB);
-  WriteObjectHeader(Id(1, 2, 3), {10, 20, 30}, kCodecRaw, {}, buf);
+  WriteObjectHeader(Id(1, 2, 3), {10, 20, 30}, ObjectCodec{}, {}, buf);
   std::vector<uint8_t> want = Header(Id(1, 2, 3), {10, 20, 30});
   want.resize(buf.size(), 0xAB);
   EXPECT_EQ(buf, want);
@@ -222,12 +225,13 @@ TEST(ObjectFormatTest, RoundTrip) {
     SCOPED_TRACE("slots " + std::to_string(n));
     const ObjectId id = Id(n * 1000 + 7, n % kMaxGroups, n);
     const std::vector<uint64_t> sizes = Sizes(n);
-    for (uint8_t codec : {uint8_t{0}, uint8_t{3}, uint8_t{255}}) {
+    for (ObjectCodec codec : {ObjectCodec{}, ObjectCodec{3, 1}, ObjectCodec{255, 255}}) {
       const std::vector<uint8_t> h = Header(id, sizes, codec);
       auto r = ParseObjectHeader(h, ObjectSize(sizes));
       ASSERT_TRUE(r.ok()) << r.status().ToString();
       EXPECT_EQ(r->id, id);
-      EXPECT_EQ(r->codec, codec);
+      EXPECT_EQ(r->codec, codec.id);
+      EXPECT_EQ(r->codec_version, codec.version);
       EXPECT_EQ(r->header_size, ObjectHeaderSize(n));
       EXPECT_EQ(r->segments, SegmentLayout(sizes));
       EXPECT_TRUE(CheckObjectMatches(*r, id, sizes).ok());
@@ -308,9 +312,25 @@ TEST_F(ForgedHeaderTest, UnsupportedVersion) {
   ExpectCorrupt(Parse(), "format version 3 unsupported");
 }
 
-TEST_F(ForgedHeaderTest, UnknownFlags) {
+// A raw object (codec 0) has version 0, an encoded one a nonzero version:
+// a header claiming otherwise is damaged, not a format to guess at.
+TEST_F(ForgedHeaderTest, CodecVersionWithoutCodecOrCodecWithoutVersion) {
   h_[11] = 1;
-  ExpectCorrupt(Parse(), "unknown flags 0x00000100");
+  ExpectCorrupt(Parse(), "codec 0 with format version 1 (flags 0x00000100)");
+  h_ = Header(Id(9, 1, 42), sizes_);
+  h_[10] = 1;
+  ExpectCorrupt(Parse(), "codec 1 with format version 0");
+}
+
+// Objects written before codecs existed (flags 0) read as they did.
+TEST(ObjectFormatTest, RawObjectsKeepTheFormatBeforeCodecs) {
+  const std::vector<uint8_t> h = Header(Id(9, 1, 42), {1000, 3});
+  EXPECT_EQ(h[10], 0);
+  EXPECT_EQ(h[11], 0);
+  auto r = ParseObjectHeader(h, ObjectSize({1000, 3}));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->codec, kCodecRaw);
+  EXPECT_EQ(r->codec_version, 0);
 }
 
 TEST_F(ForgedHeaderTest, NumSlotsOutOfRange) {
@@ -419,11 +439,36 @@ TEST(ObjectFormatTest, CheckObjectMatchesDetectsStaleOrForeignObjects) {
 TEST(ObjectFormatTest, CheckObjectMatchesSkipsSizesOfEncodedObjects) {
   const ObjectId id = Id(9, 1, 42);
   const std::vector<uint64_t> stored = {600, 2, 1};  // encoded sizes
-  auto r = ParseObjectHeader(Header(id, stored, /*codec=*/1), ObjectSize(stored));
+  auto r = ParseObjectHeader(Header(id, stored, {.id = 1, .version = 1}), ObjectSize(stored));
   ASSERT_TRUE(r.ok());
   EXPECT_TRUE(CheckObjectMatches(*r, id, {1000, 3, 1}).ok());
   EXPECT_EQ(CheckObjectMatches(*r, id, {1000, 3}).code(), StatusCode::kCorruption);
   EXPECT_EQ(CheckObjectMatches(*r, Id(9, 0, 42), {1000, 3, 1}).code(), StatusCode::kCorruption);
+}
+
+// The committed fuzz seed (fuzz/corpus/object_header_fuzz: object_size u64,
+// then the header) is an encoded object's header, so the fuzzer starts from
+// the codec fields. ORBITKV_WRITE_FUZZ_SEEDS=1 rewrites it.
+TEST(ObjectFormatTest, ObjectHeaderFuzzSeedIsAnEncodedHeader) {
+  const std::vector<uint64_t> stored = {600, 2, 1};
+  const uint64_t size = ObjectSize(stored);
+  std::vector<uint8_t> seed(8);
+  PutU64(seed, 0, size);
+  const std::vector<uint8_t> h = Header(Id(9, 1, 42), stored, {.id = 1, .version = 1});
+  seed.insert(seed.end(), h.begin(), h.end());
+  const std::string path =
+      std::string(ORBITKV_SOURCE_DIR) + "/fuzz/corpus/object_header_fuzz/encoded_header";
+  if (std::getenv("ORBITKV_WRITE_FUZZ_SEEDS")) {
+    std::ofstream(path, std::ios::binary)
+        .write(reinterpret_cast<const char*>(seed.data()), std::streamsize(seed.size()));
+  }
+  std::ifstream in(path, std::ios::binary);
+  const std::vector<uint8_t> got{std::istreambuf_iterator<char>(in), {}};
+  ASSERT_EQ(got, seed) << path;
+  auto r = ParseObjectHeader({got.data() + 8, got.size() - 8}, size);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->codec, 1);
+  EXPECT_EQ(r->codec_version, 1);
 }
 
 // ---- StoreKey ---------------------------------------------------------------

@@ -341,7 +341,7 @@ TEST_F(SsdStoreTest, CorruptObjectFoundByAReadIsDroppedAndItsKeyCanBeStoredAgain
   const ObjectId id{7, 0, Key::FromU64(42)};
   const std::vector<uint64_t> slots{8192, 3000};
   std::vector<uint8_t> obj = Pattern(42, ObjectSize(slots));
-  WriteObjectHeader(id, slots, kCodecRaw, SegmentCrcs(obj, slots), obj);
+  WriteObjectHeader(id, slots, ObjectCodec{}, SegmentCrcs(obj, slots), obj);
   auto ref = f.Write(StoreKey(id), obj);
   ASSERT_TRUE(ref.ok()) << ref.status().ToString();
   {  // a flipped payload byte on the medium

@@ -130,5 +130,20 @@ print(ok)' "$work/scale.json" 2>/dev/null)
 [[ $rc -eq 0 && $scale == True ]] && ok "scale: chain, engines, directory and storm figures" \
   || { bad "scale (rc $rc, $scale)"; tail -20 "$work/scale.txt"; }
 
+# 6. --storage-codec: ans restores verified byte for byte through the SSD with its ratio
+#    printed; fp8 (lossy) runs without the byte check; an unknown codec is exit 2.
+for c in ans fp8; do
+  "$bench" --workload restore-only "${tiny[@]}" --routes ssd-uring --working-set 4mib \
+    --pool-size 16mib --storage-codec $c --ssd-dir "$work/codec-$c" --json "$work/codec-$c.json" \
+    >"$work/codec-$c.txt" 2>&1 && rc=0 || rc=$?
+  line=$(grep -E "codec $c: ratio [0-9.]+x written" "$work/codec-$c.txt")
+  [[ $rc -eq 0 && -n $line ]] && ok "--storage-codec $c: $(echo $line)" \
+    || { bad "--storage-codec $c (rc $rc)"; tail -20 "$work/codec-$c.txt"; }
+done
+grep -q "verification       OK" "$work/codec-ans.txt" && ok "--storage-codec ans: verified" \
+  || bad "--storage-codec ans: no verification OK line"
+"$bench" --storage-codec zstd "${tiny[@]}" >/dev/null 2>&1 && rc=0 || rc=$?
+[[ $rc -eq 2 ]] && ok "--storage-codec zstd: exit 2" || bad "--storage-codec zstd: exit $rc"
+
 echo "$passed passed, $failed failed"
 [[ $failed -eq 0 ]]

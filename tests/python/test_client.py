@@ -242,6 +242,29 @@ def test_restore_from_ssd_after_dram_eviction(start_manager):
         assert any(f.stat().st_size > 0 for f in mgr.ssd_dir.iterdir())
 
 
+def test_storage_codec_at_register(client):
+    """The storage codec is asked for at register and is part of the namespace."""
+    eng = Engine(orbitkv.split_layout(8, [65536]), seed=3)
+    with pytest.raises(orbitkv.InvalidArgumentError, match="unknown storage codec 'zstd'"):
+        client.register_instance("codec", 0, "host", eng.layout, eng.regions,
+                                 storage_codec="zstd")
+    with pytest.raises(orbitkv.InvalidArgumentError, match="needs the KV element dtype"):
+        client.register_instance("codec", 0, "host", eng.layout, eng.regions,
+                                 storage_codec="fp8")
+    ans = client.register_instance("codec", 0, "host", eng.layout, eng.regions,
+                                   storage_codec="ans")
+    fp8 = client.register_instance("codec", 0, "host", eng.layout, eng.regions,
+                                   storage_codec="fp8", kv_dtype="bf16", head_dim=128)
+    plain = eng.register(client, "codec")
+    eng.fill(0)
+    assert client.publish(ans, 0, [key("codec", 1)], [0]).sealed == 1
+    assert client.query(ans, 0, [key("codec", 1)]).prefix == 1
+    for other in (fp8, plain):
+        assert client.query(other, 0, [key("codec", 1)]).prefix == 0
+    for inst in (ans, fp8, plain):
+        client.unregister_instance(inst)
+
+
 # ---- errors -------------------------------------------------------------------
 
 
