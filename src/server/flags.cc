@@ -14,7 +14,7 @@ Result<ParsedFlags> ParseFlags(int argc, const char* const* argv, std::string* o
       "orbitkv-cache-manager: keeps engines' KV blocks in pinned DRAM and an SSD cache "
       "and restores them into engine pages on demand."};
   app.set_version_flag("--version", "orbitkv-cache-manager 0.1.0");
-  std::string pool = "4gb", capacity = "512gb", backend = "auto", read_path;
+  std::string pool = "4gb", capacity = "512gb", backend = "auto", read_path, staging = "auto";
   app.add_option("--pool-size", pool, "Pinned DRAM pool size (e.g. 8gb, 512mib)")
       ->capture_default_str();
   std::string admission = "all";
@@ -38,6 +38,10 @@ Result<ParsedFlags> ParseFlags(int argc, const char* const* argv, std::string* o
       ->capture_default_str();
   app.add_option("--ssd-io-workers", o.ssd_io_workers,
                  "io_uring workers (one ring each) for SSD reads and writeback")
+      ->capture_default_str();
+  app.add_option("--ssd-read-staging", staging,
+                 "Pinned staging for SSD reads, taken from --pool-size: a size, or auto (2 x "
+                 "--ssd-io-workers x --ssd-queue-depth x 1mib, within 64mib..pool/4)")
       ->capture_default_str();
   app.add_option("--max-query-ttl-ms", o.max_query_ttl_ms,
                  "Longest query lease (ttl_ms) an engine may ask for; longer ones are refused")
@@ -106,6 +110,8 @@ Result<ParsedFlags> ParseFlags(int argc, const char* const* argv, std::string* o
   };
   ORBITKV_RETURN_IF_ERROR(size_flag("--pool-size", pool, &o.pool_size));
   ORBITKV_RETURN_IF_ERROR(size_flag("--ssd-cache-capacity", capacity, &o.ssd_cache_capacity));
+  if (staging != "auto")
+    ORBITKV_RETURN_IF_ERROR(size_flag("--ssd-read-staging", staging, &o.ssd_read_staging));
   if (admission == "all" || admission == "reuse") {
     o.admission_reuse = admission == "reuse";
   } else {
