@@ -163,6 +163,23 @@ TEST_F(ManagerTest, RestoreLargerThanStagingIsReadInRunsAndPublishWaitsForWriteb
   ExpectAllReleased();
 }
 
+// A Publish copies its objects in batches before sealing them: a key given
+// twice in one call must still be stored once (the first copy) and skipped once.
+TEST_F(ManagerTest, APublishBatchStoresAKeyGivenTwiceOnce) {
+  Start(8u << 20, false);
+  InstanceLayout l = SplitLayout(8, {4000});
+  HostPages pages(l);
+  InstanceId inst = Register(pages, l);
+  pages.Fill(0, 0, 5);
+  pages.Fill(0, 1, 6);
+  PublishResult r = Publish(inst, {5, 5}, {0, 1});
+  EXPECT_EQ(r.stored, 1u);
+  EXPECT_EQ(r.skipped, 1u);
+  ExpectRestores(pages, inst, 5, 2, Tier::kDram);
+  EXPECT_TRUE(pages.Holds(0, 2, 5));  // the first copy's bytes, not page 1's
+  ExpectAllReleased();
+}
+
 TEST_F(ManagerTest, FragmentedPublicationSealsWhenComplete) {
   Start(8u << 20);
   InstanceLayout l = SplitLayout(8, {512, 1000, 7});
