@@ -147,6 +147,24 @@ struct RestoreRequest {
   // group (a recurrent group: the state slot in that group's layout). Each
   // piece is written only into its own group's slots.
   std::vector<uint64_t> pages;
+  bool want_timeline = false;  // reply with the restore's RestoreTimeline
+};
+
+// Where one restore's time went, on the Manager's clock, in nanoseconds since
+// it was queued (the Manager took the request); -1 for a stage the restore
+// did not have (a restore of DRAM blocks only does no I/O). Stages:
+// source_ready: its blocks were taken from the query, their DRAM pins and SSD
+// leases held by the restore; io_submitted: its first SSD read was submitted;
+// io_complete: its last SSD read completed (on the cuFile route, read and
+// scatter complete together); copy_complete: its last copy or scatter into
+// the engine's pages completed; done: its last block finished.
+struct RestoreTimeline {
+  int64_t source_ready_ns = -1;
+  int64_t io_submitted_ns = -1;
+  int64_t io_complete_ns = -1;
+  int64_t copy_complete_ns = -1;
+  int64_t done_ns = -1;
+  friend bool operator==(const RestoreTimeline&, const RestoreTimeline&) = default;
 };
 
 struct BlockResult {
@@ -156,7 +174,8 @@ struct BlockResult {
 };
 
 struct RestoreResult {
-  std::vector<BlockResult> blocks;  // one per requested block
+  std::vector<BlockResult> blocks;          // one per requested block
+  std::optional<RestoreTimeline> timeline;  // when the request wanted it
 };
 
 struct PrepareRequest {

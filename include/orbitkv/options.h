@@ -39,6 +39,9 @@ struct ManagerOptions {
   uint32_t ssd_shards = 4;                                    // --ssd-shards
   uint32_t ssd_queue_depth = 64;  // --ssd-queue-depth (per io_uring worker)
   uint32_t ssd_io_workers = 2;    // --ssd-io-workers
+  // Pinned staging that SSD demand and warm-up reads land in, taken from
+  // pool_size (--ssd-read-staging; 0 = auto, ReadStagingBytes()).
+  uint64_t ssd_read_staging = 0;
   // Queries: the longest lease a query may ask for (ttl_ms); larger ones are
   // refused, so a forgotten query holds its budget share for at most this.
   uint32_t max_query_ttl_ms = 60000;  // --max-query-ttl-ms
@@ -60,6 +63,10 @@ struct ManagerOptions {
 
   // Checks cross-field rules (capacity vs shards, ...). The error names the flag.
   Status Validate() const;
+  // The SSD read staging, 4 KiB aligned: ssd_read_staging, or with 0 (auto)
+  // room for every I/O worker's queue depth of 1 MiB reads twice over (one
+  // run read while the previous is copied out), within [64 MiB, pool / 4].
+  uint64_t ReadStagingBytes() const;
 };
 
 }  // namespace orbitkv

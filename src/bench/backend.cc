@@ -28,9 +28,14 @@ class ManagerBackend final : public Backend {
     r.query = lookup.query;
     r.blocks.assign(blocks.begin(), blocks.end());
     r.pages.assign(pages.begin(), pages.end());
+    r.want_timeline = true;
+    last_timeline_.reset();
     ORBITKV_ASSIGN_OR_RETURN(RestoreResult res, client_->Restore(r, client_->NewTicket()));
+    last_timeline_ = res.timeline;
     return std::move(res.blocks);
   }
+
+  std::optional<RestoreTimeline> last_timeline() const override { return last_timeline_; }
 
   Status Release(const Lookup& lookup) override {
     if (lookup.query == 0) return Status::OK();
@@ -55,6 +60,7 @@ class ManagerBackend final : public Backend {
  private:
   std::unique_ptr<Client> client_;
   InstanceId instance_;
+  std::optional<RestoreTimeline> last_timeline_;
 };
 
 class NaiveBackend final : public Backend {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -39,6 +40,8 @@ class Backend {
                                         std::span<const uint64_t> pages) = 0;
   // Unregisters and disconnects.
   virtual Status Close() = 0;
+  // The Manager's timeline of the last Restore call (none for the naive store).
+  virtual std::optional<RestoreTimeline> last_timeline() const { return std::nullopt; }
 };
 
 // Connects to the Manager at `socket` and registers `pages` in namespace `ns`

@@ -39,6 +39,7 @@
 #include "codec/codec.h"
 #include "orbitkv/device.h"
 #include "orbitkv/logging.h"
+#include "orbitkv/options.h"
 #include "orbitkv/units.h"
 #include "store/object_format.h"
 #include "workload/format.h"
@@ -73,6 +74,7 @@ struct Flags {
   std::string working_set, pool_size, ssd_capacity;
   std::string dir;
   uint32_t ssd_shards = 4, ssd_queue_depth = 64, ssd_io_workers = 2;
+  std::string ssd_read_staging = "auto";
   std::string manager;
   double prefill_tokens_per_s = 10000;
   uint32_t latency_probes = 64;
@@ -349,7 +351,16 @@ int Run(const Flags& f, const std::vector<Route>& routes, const ModelPreset& mod
     fio_file = *v;
   }
   const uint64_t ram_cap = std::max<uint64_t>(ram / 4 / kMiB * kMiB, 64 * kMiB);
-  const uint64_t staging = 64 * kMiB;
+  ManagerOptions staging_of;  // the Manager's read staging, for sizes and ceilings
+  staging_of.ssd_queue_depth = f.ssd_queue_depth;
+  staging_of.ssd_io_workers = f.ssd_io_workers;
+  if (f.ssd_read_staging != "auto") {
+    Result<uint64_t> v = SizeFlag("--ssd-read-staging", f.ssd_read_staging);
+    if (!v.ok()) return FlagError(std::string(v.status().message()));
+    staging_of.ssd_read_staging = *v;
+  }
+  staging_of.pool_size = ram;  // an upper bound here; the pool's own below
+  const uint64_t staging = staging_of.ReadStagingBytes();
   if (f.workload == "restore-only") {
     // The working set is twice the pool, so the SSD serves.
     sz.pool = explicit_pool ? explicit_pool
@@ -525,8 +536,10 @@ int Run(const Flags& f, const std::vector<Route>& routes, const ModelPreset& mod
           fio_file ? fio_file
                    : std::min(std::clamp<uint64_t>(ws_bytes, kGiB, 8 * kGiB), *free_bytes / 4);
       fp.seconds = f.ceiling_seconds;
-      // The Manager's read staging: min(64 MiB, pool / 4) (ManagerConfig::read_staging_bytes).
-      const uint64_t read_staging = std::min<uint64_t>(64 * kMiB, sz.pool / 4);
+      // The Manager's read staging (ManagerOptions::ReadStagingBytes).
+      ManagerOptions mo = staging_of;
+      mo.pool_size = sz.pool;
+      const uint64_t read_staging = mo.ReadStagingBytes();
       // Without fio (the H200 host has none) the bench's own io_uring probe.
       const bool use_fio =
           f.disk_ceiling == "fio" || (f.disk_ceiling == "auto" && FioAvailable(f.fio));
@@ -588,6 +601,7 @@ int Run(const Flags& f, const std::vector<Route>& routes, const ModelPreset& mod
       rc.ssd_shards = f.ssd_shards;
       rc.ssd_queue_depth = f.ssd_queue_depth;
       rc.ssd_io_workers = f.ssd_io_workers;
+      rc.ssd_read_staging = f.ssd_read_staging;
       rc.dir = dir + "/" + std::string(Info(r).name);
       rc.manager_binary = f.manager;
       const codec::CodecId storage = *codec::ParseCodecName(f.storage_codec);
@@ -767,6 +781,10 @@ int Main(int argc, char** argv) {
       ->group(g);
   app.add_option("--ssd-io-workers", f.ssd_io_workers,
                  "Manager io_uring workers (and fio's numjobs)")
+      ->capture_default_str()
+      ->group(g);
+  app.add_option("--ssd-read-staging", f.ssd_read_staging,
+                 "Manager --ssd-read-staging: a size or auto (ManagerOptions::ReadStagingBytes)")
       ->capture_default_str()
       ->group(g);
   app.add_option("--manager", f.manager,

@@ -58,6 +58,7 @@ class EngineRun {
         Result<std::vector<BlockResult>> res = backend_.Restore(lookup, prompt, blocks, dst);
         call.end = Now();
         call.cpu = ThreadCpu() - cpu0;
+        call.timeline = backend_.last_timeline();
         rs.restore_s += call.end - call.start;
         if (!res.ok()) {
           rs.failed += blocks.size();

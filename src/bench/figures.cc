@@ -52,8 +52,43 @@ Quantiles QuantilesMs(std::vector<double> seconds) {
   q.p50 = demo::Quantile(seconds, 0.50);
   q.p99 = demo::Quantile(seconds, 0.99);
   q.max = demo::Quantile(seconds, 1.0);
+  for (double s : seconds) q.mean += s;
+  q.mean /= double(seconds.size());
   return q;
 }
+
+namespace {
+
+StageFigures Stages(const std::vector<const CallSample*>& calls) {
+  std::vector<double> take, wait, io, copy, finish, client;
+  StageFigures f;
+  auto s = [](int64_t ns) { return double(ns) * 1e-9; };
+  for (const CallSample* c : calls) {
+    if (!c->timeline) continue;
+    const RestoreTimeline& t = *c->timeline;
+    ++f.calls;
+    take.push_back(s(t.source_ready_ns));
+    const bool did_io = t.io_submitted_ns >= 0 && t.io_complete_ns >= 0;
+    if (did_io) {
+      wait.push_back(s(t.io_submitted_ns - t.source_ready_ns));
+      io.push_back(s(t.io_complete_ns - t.io_submitted_ns));
+    }
+    if (t.copy_complete_ns >= 0) {
+      copy.push_back(s(t.copy_complete_ns - (did_io ? t.io_complete_ns : t.source_ready_ns)));
+      finish.push_back(s(t.done_ns - t.copy_complete_ns));
+    }
+    client.push_back(std::max(0.0, c->end - c->start - s(t.done_ns)));
+  }
+  f.take = QuantilesMs(take);
+  f.wait = QuantilesMs(wait);
+  f.io = QuantilesMs(io);
+  f.copy = QuantilesMs(copy);
+  f.finish = QuantilesMs(finish);
+  f.client = QuantilesMs(client);
+  return f;
+}
+
+}  // namespace
 
 RouteFigures ComputeFigures(const RouteRunResult& run, uint64_t block_bytes, uint32_t block_tokens,
                             double rate) {
@@ -104,6 +139,7 @@ RouteFigures ComputeFigures(const RouteRunResult& run, uint64_t block_bytes, uin
   f.restore_other = Sum(other);
   f.publish = Sum(pubs);
   f.request_ms = QuantilesMs(request_s);
+  f.stages = Stages(mine);
   f.block_ms = QuantilesMs(probe_s);
   f.prefill_tokens_per_s = rate;
   f.ttft_ms = QuantilesMs(ttft_s);

@@ -27,10 +27,24 @@ struct Throughput {
 
 struct Quantiles {  // milliseconds
   uint64_t n = 0;
-  double p50 = 0, p99 = 0, max = 0;
+  double p50 = 0, p99 = 0, max = 0, mean = 0;
 };
 // p50, p99 and max of samples given in seconds (all zero when empty).
 Quantiles QuantilesMs(std::vector<double> seconds);
+
+// Where a route's restore calls spent their time, from the Manager's
+// RestoreTimeline of each call (cache_api.h), stage by stage: take (queued to
+// source_ready: the blocks taken from the query), wait (source_ready to the
+// first SSD read submitted: the read queue and staging), io (first read
+// submitted to last read complete), copy (the last read, or source_ready
+// without I/O, to the last copy into pages), finish (to the last block done)
+// and client (the call's wall time as the engine saw it less the Manager's
+// done: the socket, encoding and scheduling). Stages a call did not have are
+// left out of their quantiles.
+struct StageFigures {
+  uint64_t calls = 0;
+  Quantiles take, wait, io, copy, finish, client;
+};
 
 struct RouteFigures {
   Route route = Route::kDram;
@@ -39,6 +53,7 @@ struct RouteFigures {
   Throughput publish;
   Quantiles block_ms;    // single-block restores (probes) through the route's tier
   Quantiles request_ms;  // the workload's Restore calls through the route's tier
+  StageFigures stages;   // of those calls
   uint64_t requests = 0;
   uint64_t queried = 0, hit_dram = 0, hit_ssd = 0, failed = 0, missed = 0;
   // TTFT model: query + restore + prefill of the rest, against prefilling it all.

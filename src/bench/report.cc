@@ -75,7 +75,13 @@ json ThroughputJson(const Throughput& t, const Ceiling* c) {
 }
 
 json QuantilesJson(const Quantiles& q) {
-  return {{"n", q.n}, {"p50", q.p50}, {"p99", q.p99}, {"max", q.max}};
+  return {{"n", q.n}, {"p50", q.p50}, {"p99", q.p99}, {"max", q.max}, {"mean", q.mean}};
+}
+
+// mean p50/p99 of one stage, ms.
+std::string Stage(const Quantiles& q) {
+  if (q.n == 0) return "-";
+  return fmt::format("{:.3f} {:.3f}/{:.3f}", q.mean, q.p50, q.p99);
 }
 
 std::string Limits(const BenchReport& r, const Point& p, const RouteFigures& f) {
@@ -304,6 +310,19 @@ void PrintSummary(std::FILE* out, const BenchReport& r) {
       }
     }
 
+    line(
+        "  timeline     where restore calls spent their time (Manager's RestoreTimeline), ms: "
+        "mean p50/p99");
+    line(fmt::format("    {:<12} {:>6} {:>21} {:>21} {:>21} {:>21} {:>21} {:>21}", "route", "calls",
+                     "take", "wait for I/O", "I/O", "copy", "finish", "client+wire"));
+    for (const RouteFigures& f : p.routes) {
+      if (f.stages.calls == 0) continue;
+      const StageFigures& t = f.stages;
+      line(fmt::format("    {:<12} {:>6} {:>21} {:>21} {:>21} {:>21} {:>21} {:>21}",
+                       Info(f.route).name, t.calls, Stage(t.take), Stage(t.wait), Stage(t.io),
+                       Stage(t.copy), Stage(t.finish), Stage(t.client)));
+    }
+
     line("  publish");
     line(fmt::format("    {:<12} {:>7} {:>12} {:>6} {:>10} {:>6} {:>8}", "route", "GB/s", "ceiling",
                      "frac", "bytes", "calls", "dropped"));
@@ -457,6 +476,13 @@ json ToJson(const BenchReport& r) {
       jr["publish"]["ceiling"] = CeilingName(p, pc);
       jr["latency_ms"] = {{"per_block", QuantilesJson(f.block_ms)},
                           {"per_request", QuantilesJson(f.request_ms)}};
+      jr["timeline_ms"] = {{"calls", f.stages.calls},
+                           {"take", QuantilesJson(f.stages.take)},
+                           {"wait_for_io", QuantilesJson(f.stages.wait)},
+                           {"io", QuantilesJson(f.stages.io)},
+                           {"copy", QuantilesJson(f.stages.copy)},
+                           {"finish", QuantilesJson(f.stages.finish)},
+                           {"client_and_wire", QuantilesJson(f.stages.client)}};
       jr["hits"] = {{"requests", f.requests}, {"queried", f.queried}, {"dram", f.hit_dram},
                     {"ssd", f.hit_ssd},       {"failed", f.failed},   {"missed", f.missed}};
       jr["ttft"] = {{"prefill_tokens_per_s", f.prefill_tokens_per_s},

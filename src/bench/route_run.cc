@@ -164,6 +164,7 @@ class Driver {
                    "--ssd-shards",         std::to_string(c_.ssd_shards),
                    "--ssd-queue-depth",    std::to_string(c_.ssd_queue_depth),
                    "--ssd-io-workers",     std::to_string(c_.ssd_io_workers),
+                   "--ssd-read-staging",   c_.ssd_read_staging,
                    "--log-level",          "warn"};
     launch.args.insert(launch.args.end(), info_.manager_flags.begin(), info_.manager_flags.end());
     launch.env = info_.manager_env;

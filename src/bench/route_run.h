@@ -40,6 +40,7 @@ struct RouteRunConfig {
   uint32_t ssd_shards = 4;
   uint32_t ssd_queue_depth = 64;
   uint32_t ssd_io_workers = 2;
+  std::string ssd_read_staging = "auto";  // --ssd-read-staging
   std::string dir;             // this route's files: SSD shards or the naive file, socket, log
   std::string manager_binary;  // Manager routes
   bool verify = true;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,7 @@ struct CallSample {
   uint64_t bytes = 0;       // KV bytes of those blocks
   double start = 0, end = 0;
   double cpu = 0;
+  std::optional<RestoreTimeline> timeline;  // restores through a Manager
 };
 
 // One request of a measured phase.

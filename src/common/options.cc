@@ -1,5 +1,7 @@
 #include "orbitkv/options.h"
 
+#include <algorithm>
+
 namespace orbitkv {
 
 std::string_view SsdBackendName(SsdBackend b) {
@@ -38,10 +40,25 @@ Status ManagerOptions::Validate() const {
     return Status::InvalidArgument("--ssd-io-workers must be between 1 and 64");
   }
   if (codec_budget == 0) return Status::InvalidArgument("--codec-budget must be more than 0");
+  if (!ssd_cache_path.empty() && ssd_read_staging != 0 &&
+      (ssd_read_staging < (64u << 10) || ssd_read_staging > pool_size / 2)) {
+    return Status::InvalidArgument(
+        "--ssd-read-staging must be auto or between 64kib and half of --pool-size");
+  }
   if (max_query_ttl_ms == 0 || max_query_ttl_ms > 3600000) {
     return Status::InvalidArgument("--max-query-ttl-ms must be between 1 and 3600000 (1 h)");
   }
   return Status::OK();
+}
+
+uint64_t ManagerOptions::ReadStagingBytes() const {
+  constexpr uint64_t kMiB = 1 << 20;
+  uint64_t bytes = ssd_read_staging;
+  if (bytes == 0) {
+    const uint64_t want = 2ull * ssd_io_workers * ssd_queue_depth * kMiB;
+    bytes = std::min(std::max(want, 64 * kMiB), pool_size / 4);
+  }
+  return bytes / 4096 * 4096;
 }
 
 }  // namespace orbitkv

@@ -231,9 +231,13 @@ std::vector<RestoreBlock> CufileRoute::Submit(const std::shared_ptr<RestoreRec>&
     } else {
       o_.ssd->DropIfCorrupt(b.src.ref, b.src.id, st);
     }
+    // The worker reports an item once read and scattered: both stages end here.
+    r->Stamp(RestoreRec::Stage::kIoComplete);
+    r->Stamp(RestoreRec::Stage::kCopyComplete);
     r->Finish(b.result, Tier::kSsd, std::move(st));
     if (left->fetch_sub(1) == 1) token->Release();
   };
+  r->Stamp(RestoreRec::Stage::kIoSubmitted);
   Result<SsdGpuWorker::JobId> job = (*worker)->SubmitRead(std::move(req));
   if (job.ok()) {
     r->gpu_job.store(*job);

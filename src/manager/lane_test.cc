@@ -1,5 +1,8 @@
 #include "manager/lane.h"
 
+#include "manager/read_staging.h"
+#include "orbitkv/units.h"
+
 #include <future>
 #include <thread>
 
@@ -7,6 +10,25 @@
 
 namespace orbitkv {
 namespace {
+
+// With a staging larger than a restore (--ssd-read-staging auto), one run
+// held the whole restore: its copy started only after its last read.
+TEST(ReadStagingTest, RunsSplitARestoreInTwoAtLeastAndFitHalfTheStaging) {
+  DramCacheOptions o;
+  o.capacity = 64 * kMiB;
+  o.lock_memory = false;
+  auto pool = DramCache::Create(o);
+  ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+  ReadStaging staging(std::move(pool).value());
+  using Runs = std::vector<std::pair<size_t, size_t>>;
+  const std::vector<uint64_t> four(4, 2 * kMiB);  // 8 MiB: two runs of two
+  EXPECT_EQ(staging.Runs(four), (Runs{{0, 2}, {2, 4}}));
+  EXPECT_EQ(staging.Runs({kMiB}), (Runs{{0, 1}}));
+  const std::vector<uint64_t> many(40, 2 * kMiB);  // 80 MiB: runs of at most 32 MiB
+  EXPECT_EQ(staging.Runs(many), (Runs{{0, 16}, {16, 32}, {32, 40}}));
+  const std::vector<uint64_t> big = {40 * kMiB, kMiB};  // an object above the cap runs alone
+  EXPECT_EQ(staging.Runs(big), (Runs{{0, 1}, {1, 2}}));
+}
 
 TEST(LaneTokenTest, MovedTokensEndTheirWorkExactlyOnce) {
   LaneCounter lanes;

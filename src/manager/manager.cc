@@ -25,11 +25,10 @@ Result<std::unique_ptr<Manager>> Manager::Create(const ManagerConfig& config) {
   impl->default_codec = *default_codec;
   const bool ssd_on = !o.ssd_cache_path.empty();
   const uint64_t pool = AlignDown(o.pool_size, 4096);
-  const uint64_t staging =
-      ssd_on ? AlignDown(config.read_staging_bytes ? config.read_staging_bytes
-                                                   : std::min<uint64_t>(64 << 20, pool / 4),
-                         4096)
-             : 0;
+  const uint64_t staging = ssd_on ? AlignDown(config.read_staging_bytes ? config.read_staging_bytes
+                                                                        : o.ReadStagingBytes(),
+                                              4096)
+                                  : 0;
   if (ssd_on && (staging < (64u << 10) || staging >= pool)) {
     return Status::InvalidArgument("--pool-size " + FormatByteSize(pool) +
                                    " leaves no room for SSD read staging of " +

@@ -71,7 +71,8 @@ struct ManagerConfig {
   bool lock_memory = true;
   uint32_t writeback_queue = 4096;  // objects waiting for SSD writeback
   uint32_t read_queue = 1024;       // SSD read jobs waiting for a reader
-  // Pinned staging for SSD reads, taken from pool_size (0: min(64 MiB, pool/4)).
+  // Pinned staging for SSD reads, taken from pool_size (0: the options'
+  // ReadStagingBytes(), --ssd-read-staging).
   uint64_t read_staging_bytes = 0;
   // How long a Publish waits for writeback to free pool room before dropping.
   std::chrono::milliseconds publish_wait{2000};

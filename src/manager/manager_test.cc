@@ -63,11 +63,7 @@ TEST_F(ManagerTest, AQueryOfAChainAlternatingDramAndSsdHoldsExactlyItsPrefix) {
   InstanceLayout l = SplitLayout(64, {32768, 32768 - 100});
   HostPages pages(l);
   InstanceId inst = Register(pages, l);
-  for (uint64_t i = 0; i < 48; ++i) {
-    pages.Fill(0, i, 1000 + i);
-    Publish(inst, {i}, {i});
-    mgr->Drain();  // written back before the next publish evicts it
-  }
+  PublishOneByOne(inst, pages, 48);
   // 40.. are in DRAM, 0.. only on the SSD; 999 was never published.
   QueryResult q = Query(inst, {40, 0, 40, 0, 999, 41});
   ASSERT_EQ(q.prefix, 4u);
@@ -81,10 +77,10 @@ TEST_F(ManagerTest, AQueryOfAChainAlternatingDramAndSsdHoldsExactlyItsPrefix) {
   EXPECT_EQ(q.logical_bytes % 2, 0u);
   RestoreResult r = Restore(inst, q.query, {0, 1, 2, 3}, {60, 61, 62, 63});
   for (const BlockResult& b : r.blocks) EXPECT_TRUE(b.status.ok()) << b.status.ToString();
-  EXPECT_TRUE(pages.Holds(0, 60, 1040));
-  EXPECT_TRUE(pages.Holds(0, 61, 1000));
-  EXPECT_TRUE(pages.Holds(0, 62, 1040));
-  EXPECT_TRUE(pages.Holds(0, 63, 1000));
+  EXPECT_TRUE(pages.Holds(0, 60, 40));
+  EXPECT_TRUE(pages.Holds(0, 61, 0));
+  EXPECT_TRUE(pages.Holds(0, 62, 40));
+  EXPECT_TRUE(pages.Holds(0, 63, 0));
   ExpectAllReleased();
   // Four objects fit the budget: the fifth ends the prefix, and neither it nor
   // anything after it stays pinned or leased.
@@ -97,6 +93,41 @@ TEST_F(ManagerTest, AQueryOfAChainAlternatingDramAndSsdHoldsExactlyItsPrefix) {
   EXPECT_EQ(g.ssd_leases, 2u);
   EXPECT_EQ(metrics.Read("orbitkv_query_budget_cuts_total", {{"limit", "manager"}}), 1);
   EXPECT_TRUE(mgr->ReleaseQuery(session, q.query).ok());
+  ExpectAllReleased();
+}
+
+// The restore timeline: asked for, a DRAM restore reports no I/O, an SSD one
+// every stage, in order; not asked for, none.
+TEST_F(ManagerTest, RestoreTimelineStampsEachStageOfTheRouteInOrder) {
+  Start(1u << 20);
+  InstanceLayout l = SplitLayout(64, {32768, 32768 - 100});
+  HostPages pages(l);
+  InstanceId inst = Register(pages, l);
+  PublishOneByOne(inst, pages, 40);
+  auto restore = [&](uint64_t key, Tier from, bool want) {
+    QueryResult q = Query(inst, {key});
+    EXPECT_EQ(q.sources, std::vector<Tier>{from});
+    RestoreRequest r{inst, q.query, {0}, {60}, want};
+    auto res = mgr->Restore(session, r);
+    EXPECT_TRUE(res.ok()) << res.status().ToString();
+    EXPECT_TRUE(pages.Holds(0, 60, key));
+    return res.ok() ? res->timeline : std::nullopt;
+  };
+  EXPECT_FALSE(restore(39, Tier::kDram, false).has_value());
+  std::optional<RestoreTimeline> dram = restore(39, Tier::kDram, true);
+  ASSERT_TRUE(dram.has_value());
+  EXPECT_GE(dram->source_ready_ns, 0);
+  EXPECT_EQ(dram->io_submitted_ns, -1);
+  EXPECT_EQ(dram->io_complete_ns, -1);
+  EXPECT_GE(dram->copy_complete_ns, dram->source_ready_ns);
+  EXPECT_GE(dram->done_ns, dram->copy_complete_ns);
+  std::optional<RestoreTimeline> ssd = restore(0, Tier::kSsd, true);
+  ASSERT_TRUE(ssd.has_value());
+  EXPECT_GE(ssd->source_ready_ns, 0);
+  EXPECT_GE(ssd->io_submitted_ns, ssd->source_ready_ns);
+  EXPECT_GT(ssd->io_complete_ns, ssd->io_submitted_ns);
+  EXPECT_GE(ssd->copy_complete_ns, ssd->io_complete_ns);
+  EXPECT_GE(ssd->done_ns, ssd->copy_complete_ns);
   ExpectAllReleased();
 }
 
@@ -129,6 +160,23 @@ TEST_F(ManagerTest, RestoreLargerThanStagingIsReadInRunsAndPublishWaitsForWriteb
   RestoreResult r = Restore(inst, q.query, blocks, dst);
   for (const BlockResult& b : r.blocks) EXPECT_TRUE(b.status.ok()) << b.status.ToString();
   for (uint64_t i = 0; i < 10; ++i) EXPECT_TRUE(pages.Holds(0, 40 + i, 500 + i)) << i;
+  ExpectAllReleased();
+}
+
+// A Publish copies its objects in batches before sealing them: a key given
+// twice in one call must still be stored once (the first copy) and skipped once.
+TEST_F(ManagerTest, APublishBatchStoresAKeyGivenTwiceOnce) {
+  Start(8u << 20, false);
+  InstanceLayout l = SplitLayout(8, {4000});
+  HostPages pages(l);
+  InstanceId inst = Register(pages, l);
+  pages.Fill(0, 0, 5);
+  pages.Fill(0, 1, 6);
+  PublishResult r = Publish(inst, {5, 5}, {0, 1});
+  EXPECT_EQ(r.stored, 1u);
+  EXPECT_EQ(r.skipped, 1u);
+  ExpectRestores(pages, inst, 5, 2, Tier::kDram);
+  EXPECT_TRUE(pages.Holds(0, 2, 5));  // the first copy's bytes, not page 1's
   ExpectAllReleased();
 }
 

@@ -1,8 +1,10 @@
 // Manager::Publish (DESIGN.md "Publish"): pages -> the pinned pool (memcpy, or
-// D2H on the instance's stream), then writeback to SSD; complete groups of CUDA
-// instances go straight from their pages to SSD through cuFile (CufileRoute).
+// for CUDA pages one D2H job per batch of objects on the instance's stream),
+// then writeback to SSD; complete groups of CUDA instances go straight from
+// their pages to SSD through cuFile (CufileRoute).
 #include <algorithm>
 #include <cstring>
+#include <unordered_set>
 
 #include "manager/manager_impl.h"
 #include "store/crc32c.h"
@@ -78,8 +80,83 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
   PublishResult out;
   // The first error ends the call; what it started still finishes below.
   Status failed;
-  for (size_t i = 0; i < req.keys.size(); ++i) {
+  // Objects whose bytes are being copied into their pool assemblies: on CUDA
+  // pages one D2H job moves a whole batch (the staged mover merges its copies
+  // into few large DMAs), then each is sealed. Bounded, so a call holds a
+  // bounded part of the pool unsealed.
+  struct Pending {
+    ObjectId id;
+    DramView view;
+    uint64_t page = 0;
+    uint64_t copied = 0;
+    size_t op_begin = 0, op_end = 0;  // its copies in `ops`
+  };
+  constexpr uint64_t kBatchBytes = 64ull << 20;
+  std::vector<Pending> batch;
+  std::unordered_set<Key, KeyHash> batched;  // keys in `batch` (one ns and group)
+  std::vector<gpu::CopyOp> ops;              // CUDA pages: the batch's D2H copies
+  uint64_t batch_bytes = 0;
+  // Seals the batch once its bytes are in the pool; the first error aborts
+  // what is left of it. A failed batch copy is redone object by object, so
+  // the objects before the one that fails are stored, as one copy per object
+  // would have stored them.
+  auto flush = [&]() -> Status {
+    Status copy_error = inst->CopyAndWait(/*to_device=*/false, ops);
+    size_t copied_ok = batch.size();
+    if (!copy_error.ok()) {
+      copy_error = Status::OK();
+      for (copied_ok = 0; copied_ok < batch.size(); ++copied_ok) {
+        const Pending& p = batch[copied_ok];
+        copy_error = inst->CopyAndWait(/*to_device=*/false,
+                                       std::span(ops).subspan(p.op_begin, p.op_end - p.op_begin));
+        if (!copy_error.ok()) break;
+      }
+    }
+    Status st;  // the first sealing error
+    ops.clear();
+    batch_bytes = 0;
+    batched.clear();
+    std::vector<Pending> todo = std::move(batch);
+    batch.clear();
+    for (size_t k = 0; k < todo.size(); ++k) {
+      Pending& p = todo[k];
+      if (k >= copied_ok || !st.ok()) {
+        x.dram->AbortAssembly(p.view);
+        continue;
+      }
+      // This call's slots' payload CRCs, from the pool copy (what SSD gets).
+      for (const SlotLayout* sl : slots) {
+        const SegmentPos& seg = shape.segments[sl->slot_id];
+        SetSegmentCrc({p.view.data, shape.header_bytes}, sl->slot_id,
+                      Crc32c({p.view.data + seg.offset, seg.size}));
+      }
+      x.m.bytes_publish->Inc(p.copied);
+      const uint8_t* dram_header = p.view.data;  // stays: a sealed entry waits for its writeback
+      Result<bool> sealed = x.dram->CompleteParts(p.view, parts);
+      if (!sealed.ok()) {
+        st = sealed.status();
+        continue;
+      }
+      ++out.stored;
+      if (!*sealed) {
+        inst->NotePartial(p.view.id, *x.dram);
+        continue;
+      }
+      if (slots.size() != g.num_slots) inst->ForgetPartial(p.view.id);
+      ++out.sealed;
+      x.m.publish_objects->Inc();
+      if (direct() && x.cufile->SubmitWrite(*inst, g, shape, p.id, p.page, dram_header, dw)) {
+        continue;
+      }
+      if (x.ssd) x.writeback->Queue(p.id, inst->codec);
+    }
+    return st.ok() ? copy_error : st;
+  };
+  for (size_t i = 0; i < req.keys.size() && failed.ok(); ++i) {
     const ObjectId id = inst->Object(req.group_id, req.keys[i]);
+    // A key given twice: its first copy is sealed before the second is looked at.
+    if (batched.count(id.key)) failed = flush();
+    if (!failed.ok()) break;
     if (x.dram->Contains(id) || (x.ssd && x.ssd->catalog().Lookup(StoreKey(id)).has_value())) {
       ++out.skipped;
       x.m.publish_skipped->Inc();
@@ -88,6 +165,13 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
     WriteObjectHeader(id, shape.slot_bytes, ObjectCodec{}, {}, header);  // CRCs at seal
     auto begin = [&] { return x.dram->BeginAssembly(id, shape.object_size, g.num_slots, header); };
     Result<DramView> v = begin();
+    if (!v.ok() && v.status().code() == StatusCode::kResourceExhausted && !batch.empty()) {
+      // This call's own unsealed objects hold room: seal them (they become
+      // writeback candidates) before waiting for any.
+      failed = flush();
+      if (!failed.ok()) break;
+      v = begin();
+    }
     if (!v.ok() && v.status().code() == StatusCode::kResourceExhausted && x.ssd) {
       // The pool is full of objects waiting for SSD writeback: wait for it
       // (bounded) instead of dropping the block.
@@ -106,50 +190,25 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
       continue;
     }
     uint64_t copied = 0;
-    std::vector<gpu::CopyOp> ops;  // CUDA pages: D2H on the instance's stream
-    for (const SlotLayout* s : slots) {
-      const SegmentPos& seg = shape.segments[s->slot_id];
+    const size_t op_begin = ops.size();
+    for (const SlotLayout* sl : slots) {
+      const SegmentPos& seg = shape.segments[sl->slot_id];
       if (inst->cuda()) {
         ops.push_back({reinterpret_cast<gpu::DevPtr>(v->data + seg.offset),
-                       inst->DevicePage(*s, req.pages[i]), s->bytes_per_page});
+                       inst->DevicePage(*sl, req.pages[i]), sl->bytes_per_page});
       } else {
-        std::memcpy(v->data + seg.offset, inst->HostPage(*s, req.pages[i]), s->bytes_per_page);
+        std::memcpy(v->data + seg.offset, inst->HostPage(*sl, req.pages[i]), sl->bytes_per_page);
       }
-      const uint64_t padded = AlignUp(s->bytes_per_page, 512);
-      std::memset(v->data + seg.offset + s->bytes_per_page, 0, padded - s->bytes_per_page);
-      copied += s->bytes_per_page;
+      const uint64_t padded = AlignUp(sl->bytes_per_page, 512);
+      std::memset(v->data + seg.offset + sl->bytes_per_page, 0, padded - sl->bytes_per_page);
+      copied += sl->bytes_per_page;
     }
-    if (Status st = inst->CopyAndWait(/*to_device=*/false, ops); !st.ok()) {
-      x.dram->AbortAssembly(*v);
-      failed = st;
-      break;
-    }
-    // This call's slots' payload CRCs, from the pool copy (what SSD gets).
-    for (const SlotLayout* s : slots) {
-      const SegmentPos& seg = shape.segments[s->slot_id];
-      SetSegmentCrc({v->data, shape.header_bytes}, s->slot_id,
-                    Crc32c({v->data + seg.offset, seg.size}));
-    }
-    x.m.bytes_publish->Inc(copied);
-    const uint8_t* dram_header = v->data;  // stays: a sealed entry waits for its writeback
-    Result<bool> sealed = x.dram->CompleteParts(*v, parts);
-    if (!sealed.ok()) {
-      failed = sealed.status();
-      break;
-    }
-    ++out.stored;
-    if (!*sealed) {
-      inst->NotePartial(v->id, *x.dram);
-      continue;
-    }
-    if (slots.size() != g.num_slots) inst->ForgetPartial(v->id);
-    ++out.sealed;
-    x.m.publish_objects->Inc();
-    if (direct() && x.cufile->SubmitWrite(*inst, g, shape, id, req.pages[i], dram_header, dw)) {
-      continue;
-    }
-    if (x.ssd) x.writeback->Queue(id, inst->codec);
+    batch.push_back({id, *v, req.pages[i], copied, op_begin, ops.size()});
+    batched.insert(id.key);
+    batch_bytes += copied;
+    if (batch_bytes >= kBatchBytes) failed = flush();
   }
+  if (Status st = flush(); failed.ok()) failed = st;
   // On every return: the pages stay the engine's only after this call's SSD
   // writes finished (the GPU gathers from them), and each write's DRAM entry
   // leaves writeback-pending.

@@ -29,8 +29,9 @@ class ReadStaging {
                      std::chrono::milliseconds wait = std::chrono::seconds(10)) EXCLUDES(mu_);
   // Returns room and wakes the waiters.
   void Release(const DramView& view) EXCLUDES(mu_);
-  // Splits objects into runs [begin, end) whose staging fits half the staging,
-  // so one run can be copied out while the next is read.
+  // Splits objects into runs [begin, end) whose staging fits half the staging
+  // and half their total (two runs at least, of two objects or more), so one
+  // run can be copied out while the next is read.
   std::vector<std::pair<size_t, size_t>> Runs(const std::vector<uint64_t>& sizes) const;
 
   DramStats stats() const { return pool_->stats(); }

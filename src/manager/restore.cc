@@ -61,9 +61,11 @@ Result<RestoreId> Manager::StartRestore(SessionId session, const RestoreRequest&
   r->env = &x.restore_env;
   r->done = std::move(done);
   r->start = x.config.clock->Now();
+  r->want_timeline = req.want_timeline;
   ORBITKV_ASSIGN_OR_RETURN(
       QueryTable::Taken taken,
       x.queries->Take(session, req.instance, req.query, req.blocks, req.pages, r));
+  r->Stamp(RestoreRec::Stage::kSourceReady);
   // The restore holds the instance until its last block; this call holds it
   // too, so nothing below races with a lane finishing the restore.
   r->inst = inst.Share();
@@ -76,10 +78,12 @@ Result<RestoreId> Manager::StartRestore(SessionId session, const RestoreRequest&
   std::vector<Status> st(taken.dram.size());
   for (size_t i = 0; i < taken.dram.size(); ++i) {
     const RestoreBlock& b = taken.dram[i];
-    st[i] = inst->ObjectToPages(b.src.id.group, {b.src.dram.data, b.src.dram.size}, b.src.id, b.page,
-                                /*from_ssd=*/false, &copies);
+    st[i] =
+        inst->ObjectToPages(b.src.id.group, {b.src.dram.data, b.src.dram.size}, b.src.id, b.page,
+                            /*from_ssd=*/false, &copies);
   }
   const Status copied = inst->CopyAndWait(/*to_device=*/true, copies.ops);
+  if (!taken.dram.empty()) r->Stamp(RestoreRec::Stage::kCopyComplete);
   for (size_t i = 0; i < taken.dram.size(); ++i) {
     const RestoreBlock& b = taken.dram[i];
     if (st[i].ok()) st[i] = copied;

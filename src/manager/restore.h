@@ -45,6 +45,7 @@ class RestoreRec {
   InstanceGuard inst;  // released by the last Finish
   // The cuFile route's job of this restore, for CancelRestore (0: none).
   std::atomic<uint64_t> gpu_job{0};
+  bool want_timeline = false;  // the result carries the RestoreTimeline
 
   // `blocks` results, in request order (BlockResult::block set by the caller).
   void Init(std::vector<uint32_t> blocks) EXCLUDES(mu_);
@@ -57,6 +58,12 @@ class RestoreRec {
   void StartSsd(size_t blocks, Histogram* cost) EXCLUDES(mu_);
   void SetSsdCost(Histogram* cost) EXCLUDES(mu_);
 
+  // The timeline (cache_api.h RestoreTimeline), stamped by whoever reaches a
+  // stage: the first stamp of source_ready and io_submitted counts, the last
+  // of io_complete and copy_complete (several runs or lanes reach them).
+  enum class Stage { kSourceReady, kIoSubmitted, kIoComplete, kCopyComplete };
+  void Stamp(Stage stage) EXCLUDES(mu_);
+
  private:
   Mutex mu_;
   std::vector<BlockResult> results_ GUARDED_BY(mu_);
@@ -65,6 +72,7 @@ class RestoreRec {
   size_t ssd_remaining_ GUARDED_BY(mu_) = 0;
   Histogram* ssd_cost_ GUARDED_BY(mu_) = nullptr;
   Clock::TimePoint ssd_start_ GUARDED_BY(mu_);
+  RestoreTimeline timeline_ GUARDED_BY(mu_);
 };
 
 }  // namespace orbitkv

@@ -1,4 +1,6 @@
+#include <algorithm>
 #include <cassert>
+#include <chrono>
 
 #include "manager/query_table.h"
 #include "manager/restore.h"
@@ -25,6 +27,26 @@ void RestoreRec::SetSsdCost(Histogram* cost) {
   ssd_cost_ = cost;
 }
 
+void RestoreRec::Stamp(Stage stage) {
+  const int64_t ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(env->clock->Now() - start).count();
+  MutexLock l(mu_);
+  switch (stage) {
+    case Stage::kSourceReady:
+      if (timeline_.source_ready_ns < 0) timeline_.source_ready_ns = ns;
+      break;
+    case Stage::kIoSubmitted:
+      if (timeline_.io_submitted_ns < 0) timeline_.io_submitted_ns = ns;
+      break;
+    case Stage::kIoComplete:
+      timeline_.io_complete_ns = std::max(timeline_.io_complete_ns, ns);
+      break;
+    case Stage::kCopyComplete:
+      timeline_.copy_complete_ns = std::max(timeline_.copy_complete_ns, ns);
+      break;
+  }
+}
+
 void RestoreRec::Finish(size_t result, Tier tier, Status st) {
   bool last = false;
   {
@@ -40,11 +62,16 @@ void RestoreRec::Finish(size_t result, Tier tier, Status st) {
     last = --remaining_ == 0;
   }
   if (!last) return;
-  env->seconds->Observe(ToSeconds(env->clock->Now() - start));
+  const Clock::Duration took = env->clock->Now() - start;
+  env->seconds->Observe(ToSeconds(took));
   RestoreResult res;
   {
     MutexLock l(mu_);
     res.blocks = results_;
+    if (want_timeline) {
+      res.timeline = timeline_;
+      res.timeline->done_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(took).count();
+    }
   }
   Done d = std::move(done);
   env->registry->ForgetRestore(id);

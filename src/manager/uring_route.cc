@@ -66,7 +66,7 @@ uint32_t UringRoute::Cancel(const std::shared_ptr<RestoreRec>& r) {
 }
 
 std::vector<Status> UringRoute::ReadIntoStaging(IoEngine& io, std::span<QueryBlock*> srcs,
-                                                std::span<DramView*> scratch) {
+                                                std::span<DramView*> scratch, RestoreRec* restore) {
   std::vector<Status> out(srcs.size());
   std::vector<size_t> live;
   std::vector<uint64_t> sizes;
@@ -94,7 +94,9 @@ std::vector<Status> UringRoute::ReadIntoStaging(IoEngine& io, std::span<QueryBlo
     *scratch[live[k]] = views[k];
     reads.push_back({srcs[live[k]]->ref, views[k].data, {}});
   }
+  if (restore) restore->Stamp(RestoreRec::Stage::kIoSubmitted);
   o_.ssd->ReadExtents(io, reads).IgnoreError("statuses are per extent");
+  if (restore) restore->Stamp(RestoreRec::Stage::kIoComplete);
   for (size_t k = 0; k < live.size(); ++k) out[live[k]] = reads[k].status;
   return out;
 }
@@ -122,7 +124,7 @@ void UringRoute::ReadLane(size_t worker, ReadJob& job) {
       srcs.push_back(&b.src);
       scratch.push_back(&b.scratch);
     }
-    copy.read_status = ReadIntoStaging(io, srcs, scratch);
+    copy.read_status = ReadIntoStaging(io, srcs, scratch, job.restore.get());
     if (!host_restore_->TryPush(copy)) CopyLane(copy);  // lane full: copy here
   }
 }
@@ -138,7 +140,7 @@ void UringRoute::PrepareReads(IoEngine& io, ReadJob& job) {
       srcs.push_back(&job.prepare[i]);
       scratch.push_back(&views[i - begin]);
     }
-    std::vector<Status> st = ReadIntoStaging(io, srcs, scratch);
+    std::vector<Status> st = ReadIntoStaging(io, srcs, scratch, nullptr);
     for (size_t k = 0; k < srcs.size(); ++k) {
       QueryBlock& b = *srcs[k];
       if (st[k].ok()) {
@@ -169,7 +171,8 @@ void UringRoute::CopyLane(CopyJob& job) {
     Status st = job.read_status[i];
     if (st.ok()) {
       Instance::PageCopies copies(o_.dram);
-      st = inst.ObjectToPages(b.src.id.group, {b.scratch.data, b.src.ref.object_size}, b.src.id, b.page,
+      st = inst.ObjectToPages(b.src.id.group, {b.scratch.data, b.src.ref.object_size}, b.src.id,
+                              b.page,
                               /*from_ssd=*/true, &copies);
       if (st.ok()) st = inst.CopyAndWait(/*to_device=*/true, copies.ops);
       o_.ssd->DropIfCorrupt(b.src.ref, b.src.id, st);
@@ -184,6 +187,7 @@ void UringRoute::CopyLane(CopyJob& job) {
     }
     if (b.scratch.data) o_.staging->Release(b.scratch);
     if (b.src.lease != 0) o_.ssd->catalog().Complete(b.src.lease);
+    r->Stamp(RestoreRec::Stage::kCopyComplete);
     r->Finish(b.result, Tier::kSsd, std::move(st));
   }
   job.token.Release();

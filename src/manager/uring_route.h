@@ -75,9 +75,10 @@ class UringRoute final : public SsdRoute {
   void CopyLane(CopyJob& job);
   // Submits the leases of srcs and reads them into staging (scratch[i]).
   // Returns a status per block; a block whose submission or staging failed
-  // has its lease released and set to 0.
+  // has its lease released and set to 0. `restore` (null for warm-up reads)
+  // gets the I/O stamps of its timeline.
   std::vector<Status> ReadIntoStaging(IoEngine& io, std::span<QueryBlock*> srcs,
-                                      std::span<DramView*> scratch);
+                                      std::span<DramView*> scratch, RestoreRec* restore);
 
   Options o_;
   // Readers feed the host-restore lane: it is declared first, closed last.

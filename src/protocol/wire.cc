@@ -406,11 +406,39 @@ Status Decode(const w::Restore& t, RestoreRequest* m) {
   m->query = t.query();
   ORBITKV_RETURN_IF_ERROR(GetScalars(t.blocks(), kMaxKeysPerMessage, "Restore.blocks", &m->blocks));
   ORBITKV_RETURN_IF_ERROR(GetScalars(t.pages(), kMaxKeysPerMessage, "Restore.pages", &m->pages));
+  m->want_timeline = t.want_timeline();
   return CheckSameCount(m->blocks.size(), "Restore.blocks", m->pages.size(), "Restore.pages");
+}
+
+// Every stage is -1 (absent) or within [0, done_ns], and done_ns is set.
+Status DecodeTimeline(const w::RestoreTimeline& t, RestoreTimeline* m) {
+  constexpr std::string_view kField = "RestoreReply.timeline";
+  m->source_ready_ns = t.source_ready_ns();
+  m->io_submitted_ns = t.io_submitted_ns();
+  m->io_complete_ns = t.io_complete_ns();
+  m->copy_complete_ns = t.copy_complete_ns();
+  m->done_ns = t.done_ns();
+  if (m->done_ns < 0) return Invalid(kField, fmt::format("done_ns {} is negative", m->done_ns));
+  const std::pair<const char*, int64_t> stages[] = {{"source_ready_ns", m->source_ready_ns},
+                                                    {"io_submitted_ns", m->io_submitted_ns},
+                                                    {"io_complete_ns", m->io_complete_ns},
+                                                    {"copy_complete_ns", m->copy_complete_ns}};
+  for (const auto& [name, v] : stages) {
+    if (v < -1 || v > m->done_ns) {
+      return Invalid(kField, fmt::format("{} {} is outside [-1, done_ns {}]", name, v, m->done_ns));
+    }
+  }
+  return Status::OK();
 }
 
 Status Decode(const w::RestoreReply& t, RestoreResult* m) {
   ORBITKV_RETURN_IF_ERROR(CheckCount(t.blocks(), kMaxKeysPerMessage, "RestoreReply.blocks"));
+  m->timeline.reset();
+  if (t.timeline() != nullptr) {
+    RestoreTimeline tl;
+    ORBITKV_RETURN_IF_ERROR(DecodeTimeline(*t.timeline(), &tl));
+    m->timeline = tl;
+  }
   m->blocks.clear();
   if (t.blocks() == nullptr) return Status::OK();
   m->blocks.resize(t.blocks()->size());
@@ -607,7 +635,8 @@ std::vector<uint8_t> EncodeRequest(uint64_t id, const RestoreRequest& m) {
   fb::FlatBufferBuilder fbb(64 + m.blocks.size() * 12);
   auto blocks = fbb.CreateVector(m.blocks);
   auto pages = fbb.CreateVector(m.pages);
-  return Finish<RestoreRequest>(fbb, id, w::CreateRestore(fbb, m.instance, m.query, blocks, pages));
+  return Finish<RestoreRequest>(
+      fbb, id, w::CreateRestore(fbb, m.instance, m.query, blocks, pages, m.want_timeline));
 }
 
 std::vector<uint8_t> EncodeRequest(uint64_t id, const CancelRestoreRequest& m) {
@@ -676,7 +705,13 @@ std::vector<uint8_t> EncodeReply(uint64_t id, const RestoreResult& m) {
                                           msg, ws.err_no, ws.data_loss));
   }
   auto vec = fbb.CreateVector(blocks);
-  return Finish<RestoreResult>(fbb, id, w::CreateRestoreReply(fbb, vec));
+  fb::Offset<w::RestoreTimeline> timeline;
+  if (m.timeline) {
+    const RestoreTimeline& t = *m.timeline;
+    timeline = w::CreateRestoreTimeline(fbb, t.source_ready_ns, t.io_submitted_ns, t.io_complete_ns,
+                                        t.copy_complete_ns, t.done_ns);
+  }
+  return Finish<RestoreResult>(fbb, id, w::CreateRestoreReply(fbb, vec, timeline));
 }
 
 std::vector<uint8_t> EncodeReply(uint64_t id, const CancelRestoreReply& m) {

@@ -289,6 +289,36 @@ TEST(WireTest, QueryRoundTrip) {
   EXPECT_EQ(mh.not_needed_bytes, 14240u);
 }
 
+TEST(WireTest, RestoreTimelineRoundTripsOnlyWhenAskedFor) {
+  RestoreRequest q;
+  q.blocks = {0};
+  q.pages = {1};
+  EXPECT_FALSE(DecodeAs<RestoreRequest>(EncodeRequest(1, q), 1).want_timeline);
+  q.want_timeline = true;
+  EXPECT_TRUE(DecodeAs<RestoreRequest>(EncodeRequest(1, q), 1).want_timeline);
+  RestoreResult r;
+  r.blocks.push_back({0, Tier::kSsd, Status::OK()});
+  EXPECT_FALSE(DecodeAs<RestoreResult>(EncodeReply(2, r), 2).timeline.has_value());
+  r.timeline = RestoreTimeline{10, 20, 300, 400, 450};
+  auto m = DecodeAs<RestoreResult>(EncodeReply(2, r), 2);
+  ASSERT_TRUE(m.timeline.has_value());
+  EXPECT_EQ(*m.timeline, *r.timeline);
+  r.timeline = RestoreTimeline{10, -1, -1, 40, 45};  // a DRAM restore: no I/O
+  EXPECT_EQ(*DecodeAs<RestoreResult>(EncodeReply(2, r), 2).timeline, *r.timeline);
+}
+
+TEST(WireTest, RestoreTimelineOutOfOrderOrWithoutDoneIsInvalid) {
+  auto raw = [](int64_t ready, int64_t done) {
+    fb::FlatBufferBuilder fbb;
+    auto tl = w::CreateRestoreTimeline(fbb, ready, -1, -1, -1, done);
+    return RawEnvelope(fbb, w::CreateRestoreReply(fbb, 0, tl), w::Body_RestoreReply);
+  };
+  ExpectInvalid(raw(5, -1), "RestoreReply.timeline");   // no done
+  ExpectInvalid(raw(50, 40), "RestoreReply.timeline");  // a stage after done
+  ExpectInvalid(raw(-2, 40), "RestoreReply.timeline");  // neither absent nor a time
+  EXPECT_TRUE(DecodeMessage(raw(5, 40)).ok());
+}
+
 TEST(WireTest, RestoreRoundTrip) {
   RestoreRequest q;
   q.instance = 1;

@@ -15,7 +15,7 @@ Result<ParsedFlags> ParseFlags(int argc, const char* const* argv, std::string* o
       "orbitkv-cache-manager: keeps engines' KV blocks in pinned DRAM and an SSD cache "
       "and restores them into engine pages on demand."};
   app.set_version_flag("--version", "orbitkv-cache-manager 0.1.0");
-  std::string pool = "4gb", capacity = "512gb", backend = "auto", read_path;
+  std::string pool = "4gb", capacity = "512gb", backend = "auto", read_path, staging = "auto";
   app.add_option("--pool-size", pool, "Pinned DRAM pool size (e.g. 8gb, 512mib)")
       ->capture_default_str();
   std::string admission = "all";
@@ -39,6 +39,10 @@ Result<ParsedFlags> ParseFlags(int argc, const char* const* argv, std::string* o
       ->capture_default_str();
   app.add_option("--ssd-io-workers", o.ssd_io_workers,
                  "io_uring workers (one ring each) for SSD reads and writeback")
+      ->capture_default_str();
+  app.add_option("--ssd-read-staging", staging,
+                 "Pinned staging for SSD reads, taken from --pool-size: a size, or auto (2 x "
+                 "--ssd-io-workers x --ssd-queue-depth x 1mib, within 64mib..pool/4)")
       ->capture_default_str();
   app.add_option("--max-query-ttl-ms", o.max_query_ttl_ms,
                  "Longest query lease (ttl_ms) an engine may ask for; longer ones are refused")
@@ -125,6 +129,8 @@ Result<ParsedFlags> ParseFlags(int argc, const char* const* argv, std::string* o
   if (Result<codec::CodecId> c = codec::ParseCodecName(o.storage_codec); !c.ok()) {
     return Status::InvalidArgument("--storage-codec: " + std::string(c.status().message()));
   }
+  if (staging != "auto")
+    ORBITKV_RETURN_IF_ERROR(size_flag("--ssd-read-staging", staging, &o.ssd_read_staging));
   if (admission == "all" || admission == "reuse") {
     o.admission_reuse = admission == "reuse";
   } else {

@@ -40,6 +40,7 @@ TEST(Flags, HelpListsEveryFlagWithItsDefault) {
                            "--ssd-shards",
                            "--ssd-queue-depth",
                            "--ssd-io-workers",
+                           "--ssd-read-staging",
                            "--socket",
                            "--admission",
                            "--max-query-ttl-ms",
@@ -70,6 +71,24 @@ TEST(Flags, ParsesValues) {
   EXPECT_EQ(p->options.max_query_ttl_ms, 5000u);
   EXPECT_EQ(p->options.storage_codec, "turboquant-3");
   EXPECT_EQ(p->options.codec_budget, 1ull << 30);
+}
+
+// The 64 MiB read staging of before capped the io_uring route (issue 18): it
+// now follows the I/O workers' queue depth unless set.
+TEST(Flags, SsdReadStagingIsAutoFromTheQueueDepthOrASize) {
+  auto d = Parse({"--pool-size", "4gib"});
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->options.ssd_read_staging, 0u);
+  EXPECT_EQ(d->options.ReadStagingBytes(), 2ull * 2 * 64 << 20);  // 2 x workers x depth x 1 MiB
+  auto small = Parse({"--pool-size", "128mib"});
+  ASSERT_TRUE(small.ok());
+  EXPECT_EQ(small->options.ReadStagingBytes(), 32u << 20);  // within a quarter of the pool
+  auto deep = Parse({"--pool-size", "64gib", "--ssd-queue-depth", "256", "--ssd-io-workers", "4"});
+  ASSERT_TRUE(deep.ok());
+  EXPECT_EQ(deep->options.ReadStagingBytes(), 2ull * 4 * 256 << 20);
+  auto set = Parse({"--ssd-cache-path", "/x", "--ssd-read-staging", "96mib"});
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  EXPECT_EQ(set->options.ReadStagingBytes(), 96u << 20);
 }
 
 TEST(Flags, ProtocolLimits) {
@@ -114,6 +133,10 @@ TEST(Flags, BadValuesNameTheFlagOnOneLine) {
            {{"--ssd-read-path", "auto"}, "--ssd-read-path"},
            {{"--ssd-queue-depth", "0"}, "--ssd-queue-depth"},
            {{"--ssd-queue-depth", "lots"}, "--ssd-queue-depth"},
+           {{"--ssd-read-staging", "lots"}, "--ssd-read-staging"},
+           {{"--ssd-cache-path", "/x", "--ssd-read-staging", "4kib"}, "--ssd-read-staging"},
+           {{"--ssd-cache-path", "/x", "--pool-size", "1gib", "--ssd-read-staging", "600mib"},
+            "--ssd-read-staging"},
            {{"--metrics-port", "70000"}, "--metrics-port"},
            {{"--max-query-ttl-ms", "0"}, "--max-query-ttl-ms"},
            {{"--max-query-ttl-ms", "3600001"}, "--max-query-ttl-ms"},

@@ -522,7 +522,9 @@ TEST_F(GpuTierGate, PublishWaitsForItsCufileWritesWhenALaterGroupFails) {
   Fill(e, 1, 2);
   const SlotLayout& s = e.layout.groups[0].slots[0];
   faults->HoldWrites(true);
-  faults->RefuseCopiesFrom(SlotPtr(e, s, 1), s.bytes_per_page, 1,
+  // Page 1 cannot be copied (a batch's D2H job fails, and so does its copy
+  // redone alone): the first group is stored, the call fails with the error.
+  faults->RefuseCopiesFrom(SlotPtr(e, s, 1), s.bytes_per_page, 2,
                            Status::IOError("injected D2H failure of page 1", EIO));
   auto publish = std::async(std::launch::async, [&] {
     PublishRequest p;
