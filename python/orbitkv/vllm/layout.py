@@ -126,7 +126,7 @@ def describe_kv_caches(kv_caches: Mapping[str, object], num_blocks: int,
     missing = [n for n in names if n not in of]
     if missing:
         raise ValueError(f"KV cache tensors of layers in no KV cache group: {missing[:3]}")
-    n_groups = 1 + max(of[n] for n in names)
+    n_groups = 1 + max(of.values())  # every group the mapping names needs tensors
     per_group = []
     for g in range(n_groups):
         mine = [n for n in names if of[n] == g]
