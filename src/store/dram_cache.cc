@@ -112,10 +112,12 @@ struct Entry {
   bool detached = false;
   // InsertSealed is copying bytes in outside the lock: nobody may join.
   bool inserting = false;
-  // Position in lru_ (sealed, unpinned, admitted, not writeback-pending).
+  // In the LRU (sealed, unpinned, admitted, not writeback-pending): an
+  // intrusive list, so a pin and its unpin allocate nothing.
   bool in_lru = false;
-  std::list<Entry*>::iterator lru_it;
-  // A checkpoint (DramCache::SetCheckpointGroups): while in lru_, also in ckpt_lru_.
+  Entry* lru_prev = nullptr;
+  Entry* lru_next = nullptr;
+  // A checkpoint (DramCache::SetCheckpointGroups): while in the LRU, also in ckpt_lru_.
   bool checkpoint = false;
   bool in_ckpt_lru = false;
   std::list<Entry*>::iterator ckpt_lru_it;
@@ -170,8 +172,8 @@ struct DramCache::Impl {
     std::optional<uint64_t> offset;
     if (len <= capacity_) offset = alloc_.Allocate(len);
     if (!offset && len <= capacity_ && alloc_.free_bytes() + evictable_bytes_ >= len) {
-      while (!offset && !lru_.empty()) {
-        Entry* victim = lru_.front();
+      while (!offset && lru_head_ != nullptr) {
+        Entry* victim = lru_head_;
         ++evictions_;
         evicted_bytes_ += victim->capacity;
         FreeEntryLocked(*victim);
@@ -218,7 +220,9 @@ struct DramCache::Impl {
 
   void LruRemoveLocked(Entry& e) {
     if (!e.in_lru) return;
-    lru_.erase(e.lru_it);
+    (e.lru_prev ? e.lru_prev->lru_next : lru_head_) = e.lru_next;
+    (e.lru_next ? e.lru_next->lru_prev : lru_tail_) = e.lru_prev;
+    e.lru_prev = e.lru_next = nullptr;
     e.in_lru = false;
     evictable_bytes_ -= e.capacity;
     if (e.in_ckpt_lru) {
@@ -240,6 +244,18 @@ struct DramCache::Impl {
       checkpoint_demoted_bytes_ += victim->capacity;
       FreeEntryLocked(*victim);
     }
+  }
+
+  // Pin's work: the sealed entry of `id`, pinned (a use for LRU and kReuse), or null.
+  Entry* PinSealedLocked(const ObjectId& id) {
+    Entry* e = LookupLocked(id);
+    if (e == nullptr || e->state != EntryState::kSealed) return nullptr;
+    if (options_.admission == AdmissionPolicy::kReuse) {
+      GhostTouchLocked(id);
+      e->admitted = true;  // a use while present is reuse
+    }
+    PinLocked(*e);  // leaves the LRU; rejoins at the MRU end on the last unpin
+    return e;
   }
 
   void PinLocked(Entry& e) {
@@ -274,7 +290,10 @@ struct DramCache::Impl {
       FreeEntryLocked(e);
       return;
     }
-    e.lru_it = lru_.insert(lru_.end(), &e);
+    e.lru_prev = lru_tail_;
+    e.lru_next = nullptr;
+    (lru_tail_ ? lru_tail_->lru_next : lru_head_) = &e;
+    lru_tail_ = &e;
     e.in_lru = true;
     evictable_bytes_ += e.capacity;
     if (e.checkpoint) AdmitCheckpointLocked(e);  // may free `e`
@@ -358,7 +377,8 @@ struct DramCache::Impl {
   EntryId next_id_ = 1;
   std::unordered_map<EntryId, Entry> entries_;  // owns every entry, detached ones too
   std::unordered_map<ObjectId, Entry*, ObjectIdHash> directory_;  // live (not detached)
-  std::list<Entry*> lru_;         // evictable, least recently used first
+  Entry* lru_head_ = nullptr;  // evictable, least recently used first
+  Entry* lru_tail_ = nullptr;
   std::list<Entry*> assembling_;  // by start time (the clock is monotonic)
   std::unordered_map<EntryId, Scratch> scratch_;
   std::list<Entry*> ckpt_lru_;                          // the checkpoints of lru_, in its order
@@ -424,26 +444,40 @@ DramCache::~DramCache() = default;
 std::optional<DramView> DramCache::Pin(const ObjectId& id) {
   Impl& m = *impl_;
   std::lock_guard<std::mutex> lock(m.mu_);
-  Entry* e = m.LookupLocked(id);
-  if (e == nullptr || e->state != EntryState::kSealed) return std::nullopt;
-  if (m.options_.admission == AdmissionPolicy::kReuse) {
-    m.GhostTouchLocked(id);
-    e->admitted = true;  // a use while present is reuse
-  }
-  m.PinLocked(*e);  // leaves the LRU; rejoins at the MRU end on the last unpin
+  Entry* e = m.PinSealedLocked(id);
+  if (e == nullptr) return std::nullopt;
   return m.ViewOf(*e);
 }
 
-void DramCache::Unpin(EntryId id) {
+size_t DramCache::PinRun(std::span<const ObjectId> ids,
+                         const std::function<bool(size_t, const DramView&)>& keep) {
   Impl& m = *impl_;
   std::lock_guard<std::mutex> lock(m.mu_);
-  Entry* e = m.FindLocked(id);
-  if (e == nullptr) {
-    OKV_LOG_ERROR("DramCache::Unpin: unknown entry {}", id);
-    assert(false && "DramCache::Unpin: unknown entry");
-    return;
+  for (size_t n = 0; n < ids.size(); ++n) {
+    Entry* e = m.PinSealedLocked(ids[n]);
+    if (e == nullptr) return n;
+    if (!keep(n, m.ViewOf(*e))) {
+      m.UnpinLocked(*e);
+      return n;
+    }
   }
-  m.UnpinLocked(*e);
+  return ids.size();
+}
+
+void DramCache::Unpin(EntryId id) { UnpinMany({&id, 1}); }
+
+void DramCache::UnpinMany(std::span<const EntryId> ids) {
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.mu_);
+  for (EntryId id : ids) {
+    Entry* e = m.FindLocked(id);
+    if (e == nullptr) {
+      OKV_LOG_ERROR("DramCache::Unpin: unknown entry {}", id);
+      assert(false && "DramCache::Unpin: unknown entry");
+      continue;
+    }
+    m.UnpinLocked(*e);
+  }
 }
 
 bool DramCache::Contains(const ObjectId& id) const {

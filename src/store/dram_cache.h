@@ -102,7 +102,16 @@ class DramCache {
 
   // Lookup + pin of a sealed entry (also counts as a use for LRU and kReuse).
   std::optional<DramView> Pin(const ObjectId& id);
+  // Pin of ids[0], ids[1], ... under one lock, each view handed to
+  // keep(index, view) under the cache's lock (it must not call into the
+  // cache). Stops at the first id that is not sealed here (not touched) or
+  // whose keep() returns false (pinned, then unpinned again, as Pin and
+  // Unpin would). Returns how many stay pinned: ids[0, n).
+  size_t PinRun(std::span<const ObjectId> ids,
+                const std::function<bool(size_t index, const DramView& view)>& keep);
   void Unpin(EntryId id);
+  // Unpin of each, under one lock.
+  void UnpinMany(std::span<const EntryId> ids);
   bool Contains(const ObjectId& id) const;  // sealed only; no LRU touch
 
   // Starts (or joins) assembly of `id` with `size` bytes and `num_parts` parts;

@@ -208,6 +208,35 @@ TEST_F(DramCacheTest, EvictsLeastRecentlyUsedFirst) {
   EXPECT_EQ(s.used_bytes, 4 * kBlock);
 }
 
+TEST_F(DramCacheTest, PinRunStopsAtTheFirstAbsentEntryAndAtARefusalWhichIsAUse) {
+  auto c = Make(4 * kBlock);
+  for (uint64_t v = 1; v <= 4; ++v) Put(*c, v);
+  std::vector<EntryId> pinned;
+  auto keep_all = [&](size_t, const DramView& v) {
+    pinned.push_back(v.id);
+    return Holds(v, pinned.size());
+  };
+  // 1 and 2 are pinned; 99 is absent, so 3 is not touched.
+  const std::vector<ObjectId> ids = {Id(1), Id(2), Id(99), Id(3)};
+  EXPECT_EQ(c->PinRun(ids, keep_all), 2u);
+  EXPECT_EQ(c->stats().pinned_entries, 2u);
+  c->UnpinMany(pinned);
+  EXPECT_EQ(c->stats().pinned_entries, 0u);
+  // A refusal of 3 leaves it unpinned, but it was used: 4 is now the oldest.
+  const std::vector<ObjectId> more = {Id(3), Id(4)};
+  EXPECT_EQ(c->PinRun(more, [](size_t, const DramView&) { return false; }), 0u);
+  EXPECT_EQ(c->stats().pinned_entries, 0u);
+  Put(*c, 5);
+  EXPECT_FALSE(c->Contains(Id(4)));
+  EXPECT_TRUE(c->Contains(Id(3)));
+  // The LRU order the run left is 1, 2, 3: evicted in that order.
+  Put(*c, 6);
+  EXPECT_FALSE(c->Contains(Id(1)));
+  Put(*c, 7);
+  EXPECT_FALSE(c->Contains(Id(2)));
+  EXPECT_TRUE(c->Contains(Id(3)));
+}
+
 TEST_F(DramCacheTest, ContainsDoesNotTouchTheLru) {
   auto c = Make(2 * kBlock);
   Put(*c, 1);
