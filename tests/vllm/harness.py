@@ -39,6 +39,7 @@ from vllm.v1.kv_cache_interface import (  # noqa: E402
     FullAttentionSpec,
     KVCacheConfig,
     KVCacheGroupSpec,
+    SlidingWindowSpec,
 )
 from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput  # noqa: E402
 from vllm.v1.request import Request, RequestStatus  # noqa: E402
@@ -98,6 +99,28 @@ def kv_cache_config(num_blocks: int) -> KVCacheConfig:
     return cfg
 
 
+# A hybrid model (Gemma-like): full-attention layers 0 and 2, sliding-window
+# layers 1 and 3; like vLLM's hybrid allocator, one KV tensor per layer pair
+# (a full and a window layer), shared by both: a block id belongs to one group.
+HYBRID_GROUPS = [["model.layers.0.self_attn.attn", "model.layers.2.self_attn.attn"],
+                 ["model.layers.1.self_attn.attn", "model.layers.3.self_attn.attn"]]
+HYBRID_LAYERS = sorted(n for g in HYBRID_GROUPS for n in g)
+
+
+def hybrid_kv_cache_config(num_blocks: int, window: int) -> KVCacheConfig:
+    """Full attention + a sliding window of `window` tokens (vLLM's sliding_window)."""
+    kw = dict(block_size=BLOCK_SIZE, num_kv_heads=HEADS, head_size=HEAD_SIZE, dtype=DTYPE)
+    cfg = KVCacheConfig(
+        num_blocks=num_blocks,
+        kv_cache_tensors=[],
+        kv_cache_groups=[KVCacheGroupSpec(list(HYBRID_GROUPS[0]), FullAttentionSpec(**kw)),
+                         KVCacheGroupSpec(list(HYBRID_GROUPS[1]),
+                                          SlidingWindowSpec(sliding_window=window, **kw))],
+    )
+    cfg.kv_cache_layout = "NHD"
+    return cfg
+
+
 def request(req_id: str, tokens: List[int], max_tokens: int = 4,
             cache_salt: Optional[str] = None) -> Request:
     sp = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
@@ -113,12 +136,15 @@ def spec(num_blocks: int, layout: str) -> dict:
 
 
 class Engine:
-    """One vLLM instance: scheduler (+ its connector) and one worker connector."""
+    """One vLLM instance: scheduler (+ its connector) and one worker connector.
+    `window` (vLLM's sliding_window) makes the hybrid model of HYBRID_GROUPS."""
 
     def __init__(self, config: VllmConfig, num_blocks: int = 64, layout: str = "kv_first",
-                 record: Optional[kvreplay.Recording] = None) -> None:
+                 record: Optional[kvreplay.Recording] = None,
+                 window: Optional[int] = None) -> None:
         self.config = config
-        self.kv_config = kv_cache_config(num_blocks)
+        self.kv_config = (kv_cache_config(num_blocks) if window is None
+                          else hybrid_kv_cache_config(num_blocks, window))
         config.cache_config.num_gpu_blocks = num_blocks
         self.scheduler = Scheduler(vllm_config=config, kv_cache_config=self.kv_config,
                                    log_stats=True,
@@ -127,9 +153,21 @@ class Engine:
         assert isinstance(self.scheduler.connector, OrbitKVConnector)
         self.worker = OrbitKVConnector(config, KVConnectorRole.WORKER, self.kv_config)
         self.spec = spec(num_blocks, layout)
-        self.kv = kvreplay.make_kv_caches(self.spec, "cpu", host_tensor)
+        null = self.scheduler.kv_cache_manager.block_pool.null_block.block_id
+        if window is None:
+            self.specs = [self.spec]
+            self.kv = kvreplay.make_kv_caches(self.spec, "cpu", host_tensor)
+        else:
+            # One tensor per (full, window) layer pair, seen by both layers.
+            pairs = kvreplay.make_kv_caches(
+                dict(self.spec, layers=[f"t{i}" for i in range(len(HYBRID_GROUPS[0]))]),
+                "cpu", host_tensor)
+            self.kv = {name: pairs[f"t{i}"] for g in HYBRID_GROUPS for i, name in enumerate(g)}
+            self.specs = [dict(self.spec, layers=list(g), null_block=null,
+                               layer_ids=[HYBRID_LAYERS.index(n) for n in g])
+                          for g in HYBRID_GROUPS]
         self.worker.register_kv_caches(self.kv)
-        self.block_ids: Dict[str, List[int]] = {}
+        self.block_ids: Dict[str, List[List[int]]] = {}
         self.reqs: Dict[str, Request] = {}
         self.record = record
         self.stats: Dict[str, int] = {}
@@ -158,15 +196,16 @@ class Engine:
         # The forward: positions [computed, computed + scheduled) of every scheduled request.
         writes = []
         for r in so.scheduled_new_reqs:
-            self.block_ids[r.req_id] = list(r.block_ids[0])
+            self.block_ids[r.req_id] = [list(g) for g in r.block_ids]
             writes.append((r.req_id, r.num_computed_tokens))
         c = so.scheduled_cached_reqs
         for i, req_id in enumerate(c.req_ids):
             new = c.new_block_ids[i]
             if req_id in c.resumed_req_ids:
-                self.block_ids[req_id] = list(new[0])
+                self.block_ids[req_id] = [list(g) for g in new]
             elif new is not None:
-                self.block_ids[req_id].extend(new[0])
+                for have, add in zip(self.block_ids[req_id], new):
+                    have.extend(add)
             writes.append((req_id, c.num_computed_tokens[i]))
         self.worker.handle_preemptions(meta)
         self.worker.bind_connector_metadata(meta)
@@ -178,14 +217,17 @@ class Engine:
             end = start + so.num_scheduled_tokens[req_id]
             tokens = list(req.all_token_ids)
             self.worker.wait_for_layer_load(LAYERS[0])
-            kvreplay.write_rows(self.spec, self.kv, tokens, self.block_ids[req_id], start, end)
+            for sp, ids in zip(self.specs, self.block_ids[req_id]):
+                kvreplay.write_rows(sp, self.kv, tokens, ids, start, end)
             recorded_writes.append({"req_id": req_id, "tokens": tokens[:end],
-                                    "block_ids": list(self.block_ids[req_id]),
+                                    "block_ids": list(self.block_ids[req_id][0]),
                                     "start": start, "end": end})
         if not so.has_sync_kv_loads:
             self.worker.start_load_kv(None)
         self.worker.wait_for_save()
-        sending, recving = self.worker.get_finished(so.finished_req_ids)
+        results = self.worker.get_transfer_results(so.finished_req_ids)
+        sending, recving = results.finished_sending, results.finished_recving
+        failed = results.failed_recving
         invalid = self.worker.get_block_ids_with_load_errors()
         wstats = self.worker.get_kv_connector_stats()
         self.worker.clear_connector_metadata()
@@ -197,7 +239,8 @@ class Engine:
             req_ids.append(req_id)
             sampled.append([100 + (sum(req.all_token_ids) + end) % 800] if end >= req.num_tokens else [])
         kv_out = KVConnectorOutput(finished_sending=sending, finished_recving=recving,
-                                   invalid_block_ids=invalid, kv_connector_stats=wstats)
+                                   failed_recving=failed, invalid_block_ids=invalid,
+                                   kv_connector_stats=wstats)
         out = ModelRunnerOutput(req_ids=req_ids,
                                 req_id_to_index={r: i for i, r in enumerate(req_ids)},
                                 sampled_token_ids=sampled, logprobs=None,
@@ -214,7 +257,8 @@ class Engine:
             self.record.step(plan.to_json(), recorded_writes, checks)
         self.steps += 1
         self.check_running()
-        return StepResult(so, plan, sending or set(), recving or set(), invalid, engine_out)
+        return StepResult(so, plan, sending or set(), recving or set(), invalid, engine_out,
+                          failed)
 
     def _load_checks(self, plan, recving) -> List[dict]:
         """The rows each finished load brought, for the recording."""
@@ -234,14 +278,16 @@ class Engine:
         return checks
 
     def check_running(self) -> None:
-        """Every running request's computed KV rows are the forward's, byte for byte."""
+        """Every running request's computed KV rows are the forward's, byte for
+        byte, in every group (a window group's blocks that vLLM still holds)."""
         for req in self.scheduler.running:
             if req.status != RequestStatus.RUNNING:
                 continue
-            ids = self.scheduler.kv_cache_manager.get_block_ids(req.request_id)[0]
-            n = min(req.num_computed_tokens, len(ids) * BLOCK_SIZE)
-            bad = kvreplay.check_rows(self.spec, self.kv, list(req.all_token_ids), ids, 0, n)
-            assert not bad, f"{req.request_id}: {len(bad)} wrong KV rows, first {bad[:3]}"
+            groups = self.scheduler.kv_cache_manager.get_block_ids(req.request_id)
+            for sp, ids in zip(self.specs, groups):
+                n = min(req.num_computed_tokens, len(ids) * BLOCK_SIZE)
+                bad = kvreplay.check_rows(sp, self.kv, list(req.all_token_ids), ids, 0, n)
+                assert not bad, f"{req.request_id}: {len(bad)} wrong KV rows, first {bad[:3]}"
 
     def run(self, timeout_s: float = 60.0, until=None) -> None:
         """Steps until no request is left, delayed frees included (or `until()` holds);
@@ -283,6 +329,6 @@ class Engine:
 
 
 class StepResult:
-    def __init__(self, so, plan, sending, recving, invalid, engine_out) -> None:
+    def __init__(self, so, plan, sending, recving, invalid, engine_out, failed=()) -> None:
         self.so, self.plan, self.sending, self.recving = so, plan, sending, recving
-        self.invalid, self.engine_out = invalid, engine_out
+        self.invalid, self.engine_out, self.failed = invalid, engine_out, set(failed)

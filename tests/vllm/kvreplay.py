@@ -78,11 +78,14 @@ def _rows(spec: dict, kv_caches: Dict[str, object], tokens: Sequence[int],
     """(label, row view, the forward's bytes) of every K and V row of [start, end)."""
     bs = spec["block_size"]
     hashes = row_hashes(tokens[:end])
-    for li, name in enumerate(spec["layers"]):
+    # "layer_ids": the layers' indices in the model (hybrid specs list one group's layers).
+    for li, name in zip(spec.get("layer_ids", range(len(spec["layers"]))), spec["layers"]):
         t = kv_caches[name]
         row_bytes = t.shape[-2] * t.shape[-1] * t.element_size()
         for kv in (0, 1):
             for j in range(start, end):
+                if block_ids[j // bs] == spec.get("null_block"):
+                    continue  # a sliding window's block vLLM freed (or never gave)
                 row = t[row_index(spec, kv, block_ids[j // bs], j % bs)]
                 label = f"{name} {'KV'[kv]} token {j} (block {block_ids[j // bs]})"
                 yield label, row, _row_value(hashes[j], li, kv, row_bytes)

@@ -52,6 +52,36 @@ def test_plan_round_trips_through_json():
         StepPlan.from_json(bad)
 
 
+def test_hybrid_plan_round_trips_through_json():
+    p = StepPlan(loads=[LoadSpec("r1", [b"\x01" * 32, b"\x04" * 32], [],
+                                 group_block_ids=[[5, 6], [0, 9]], skip_blocks=1,
+                                 prefix_tokens=32, null_block=0)],
+                 saves=[SaveSpec("r2", [b"\x02" * 32], [3], group=1)])
+    d = p.to_json()
+    assert d["saves"][0]["group"] == 1 and d["loads"][0]["group_block_ids"] == [[5, 6], [0, 9]]
+    q = StepPlan.from_json(d)
+    assert q == p and q.loads[0].hybrid
+    # A single-group plan's JSON is what it was before hybrid support.
+    assert "group" not in StepPlan(saves=[SaveSpec("r", [b"\x02" * 32], [3])]).to_json()["saves"][0]
+
+
+def test_hybrid_layout_has_a_group_per_kv_cache_group_over_shared_tensors():
+    spec = dict(_spec("kv_first"), layers=["t0", "t1"])
+    t = kvreplay.make_kv_caches(spec, "cpu", host_tensor)
+    kv = {"full0": t["t0"], "swa0": t["t0"], "full1": t["t1"], "swa1": t["t1"]}
+    lay = describe_kv_caches(kv, 8, {"full0": 0, "full1": 0, "swa0": 1, "swa1": 1})
+    il = lay.instance_layout()
+    assert [g.group_id for g in il.groups] == [0, 1] and len(il.region_bytes) == 2
+    # The two groups' slots of one tensor are the same bytes (a block is one group's at a time).
+    assert [(s.region, s.offset) for s in il.groups[0].slots] == [
+        (s.region, s.offset) for s in il.groups[1].slots]
+    assert lay.block_bytes(0) == lay.block_bytes(1) == lay.block_bytes() // 2
+    with pytest.raises(ValueError, match="in no KV cache group"):
+        describe_kv_caches(kv, 8, {"full0": 0})
+    with pytest.raises(ValueError, match="group 1 has no KV cache tensor"):
+        describe_kv_caches({"full0": t["t0"]}, 8, {"full0": 0, "x": 2})
+
+
 def _spec(layout):
     return {"num_blocks": 8, "block_size": 16, "num_kv_heads": 2, "head_size": 16,
             "dtype": "float16", "layers": ["l0", "l1"], "layout": layout}

@@ -12,6 +12,13 @@ This file only adapts vLLM's objects; the logic is in the vLLM-free
 step travels from one to the other inside :class:`OrbitKVConnectorMetadata`.
 Saves are published in ``wait_for_save`` once the step's forward is done
 (``save_kv_layer`` has nothing to do: the Manager takes whole blocks).
+
+Hybrid models (``SupportsHMA``: several KV cache groups of full attention and
+sliding-window layers) register one storage group per KV cache group under
+the model description :func:`orbitkv.hybrid.from_vllm_kv_cache_config` makes;
+the scheduler's hit is the recovery plan's ``prefix_tokens``, loads restore
+each piece into its group's blocks, a failed load is a failed request
+(``failed_recving``: vLLM's hybrid scheduler takes no block ids).
 """
 
 from __future__ import annotations
@@ -24,9 +31,13 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorBase_V1,
     KVConnectorMetadata,
     KVConnectorRole,
+    KVConnectorTransferResults,
+    SupportsHMA,
 )
 from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
 from vllm.v1.metrics.cache_hit_source import CacheHitSource
+
+from orbitkv.hybrid import ModelDescription, from_vllm_kv_cache_config
 
 from . import launch
 from .config import ConnectorConfig
@@ -78,23 +89,41 @@ class OrbitKVConnectorStats(KVConnectorStats):
 
 
 def _group_spec(kv_cache_config: "KVCacheConfig"):
+    """The spec of the first KV cache group; every group must be one the
+    connector stores, on one block size."""
+    from vllm.v1.kv_cache_interface import AttentionSpec
+
     groups = kv_cache_config.kv_cache_groups
-    if len(groups) != 1:
-        raise ValueError(
-            f"OrbitKVConnector stores one KV cache group; this model has {len(groups)} "
-            "(hybrid models are not supported yet: run with --disable-hybrid-kv-cache-manager)"
-        )
-    return groups[0].kv_cache_spec
+    if not groups:
+        raise ValueError("OrbitKVConnector: the KV cache config has no KV cache groups")
+    first = groups[0].kv_cache_spec
+    for i, g in enumerate(groups):
+        spec = g.kv_cache_spec
+        if not isinstance(spec, AttentionSpec):
+            raise ValueError(
+                f"OrbitKVConnector: KV cache group {i} is a {type(spec).__name__}; hybrid models "
+                "store attention groups (full attention, sliding window) only, not yet Mamba state")
+        if spec.block_size != first.block_size:
+            raise ValueError(
+                f"OrbitKVConnector: KV cache group {i} has block size {spec.block_size}, group 0 "
+                f"{first.block_size} (the connector needs one block size)")
+    return first
 
 
 def layout_parts(kv_cache_config: "KVCacheConfig") -> List[str]:
-    """What the namespace's layout fingerprint covers, from the KV cache config."""
-    spec = _group_spec(kv_cache_config)
-    fields = [type(spec).__name__]
-    for name in ("block_size", "num_kv_heads", "head_size", "head_size_v", "sliding_window",
-                 "attention_chunk_size", "kv_quant_mode", "page_size_padded"):
-        if hasattr(spec, name):
-            fields.append(f"{name}={getattr(spec, name)}")
+    """What the namespace's layout fingerprint covers, from the KV cache config
+    (every group's spec; one group gives what it gave before hybrid support)."""
+    _group_spec(kv_cache_config)
+    fields = []
+    for i, group in enumerate(kv_cache_config.kv_cache_groups):
+        spec = group.kv_cache_spec
+        if i:
+            fields.append(f"group{i}")
+        fields.append(type(spec).__name__)
+        for name in ("block_size", "num_kv_heads", "head_size", "head_size_v", "sliding_window",
+                     "attention_chunk_size", "kv_quant_mode", "page_size_padded"):
+            if hasattr(spec, name):
+                fields.append(f"{name}={getattr(spec, name)}")
     fields.append(f"kv_cache_layout={kv_cache_config.kv_cache_layout or 'NHD'}")
     return fields
 
@@ -115,27 +144,51 @@ def rank_namespaces(vllm_config: "VllmConfig", kv_cache_config: "KVCacheConfig",
     }
 
 
-def rank_slot_bytes(vllm_config: "VllmConfig", kv_cache_config: "KVCacheConfig",
-                    pp_rank: int) -> List[int]:
-    """The slot sizes of one block on a rank of pipeline stage `pp_rank`, as the
-    worker registers them (orbitkv.vllm.layout): a K and a V slot per layer, or
-    one slot per layer for MLA. Every instance of a namespace must agree."""
+def rank_layers(vllm_config: "VllmConfig", layers: List[str], pp_rank: int) -> List[str]:
+    """The layers of `layers` that a rank of pipeline stage `pp_rank` holds."""
+    pp = vllm_config.parallel_config.pipeline_parallel_size
+    if pp <= 1:
+        return list(layers)
+    from vllm.distributed.utils import get_pp_indices
+    from vllm.model_executor.models.utils import extract_layer_index
+
+    total = vllm_config.model_config.get_total_num_hidden_layers()
+    start, end = get_pp_indices(total, pp_rank, pp)
+    return [n for n in layers if start <= extract_layer_index(n) < end]
+
+
+def rank_group_slot_bytes(vllm_config: "VllmConfig", kv_cache_config: "KVCacheConfig",
+                          pp_rank: int) -> List[List[int]]:
+    """Per KV cache group, the slot sizes of one block on a rank of pipeline
+    stage `pp_rank`, as the worker registers them (orbitkv.vllm.layout): a K
+    and a V slot per layer, or one slot per layer for MLA. Every instance of a
+    namespace must agree."""
     from vllm.v1.kv_cache_interface import MLAAttentionSpec
 
-    spec = _group_spec(kv_cache_config)
-    layers = list(kv_cache_config.kv_cache_groups[0].layer_names)
-    pp = vllm_config.parallel_config.pipeline_parallel_size
-    if pp > 1:
-        from vllm.distributed.utils import get_pp_indices
-        from vllm.model_executor.models.utils import extract_layer_index
+    _group_spec(kv_cache_config)
+    out = []
+    for group in kv_cache_config.kv_cache_groups:
+        spec = group.kv_cache_spec
+        layers = rank_layers(vllm_config, list(group.layer_names), pp_rank)
+        page = spec.page_size_bytes
+        if isinstance(spec, MLAAttentionSpec):
+            out.append([page] * len(layers))
+        else:
+            out.append([page // 2] * (2 * len(layers)))
+    return out
 
-        total = vllm_config.model_config.get_total_num_hidden_layers()
-        start, end = get_pp_indices(total, pp_rank, pp)
-        layers = [n for n in layers if start <= extract_layer_index(n) < end]
-    page = spec.page_size_bytes
-    if isinstance(spec, MLAAttentionSpec):
-        return [page] * len(layers)
-    return [page // 2] * (2 * len(layers))
+
+def rank_description(kv_cache_config: "KVCacheConfig", group_slot_bytes: List[List[int]],
+                     block_size: int) -> Optional[ModelDescription]:
+    """The model description a hybrid KV cache registers with on one rank (its
+    groups' bytes those of the rank's layers); None for one KV cache group."""
+    if len(kv_cache_config.kv_cache_groups) == 1:
+        return None
+    d = from_vllm_kv_cache_config(kv_cache_config, key_block_tokens=block_size)
+    for g, sizes in zip(d.groups, group_slot_bytes):
+        g.bytes = sum(sizes)
+    d.validate()
+    return d
 
 
 def _this_rank() -> tuple:
@@ -147,7 +200,7 @@ def _this_rank() -> tuple:
     return ps.get_tensor_model_parallel_rank(), ps.get_pp_group().rank_in_group
 
 
-class OrbitKVConnector(KVConnectorBase_V1):
+class OrbitKVConnector(KVConnectorBase_V1, SupportsHMA):
     _cache_hit_source = CacheHitSource.HOST
 
     def __init__(
@@ -165,26 +218,42 @@ class OrbitKVConnector(KVConnectorBase_V1):
         spec = _group_spec(kv_cache_config)
         self._block_size = spec.block_size
         self._namespaces = rank_namespaces(vllm_config, kv_cache_config, self._cfg)
+        self._hybrid = len(kv_cache_config.kv_cache_groups) > 1
+        if self._hybrid and self._cfg.load_policy == "sync":
+            raise ValueError(
+                "OrbitKVConnector: load_policy 'sync' with several KV cache groups: vLLM's hybrid "
+                "scheduler recovers failed loads of async loads only (use 'async')")
         if self._cfg.start_manager:
             launch.ensure_manager(self._cfg)
         self._sched: Optional[SchedulerCore] = None
         self._worker: Optional[WorkerCore] = None
+        slots = {p: rank_group_slot_bytes(vllm_config, kv_cache_config, p)
+                 for p in {k[1] for k in self._namespaces}}
+        descriptions = {p: rank_description(kv_cache_config, b, self._block_size)
+                        for p, b in slots.items()}
         if role == KVConnectorRole.SCHEDULER:
+            # One description per pipeline stage: stages of a hybrid model hold
+            # different layers, so only one stage's probes would register.
+            if self._hybrid and len(slots) > 1:
+                raise ValueError("OrbitKVConnector: several KV cache groups with pipeline "
+                                 "parallelism are not supported yet")
             self._sched = SchedulerCore(
                 self._cfg,
                 [
-                    (self._namespaces[k], rank_slot_bytes(vllm_config, kv_cache_config, k[1]))
+                    (self._namespaces[k], slots[k[1]] if self._hybrid else
+                     [b for g in slots[k[1]] for b in g])
                     for k in sorted(self._namespaces)
                 ],
                 self._block_size,
                 hash_block_size=kv_cache_config.hash_block_size,
+                description=descriptions[0],
             )
         else:
             tp_rank, pp_rank = _this_rank()
-            self._slot_bytes = rank_slot_bytes(vllm_config, kv_cache_config, pp_rank)
+            self._group_slot_bytes = slots[pp_rank]
             ns = self._namespaces[(tp_rank, pp_rank)]
             rank = pp_rank * vllm_config.parallel_config.tensor_parallel_size + tp_rank
-            self._worker = WorkerCore(self._cfg, ns, rank)
+            self._worker = WorkerCore(self._cfg, ns, rank, description=descriptions[pp_rank])
 
     @property
     def requires_kv_delivery(self) -> bool:
@@ -230,18 +299,18 @@ class OrbitKVConnector(KVConnectorBase_V1):
         assert self._sched is not None
         if num_external_tokens > 0:
             self._sched.after_alloc(
-                request.request_id, blocks.get_block_ids()[0], num_external_tokens
+                request.request_id, blocks.get_block_ids(), num_external_tokens
             )
 
     def build_connector_meta(self, scheduler_output: "SchedulerOutput") -> KVConnectorMetadata:
         assert self._sched is not None
         so = scheduler_output
         cached = so.scheduled_cached_reqs
-        new_reqs = [(r.req_id, r.block_ids[0], r.num_computed_tokens) for r in so.scheduled_new_reqs]
+        new_reqs = [(r.req_id, r.block_ids, r.num_computed_tokens) for r in so.scheduled_new_reqs]
         cached_reqs = [
             (
                 req_id,
-                None if cached.new_block_ids[i] is None else cached.new_block_ids[i][0],
+                cached.new_block_ids[i],
                 req_id in cached.resumed_req_ids,
                 cached.num_computed_tokens[i],
             )
@@ -259,9 +328,20 @@ class OrbitKVConnector(KVConnectorBase_V1):
         self._sched.on_output(
             set(connector_output.finished_recving or ()),
             set(connector_output.invalid_block_ids or ()),
+            set(connector_output.failed_recving or ()),
         )
 
+    def bind_gpu_block_pool(self, gpu_block_pool: Any) -> None:
+        super().bind_gpu_block_pool(gpu_block_pool)
+        if self._sched is not None:
+            self._sched.null_block = gpu_block_pool.null_block.block_id
+
     def request_finished(self, request: "Request", block_ids: List[int]) -> tuple:
+        assert self._sched is not None
+        return self._sched.request_finished(request.request_id), None
+
+    def request_finished_all_groups(self, request: "Request", block_ids: tuple) -> tuple:
+        """SupportsHMA: the request's blocks stay until its saves are done (every group)."""
         assert self._sched is not None
         return self._sched.request_finished(request.request_id), None
 
@@ -269,13 +349,22 @@ class OrbitKVConnector(KVConnectorBase_V1):
 
     def register_kv_caches(self, kv_caches: Dict[str, torch.Tensor]) -> None:
         assert self._worker is not None
-        layout = describe_kv_caches(kv_caches, self._kv_cache_config.num_blocks)
-        got = [s.bytes_per_page for s in layout.slots]
-        if got != self._slot_bytes:
+        groups = None
+        if self._hybrid:
+            groups = {n: g for g, group in enumerate(self._kv_cache_config.kv_cache_groups)
+                      for n in group.layer_names}
+            kv_caches = {n: t for n, t in kv_caches.items() if n in groups}
+        layout = describe_kv_caches(kv_caches, self._kv_cache_config.num_blocks, groups)
+        got = layout.group_slot_bytes()
+        if not self._hybrid:
+            got = [[b for g in got for b in g]]
+        want = self._group_slot_bytes if self._hybrid else [
+            [b for g in self._group_slot_bytes for b in g]]
+        if got != want:
             raise ValueError(
-                f"OrbitKVConnector: the KV tensors give {len(got)} slots per block "
-                f"({sorted(set(got))} bytes), the KV cache config {len(self._slot_bytes)} "
-                f"({sorted(set(self._slot_bytes))} bytes)"
+                f"OrbitKVConnector: the KV tensors give {[len(g) for g in got]} slots per block "
+                f"per group ({sorted({b for g in got for b in g})} bytes), the KV cache config "
+                f"{[len(g) for g in want]} ({sorted({b for g in want for b in g})} bytes)"
             )
         self._worker.register(layout)
 
@@ -312,6 +401,13 @@ class OrbitKVConnector(KVConnectorBase_V1):
         self._worker.wait_for_layer_load()  # a sync load's errors belong to this step
         sending, recving = self._worker.get_finished()
         return sending or None, recving or None
+
+    def get_transfer_results(self, finished_req_ids: set) -> KVConnectorTransferResults:
+        sending, recving = self.get_finished(finished_req_ids)
+        sending, recving = set(sending or ()), set(recving or ())
+        assert self._worker is not None
+        return KVConnectorTransferResults(finished_sending=sending, finished_recving=recving,
+                                          failed_recving=self._worker.take_failed_loads(recving))
 
     def get_block_ids_with_load_errors(self) -> set:
         assert self._worker is not None

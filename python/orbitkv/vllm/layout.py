@@ -35,6 +35,7 @@ def host_tensor(shape: Sequence[int], dtype):
 
 @dataclasses.dataclass
 class SlotInfo:
+    group: int  # the KV cache group (OrbitKV storage group) of the layer
     layer: str
     index: Tuple[int, ...]  # (0,) K, (1,) V; () for a tensor without a K/V dimension
     region: int
@@ -50,7 +51,7 @@ class KVLayout:
     device: str  # "host" or "cuda:N"
     num_blocks: int
     slots: List[SlotInfo]
-    tensor_layout: object  # orbitkv.torch.TensorLayout: layout, regions, handles
+    tensor_layout: object  # orbitkv.torch.TensorLayout (or the groups' merged): layout, regions
 
     @property
     def region_bytes(self) -> List[int]:
@@ -67,8 +68,14 @@ class KVLayout:
     def instance_layout(self) -> "orbitkv.InstanceLayout":
         return self.tensor_layout.layout
 
-    def block_bytes(self) -> int:
-        return sum(s.bytes_per_page for s in self.slots)
+    def block_bytes(self, group: Optional[int] = None) -> int:
+        """Bytes of one block (of one group's layers when `group` is given)."""
+        return sum(s.bytes_per_page for s in self.slots if group is None or s.group == group)
+
+    def group_slot_bytes(self) -> List[List[int]]:
+        """Per group, in group order, its slots' bytes per block."""
+        n = 1 + max(s.group for s in self.slots)
+        return [[s.bytes_per_page for s in self.slots if s.group == g] for g in range(n)]
 
 
 def kv_dims(shape: Sequence[int], num_blocks: int) -> Tuple[int, Optional[int]]:
@@ -100,28 +107,113 @@ def _canonical(t, num_blocks: int):
     return t.permute(*lead, *rest), len(lead) - 1
 
 
-def describe_kv_caches(kv_caches: Mapping[str, object], num_blocks: int) -> KVLayout:
+def describe_kv_caches(kv_caches: Mapping[str, object], num_blocks: int,
+                       layer_groups: Optional[Mapping[str, int]] = None) -> KVLayout:
     """The KVLayout of vLLM's per-layer KV cache tensors (layer name -> tensor,
-    in the order vLLM gives them). All tensors must be on one device."""
-    from orbitkv.torch import derive_layout
+    in the order vLLM gives them). All tensors must be on one device.
 
+    `layer_groups` (layer name -> KV cache group, for hybrid models) makes one
+    OrbitKV group per KV cache group, its slots those of the group's layers.
+    The groups may share tensors, as vLLM's hybrid allocator does (a layer of
+    each group sees one tensor; a block id belongs to one group at a time):
+    regions are per allocation, whichever groups' slots lie in them."""
     if not kv_caches:
         raise ValueError("register_kv_caches: no KV cache tensors")
     if num_blocks <= 0:
         raise ValueError(f"num_blocks must be > 0, got {num_blocks}")
     names = list(kv_caches)
+    of = {n: 0 for n in names} if layer_groups is None else dict(layer_groups)
+    missing = [n for n in names if n not in of]
+    if missing:
+        raise ValueError(f"KV cache tensors of layers in no KV cache group: {missing[:3]}")
+    n_groups = 1 + max(of.values())  # every group the mapping names needs tensors
+    per_group = []
+    for g in range(n_groups):
+        mine = [n for n in names if of[n] == g]
+        if not mine:
+            raise ValueError(f"KV cache group {g} has no KV cache tensor")
+        per_group.append((mine, _derive(kv_caches, mine, num_blocks)))
+    if layer_groups is None:
+        mine, tl = per_group[0]
+        slots = [SlotInfo(0, mine[ti], tuple(lead), s.region, s.offset, s.page_stride,
+                          s.bytes_per_page)
+                 for (ti, lead), s in zip(tl.slot_ids, tl.layout.groups[0].slots)]
+        return KVLayout(tl.device, num_blocks, slots, tl)
+    return _merge(per_group, num_blocks)
+
+
+def _derive(kv_caches: Mapping[str, object], names: Sequence[str], num_blocks: int):
+    from orbitkv.torch import derive_layout
+
     views, dims = zip(*(_canonical(kv_caches[n], num_blocks) for n in names))
     try:
         tl = derive_layout(list(views), list(dims))
     except ValueError as e:
-        raise ValueError(f"KV cache tensors {names[:2]}...: {e}") from None
+        raise ValueError(f"KV cache tensors {list(names)[:2]}...: {e}") from None
     if len(tl.slot_ids) > orbitkv.MAX_SLOTS_PER_GROUP:
         raise ValueError(
             f"{len(tl.slot_ids)} KV slots per block > OrbitKV's {orbitkv.MAX_SLOTS_PER_GROUP}"
         )
-    group = tl.layout.groups[0]
-    slots = [
-        SlotInfo(names[ti], tuple(lead), s.region, s.offset, s.page_stride, s.bytes_per_page)
-        for (ti, lead), s in zip(tl.slot_ids, group.slots)
-    ]
-    return KVLayout(tl.device, num_blocks, slots, tl)
+    return tl
+
+
+@dataclasses.dataclass
+class _Merged:
+    """The groups' TensorLayouts over one region list (what KVLayout reads)."""
+
+    layout: "orbitkv.InstanceLayout"
+    host_regions: list
+    ipc_handles: List[bytes]
+
+
+def _merge(per_group, num_blocks: int) -> KVLayout:
+    """One instance layout of the groups' derived layouts: a region per
+    allocation (regions of one allocation in several groups are one)."""
+    keys, regions, region_bytes, slots, groups = {}, [], [], [], []
+    device = per_group[0][1].device
+    for g, (names, tl) in enumerate(per_group):
+        if tl.device != device:
+            raise ValueError(f"KV cache group {g} is on {tl.device}, group 0 on {device}")
+        remap = []
+        for reg, size in zip(tl.regions, tl.layout.region_bytes):
+            r = keys.get(reg.key)
+            if r is None:
+                r = keys[reg.key] = len(regions)
+                regions.append(reg)
+                region_bytes.append(0)
+            region_bytes[r] = max(region_bytes[r], int(size))
+            remap.append(r)
+        mine = []
+        for (ti, lead), s in zip(tl.slot_ids, tl.layout.groups[0].slots):
+            info = SlotInfo(g, names[ti], tuple(lead), remap[s.region], s.offset, s.page_stride,
+                            s.bytes_per_page)
+            slots.append(info)
+            mine.append(info)
+        groups.append(orbitkv.GroupLayout(
+            group_id=g, num_slots=len(mine), slot_bytes=[s.bytes_per_page for s in mine],
+            slots=[orbitkv.SlotLayout(slot_id=i, region=s.region, offset=s.offset,
+                                      page_stride=s.page_stride, bytes_per_page=s.bytes_per_page)
+                   for i, s in enumerate(mine)]))
+    layout = orbitkv.InstanceLayout(num_pages=num_blocks, region_bytes=region_bytes,
+                                    groups=groups)
+    layout.validate()
+    merged = _Merged(layout,
+                     [r.host_pages for r in regions] if device == "host" else [],
+                     [r.ipc_handle for r in regions] if device != "host" else [])
+    return KVLayout(device, num_blocks, slots, merged)
+
+
+def probe_layout(group_slot_bytes: Sequence[Sequence[int]]) -> "orbitkv.InstanceLayout":
+    """A one-page layout with one group per entry of `group_slot_bytes` (the
+    group's slot sizes), all in one region, page first: what a scheduler-side
+    probe of a hybrid namespace registers (never written)."""
+    groups, offset = [], 0
+    for g, sizes in enumerate(group_slot_bytes):
+        slots = []
+        for i, b in enumerate(sizes):
+            slots.append(orbitkv.SlotLayout(slot_id=i, region=0, offset=offset,
+                                            page_stride=b, bytes_per_page=b))
+            offset += b
+        groups.append(orbitkv.GroupLayout(group_id=g, num_slots=len(sizes),
+                                          slot_bytes=list(sizes), slots=slots))
+    return orbitkv.InstanceLayout(num_pages=1, region_bytes=[offset], groups=groups)

@@ -12,14 +12,29 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import List
+from typing import List, Optional
 
 
 @dataclasses.dataclass
 class LoadSpec:
+    """A load. One KV cache group: `keys` name the blocks to restore and
+    `block_ids` their destinations, one per key. Hybrid (`group_block_ids`
+    set): `keys` is the request's chain from block 0 up to the hit's end
+    (`prefix_tokens`), the worker queries it and restores the recovery plan's
+    pieces into `group_block_ids[storage group]`, except attention blocks
+    below `skip_blocks` (vLLM's local hit); `block_ids` is empty."""
+
     req_id: str
-    keys: List[bytes]  # chain keys of the blocks to restore, in order
-    block_ids: List[int]  # destination vLLM block (OrbitKV page) per key
+    keys: List[bytes]
+    block_ids: List[int]
+    group_block_ids: Optional[List[List[int]]] = None  # per KV cache group: the request's blocks
+    skip_blocks: int = 0
+    prefix_tokens: int = 0
+    null_block: int = 0  # vLLM's null block id: no block allocated there
+
+    @property
+    def hybrid(self) -> bool:
+        return self.group_block_ids is not None
 
 
 @dataclasses.dataclass
@@ -27,6 +42,7 @@ class SaveSpec:
     req_id: str
     keys: List[bytes]  # chain keys of complete blocks computed in this step or before
     block_ids: List[int]  # source vLLM block per key
+    group: int = 0  # the KV cache group (storage group) the blocks belong to
 
 
 @dataclasses.dataclass
@@ -46,7 +62,16 @@ class StepPlan:
 
     def to_json(self) -> dict:
         def spec(s):
-            return {"req_id": s.req_id, "keys": [k.hex() for k in s.keys], "block_ids": list(s.block_ids)}
+            d = {"req_id": s.req_id, "keys": [k.hex() for k in s.keys],
+                 "block_ids": list(s.block_ids)}
+            if getattr(s, "group", 0):
+                d["group"] = s.group
+            if getattr(s, "group_block_ids", None) is not None:
+                d["group_block_ids"] = [list(g) for g in s.group_block_ids]
+                d["skip_blocks"] = s.skip_blocks
+                d["prefix_tokens"] = s.prefix_tokens
+                d["null_block"] = s.null_block
+            return d
 
         return {
             "loads": [spec(s) for s in self.loads],
@@ -61,9 +86,17 @@ class StepPlan:
         def spec(cls, s):
             keys = [bytes.fromhex(k) for k in s["keys"]]
             ids = [int(b) for b in s["block_ids"]]
-            if len(keys) != len(ids):
+            extra = {}
+            if "group" in s:
+                extra["group"] = int(s["group"])
+            if "group_block_ids" in s:
+                extra["group_block_ids"] = [[int(b) for b in g] for g in s["group_block_ids"]]
+                extra["skip_blocks"] = int(s.get("skip_blocks", 0))
+                extra["prefix_tokens"] = int(s.get("prefix_tokens", 0))
+                extra["null_block"] = int(s.get("null_block", 0))
+            elif len(keys) != len(ids):
                 raise ValueError(f"plan for {s['req_id']}: {len(keys)} keys but {len(ids)} blocks")
-            return cls(str(s["req_id"]), keys, ids)
+            return cls(str(s["req_id"]), keys, ids, **extra)
 
         return StepPlan(
             loads=[spec(LoadSpec, s) for s in d.get("loads", [])],

@@ -10,7 +10,15 @@ scheduler thread.
 
 Bounded and exception-free: every Manager call has ``query_timeout_ms``; a
 failed or slow call answers zero hits, closes the connection and skips the
-Manager for ``retry_interval_s``. The scheduler queries through "probe"
+Manager for ``retry_interval_s``.
+
+Hybrid models (a model description: several KV cache groups, e.g. full
+attention and a sliding window): the probes are registered with the
+description and a lookup is one query of the request's chain from block 0;
+its recovery plan's ``prefix_tokens`` is the hit (beyond vLLM's local hit, on
+vLLM's block grid). The load plan carries every group's blocks, the worker
+restores each piece into its own group; saves are per group and skip vLLM's
+null blocks (sliding-window blocks outside the window). The scheduler queries through "probe"
 instances (one host page of the rank's slot sizes, never written: a memfd
 costs no memory until touched) registered in every rank's namespace; it releases
 each query at once (workers query again before they restore, so a hit that
@@ -32,6 +40,9 @@ from orbitkv._chain import lookup_prefix
 
 from .config import ConnectorConfig
 from .keys import block_key
+from orbitkv.hybrid import GroupKind, ModelDescription
+
+from .layout import probe_layout
 from .plan import LoadSpec, SaveSpec, StepPlan
 
 log = logging.getLogger("orbitkv.vllm")
@@ -43,12 +54,13 @@ class _Req:
     num_prompt_tokens: int
     hashes_per_block: int = 1  # vLLM may hash at a finer granularity than its blocks
     keys: List[bytes] = dataclasses.field(default_factory=list)
-    block_ids: List[int] = dataclasses.field(default_factory=list)
+    block_ids: List[List[int]] = dataclasses.field(default_factory=list)  # per KV cache group
     saved: int = 0  # blocks [0, saved) are stored, loaded, or their save is issued
     hit: Tuple[int, int, List[str]] = (0, 0, [])  # (local blocks, Manager hits, tiers) of the last query
     load: Optional[LoadSpec] = None  # the async load in flight (until finished_recving)
     last_load: Optional[LoadSpec] = None  # the latest load, for its load errors
     saves_issued: bool = False
+    no_loads: bool = False  # a hybrid load of it failed: no more Manager hits
 
     def sync_keys(self) -> List[bytes]:
         """One key per complete block: the hash at the block's last token."""
@@ -82,7 +94,10 @@ class SchedulerCore:
         block_size: int,
         client_factory: Optional[Callable[[], "orbitkv.Client"]] = None,
         hash_block_size: Optional[int] = None,
+        description: Optional[ModelDescription] = None,
     ) -> None:
+        """probes: (namespace, slot sizes) per rank; hybrid (`description`
+        set): (namespace, slot sizes per storage group) per rank."""
         if not probes:
             raise ValueError("SchedulerCore: no namespaces")
         hash_block_size = hash_block_size or block_size
@@ -93,8 +108,13 @@ class SchedulerCore:
         self.hashes_per_block = block_size // hash_block_size
         self.cfg = config
         self.namespaces = [ns for ns, _ in probes]
+        self.description = description
+        self.null_block = 0  # vLLM's null block (BlockPool.null_block); set by the connector
         # The Manager wants every instance of a namespace to have its slot sizes.
-        self._probe_layouts = [orbitkv.page_first_layout(1, list(b)) for _, b in probes]
+        if description is not None:
+            self._probe_layouts = [probe_layout(b) for _, b in probes]
+        else:
+            self._probe_layouts = [orbitkv.page_first_layout(1, list(b)) for _, b in probes]
         self.block_size = block_size
         self._client_factory = client_factory or (
             lambda: orbitkv.Client(
@@ -126,8 +146,10 @@ class SchedulerCore:
                 orbitkv.HostPages(lay.region_bytes[0], "orbitkv-vllm-probe")
                 for lay in self._probe_layouts
             ]
+            model = self.description
             probes = [
-                client.register_instance(ns, 0, "host", lay, [p])
+                client.register_instance(ns, 0, "host", lay, [p], model=model)
+                if model is not None else client.register_instance(ns, 0, "host", lay, [p])
                 for ns, lay, p in zip(self.namespaces, self._probe_layouts, pages)
             ]
         except (orbitkv.OrbitKVError, OSError) as e:
@@ -156,6 +178,8 @@ class SchedulerCore:
         if client is None or not keys:
             return 0, []
         self._stats.values["queries"] += 1
+        if self.description is not None:
+            return self._query_plan(client, keys)
         deadline = time.monotonic() + self.cfg.query_timeout_ms / 1000.0
         ttl = self.cfg.query_timeout_ms
         prefix, tiers = len(keys), []
@@ -177,6 +201,28 @@ class SchedulerCore:
             return 0, []
         return prefix, tiers[:prefix]
 
+    def _query_plan(self, client: "orbitkv.Client", keys: List[bytes]) -> Tuple[int, List[str]]:
+        """Hybrid: (blocks of the recovery plan's prefix every rank can restore,
+        the tier of each of those blocks). `keys` start at block 0."""
+        ttl = self.cfg.query_timeout_ms
+        blocks, tiers = len(keys), []
+        try:
+            for i, inst in enumerate(self._probes):
+                q = client.query(inst, 0, keys[:blocks], ttl_ms=ttl)
+                try:
+                    blocks = min(blocks, q.prefix_tokens // self.block_size)
+                    if i == 0:
+                        tiers = _block_tiers(self.description, q.pieces, blocks)
+                finally:
+                    if q.prefix:  # a query without pieces holds nothing (and is not live)
+                        client.release_query(inst, q.query)
+                if blocks == 0:
+                    break
+        except (orbitkv.OrbitKVError, OSError) as e:
+            self._fail(f"query: {e}")
+            return 0, []
+        return blocks, tiers[:blocks]
+
     # ---- vLLM's scheduler hooks ----------------------------------------------
 
     def num_new_matched_blocks(
@@ -196,14 +242,20 @@ class SchedulerCore:
             )
         local = num_computed_tokens // self.block_size
         st.saved = max(st.saved, local)
-        if self.cfg.load_policy == "off":
+        if self.cfg.load_policy == "off" or st.no_loads:
             return 0
         keys = st.sync_keys()
         # vLLM computes at least the last token itself.
         limit = min(len(keys), (num_tokens - 1) // self.block_size)
         if limit <= local:
             return 0
-        hits, tiers = self.query(keys[local:limit])
+        if self.description is not None:
+            # The plan of a prefix needs the chain from its start (window
+            # blocks and states before vLLM's local hit).
+            prefix, tiers = self.query(keys[:limit])
+            hits, tiers = max(0, prefix - local), tiers[local:]
+        else:
+            hits, tiers = self.query(keys[local:limit])
         self._stats.values["missed_blocks"] += (limit - local) - hits
         if hits < self.cfg.min_hit_blocks:
             hits, tiers = 0, []
@@ -219,9 +271,10 @@ class SchedulerCore:
             return {}
         return dict(collections.Counter(st.hit[2][:num_blocks]))
 
-    def after_alloc(self, req_id: str, block_ids: Sequence[int], num_external_tokens: int) -> None:
-        """vLLM allocated `block_ids` (every block of the request) and will take
-        `num_external_tokens` from us."""
+    def after_alloc(self, req_id: str, block_ids: Sequence[Sequence[int]],
+                    num_external_tokens: int) -> None:
+        """vLLM allocated `block_ids` (every block of the request, per KV cache
+        group) and will take `num_external_tokens` from us."""
         st = self._reqs.get(req_id)
         if st is None or num_external_tokens <= 0:
             return
@@ -230,8 +283,13 @@ class SchedulerCore:
         if n > hits:  # never offered; load what was, vLLM recomputes the rest
             log.warning("OrbitKV: vLLM took %d external blocks of %s, %d were offered", n, req_id, hits)
             n = hits
-        ids = list(block_ids[local : local + n])
-        spec = LoadSpec(req_id, st.keys[local : local + n], ids)
+        if self.description is not None:
+            spec = LoadSpec(req_id, st.keys[: local + n], [],
+                            group_block_ids=[list(g) for g in block_ids],
+                            skip_blocks=local, prefix_tokens=(local + n) * self.block_size,
+                            null_block=self.null_block)
+        else:
+            spec = LoadSpec(req_id, st.keys[local : local + n], list(block_ids[0][local : local + n]))
         st.load = st.last_load = spec
         self._pending_loads.append(spec)
         for t in tiers[:n]:
@@ -247,7 +305,8 @@ class SchedulerCore:
         preempted: Set[str],
     ) -> StepPlan:
         """The step's plan. new_reqs: (req_id, block_ids, num_computed_tokens);
-        cached_reqs: (req_id, new_block_ids or None, resumed, num_computed_tokens)."""
+        cached_reqs: (req_id, new_block_ids or None, resumed, num_computed_tokens);
+        block ids are per KV cache group (vLLM's tuple of lists)."""
         plan = StepPlan(sync_load=self.cfg.load_policy == "sync")
         plan.loads, self._pending_loads = self._pending_loads, []
         if self.cfg.load_policy == "sync":
@@ -259,16 +318,19 @@ class SchedulerCore:
         for req_id, block_ids, computed in new_reqs:
             st = self._reqs.get(req_id)
             if st is not None:
-                st.block_ids = list(block_ids)
+                st.block_ids = [list(g) for g in block_ids]
                 scheduled.append((st, req_id, computed))
         for req_id, new_ids, resumed, computed in cached_reqs:
             st = self._reqs.get(req_id)
             if st is None:
                 continue
             if resumed:
-                st.block_ids = list(new_ids or [])
+                st.block_ids = [list(g) for g in new_ids or ()]
             elif new_ids:
-                st.block_ids.extend(new_ids)
+                if not st.block_ids:
+                    st.block_ids = [[] for _ in new_ids]
+                for have, new in zip(st.block_ids, new_ids):
+                    have.extend(new)
             scheduled.append((st, req_id, computed))
         if self.cfg.save_policy == "off":
             return plan
@@ -276,20 +338,32 @@ class SchedulerCore:
             if st.load is not None:
                 continue  # its blocks are being written by the Manager
             done = computed + num_scheduled_tokens.get(req_id, 0) - num_spec_tokens.get(req_id, 0)
-            end = min(done // self.block_size, len(st.sync_keys()), len(st.block_ids))
+            end = min([done // self.block_size, len(st.sync_keys())]
+                      + [len(g) for g in st.block_ids])
             if self.cfg.save_policy == "prompt":
                 end = min(end, st.num_prompt_tokens // self.block_size)
             if end > st.saved:
-                plan.saves.append(
-                    SaveSpec(req_id, st.keys[st.saved : end], st.block_ids[st.saved : end])
-                )
-                self._stats.values["save_blocks_planned"] += end - st.saved
+                for g, ids in enumerate(st.block_ids):
+                    # A null block left the window (or was never computed here).
+                    blocks = [b for b in range(st.saved, end) if ids[b] != self.null_block]
+                    if blocks:
+                        plan.saves.append(SaveSpec(req_id, [st.keys[b] for b in blocks],
+                                                   [ids[b] for b in blocks], group=g))
+                        self._stats.values["save_blocks_planned"] += len(blocks)
+                        st.saves_issued = True
                 st.saved = end
-                st.saves_issued = True
         return plan
 
-    def on_output(self, finished_recving: Set[str], invalid_block_ids: Set[int]) -> None:
-        """Worker results of a step: finished loads, blocks whose load failed."""
+    def on_output(self, finished_recving: Set[str], invalid_block_ids: Set[int],
+                  failed_recving: Set[str] = frozenset()) -> None:
+        """Worker results of a step: finished loads, blocks whose load failed,
+        and (hybrid) loads that failed as a whole (vLLM recomputes the request)."""
+        for req_id in failed_recving:
+            st = self._reqs.get(req_id)
+            if st is not None and st.last_load is not None:
+                st.saved = min(st.saved, st.hit[0])
+                st.no_loads = True  # its retry computes; a broken load is not retried
+                self._stats.values["recompute_blocks"] += st.hit[1]
         for st in self._reqs.values():
             spec = st.last_load
             if spec is None or not invalid_block_ids:
@@ -333,3 +407,16 @@ class SchedulerCore:
         for p in self._probe_pages:
             p.close()
         self._probe_pages = []
+
+
+def _block_tiers(d: ModelDescription, pieces, blocks: int) -> List[str]:
+    """The tier of each of the first `blocks` blocks of a recovery plan: that
+    of the first full-attention group's block (the deepest tier of the plan
+    for models without one)."""
+    full = [g.storage_group for g in d.groups if g.kind == GroupKind.FULL_ATTENTION]
+    if full:
+        by_block = {p.index: p.tier for p in pieces if p.storage_group == full[0]}
+        return [by_block.get(b, "dram") for b in range(blocks)]
+    tier = "ssd" if any(p.tier == "ssd" for p in pieces) else "dram"
+    return [tier] * blocks
+

@@ -14,6 +14,15 @@ with them is guarded by ``_mu``. A Manager that is down, restarts or times
 out fails the affected loads (their blocks are load errors) and drops saves;
 nothing raises into vLLM after :meth:`register`. Reconnection (and
 re-registration) is tried at most every ``retry_interval_s``.
+
+Hybrid models (a model description: the instance has one storage group per
+KV cache group): a load queries the request's chain from block 0 and restores
+the recovery plan's pieces, each into its own group's block (attention
+blocks of vLLM's local hit are left alone); a load that cannot restore its
+whole plan fails as a whole (vLLM's hybrid scheduler takes failed requests,
+not block ids: :meth:`take_failed_loads`). Saves publish into the save's
+group. Before a step's forward the earlier saves of sliding-window groups are
+done: vLLM hands window blocks that left the window to other requests.
 """
 
 from __future__ import annotations
@@ -30,6 +39,8 @@ from orbitkv._chain import take_prefix
 
 from .config import ConnectorConfig
 from .layout import KVLayout
+from orbitkv.hybrid import GroupKind, ModelDescription
+
 from .plan import LoadSpec, SaveSpec, StepPlan
 
 log = logging.getLogger("orbitkv.vllm")
@@ -64,8 +75,10 @@ class WorkerCore:
         namespace: str,
         rank: int,
         client_factory: Optional[Callable[[], "orbitkv.Client"]] = None,
+        description: Optional[ModelDescription] = None,
     ) -> None:
         self.cfg = config
+        self.description = description
         self.namespace = namespace
         self.rank = rank
         self._client_factory = client_factory or (
@@ -87,10 +100,16 @@ class WorkerCore:
         self._saves: Dict[str, List[futures.Future]] = collections.defaultdict(list)
         self._delayed: Set[str] = set()  # finished requests waiting for finished_sending
         self._load_errors: Set[int] = set()
+        self._failed_loads: Set[str] = set()  # hybrid loads that failed (whole requests)
+        self._window_saves: List[futures.Future] = []  # saves of sliding-window groups
+        self._window_groups: Set[int] = {
+            g.storage_group for g in (description.groups if description else ())
+            if g.kind == GroupKind.SLIDING_WINDOW}
         self._stats = WorkerStats()
         self._step_loads: List[futures.Future] = []  # sync loads of the current step
         self._loader = futures.ThreadPoolExecutor(1, thread_name_prefix="orbitkv-load")
         self._saver = futures.ThreadPoolExecutor(1, thread_name_prefix="orbitkv-save")
+        self._window_saver = futures.ThreadPoolExecutor(1, thread_name_prefix="orbitkv-save-window")
 
     # ---- registration --------------------------------------------------------
 
@@ -114,6 +133,7 @@ class WorkerCore:
         try:
             client = self._client_factory()
             lay = self._layout
+            extra = {} if self.description is None else {"model": self.description}
             inst = client.register_instance(
                 self.namespace,
                 self.rank,
@@ -121,6 +141,7 @@ class WorkerCore:
                 lay.instance_layout(),
                 lay.host_regions if lay.device == "host" else [],
                 lay.ipc_handles if lay.device != "host" else None,
+                **extra,
             )
         except (orbitkv.OrbitKVError, OSError) as e:
             self._failed(f"register {self.namespace}: {e}")
@@ -178,6 +199,18 @@ class WorkerCore:
         futures.wait(pending)
 
     def _load(self, spec: LoadSpec) -> None:
+        if spec.hybrid:
+            ok = False
+            try:
+                ok = self._restore_plan(spec)
+            except Exception as e:  # never into vLLM: the request is recomputed
+                log.warning("OrbitKV: load of %s failed: %s", spec.req_id, e)
+            if not ok:
+                with self._mu:
+                    self._failed_loads.add(spec.req_id)
+                    self._stats.add("load_failed_blocks",
+                                    spec.prefix_tokens // self._block_tokens() - spec.skip_blocks)
+            return
         failed = set(spec.block_ids)
         try:
             failed = self._restore(spec)
@@ -186,6 +219,67 @@ class WorkerCore:
         with self._mu:
             self._load_errors.update(failed)
             self._stats.add("load_failed_blocks", len(failed))
+
+    def _block_tokens(self) -> int:
+        return self.description.key_block_tokens if self.description is not None else 1
+
+    def _restore_plan(self, spec: LoadSpec) -> bool:
+        """Hybrid: restores the recovery plan of the prefix `spec.prefix_tokens`
+        into each piece's group; True if every needed piece was restored."""
+        client, inst = self._session()
+        if client is None:
+            return False
+        d = self.description
+        kinds = {g.storage_group: g for g in d.groups}
+        try:
+            q = client.query(inst, 0, spec.keys, ttl_ms=self.cfg.query_ttl_ms)
+        except (orbitkv.OrbitKVError, OSError) as e:
+            self._failed(f"restore for {spec.req_id}: {e}", client)
+            return False
+        try:
+            if q.prefix_tokens < spec.prefix_tokens:
+                log.warning("OrbitKV: the Manager restores %d tokens of %s, %d were planned",
+                            q.prefix_tokens, spec.req_id, spec.prefix_tokens)
+                return False
+            pieces, pages = [], []
+            for i, p in enumerate(q.pieces):
+                g = kinds[p.storage_group]
+                if g.kind == GroupKind.RECURRENT:
+                    block = p.index // g.block_tokens - 1  # the state after p.index tokens
+                else:
+                    block = p.index * g.block_tokens // d.key_block_tokens
+                    if block < spec.skip_blocks:
+                        continue  # vLLM's local hit holds it
+                ids = spec.group_block_ids[p.storage_group]
+                if block >= len(ids) or ids[block] == spec.null_block:
+                    log.warning("OrbitKV: %s group %d piece %d has no block allocated",
+                                spec.req_id, p.storage_group, p.index)
+                    return False
+                pieces.append(i)
+                pages.append(ids[block])
+            results = client.restore(inst, q.query, pieces, pages) if pieces else []
+        except (orbitkv.OrbitKVError, OSError) as e:
+            self._failed(f"restore for {spec.req_id}: {e}", client)
+            return False
+        finally:
+            try:
+                if q.prefix:  # a query without pieces holds nothing (and is not live)
+                    client.release_query(inst, q.query)
+            except (orbitkv.OrbitKVError, OSError):
+                pass  # consumed, or the connection is gone (handled above)
+        good = [r for r in results if r.ok]
+        for r in results:
+            if not r.ok:
+                log.warning("OrbitKV: piece %d of the load of %s not restored: %s",
+                            r.block, spec.req_id, r.error)
+        by_tier = collections.Counter(q.pieces[pieces[j]].tier for j in range(len(pieces))
+                                      if results[j].ok)
+        with self._mu:
+            self._stats.add("restored_blocks_dram", by_tier["dram"])
+            self._stats.add("restored_blocks_ssd", by_tier["ssd"])
+            self._stats.add("restored_bytes", sum(q.pieces[pieces[j]].bytes
+                                                  for j in range(len(pieces)) if results[j].ok))
+        return len(good) == len(pieces)
 
     def _restore(self, spec: LoadSpec) -> Set[int]:
         """Restores what the Manager has; returns the blocks left unrestored.
@@ -241,7 +335,13 @@ class WorkerCore:
             return
         with self._mu:
             for spec in plan.saves:
-                self._saves[spec.req_id].append(self._saver.submit(self._save, spec, ready))
+                window = spec.group in self._window_groups
+                # Window saves have their own thread: the next forward waits for
+                # them, not for the full-attention saves queued before them.
+                f = (self._window_saver if window else self._saver).submit(self._save, spec, ready)
+                self._saves[spec.req_id].append(f)
+                if window:
+                    self._window_saves.append(f)
 
     def _save(self, spec: SaveSpec, ready: Optional[Callable[[], None]]) -> None:
         client = None
@@ -251,7 +351,7 @@ class WorkerCore:
             client, inst = self._session()
             if client is None:
                 raise ConnectionError("no Manager")
-            r = client.publish(inst, 0, spec.keys, spec.block_ids)
+            r = client.publish(inst, spec.group, spec.keys, spec.block_ids)
         except Exception as e:  # never into vLLM: a dropped save only costs later hits
             if client is not None and isinstance(e, (orbitkv.OrbitKVError, OSError)):
                 self._failed(f"save for {spec.req_id}: {e}", client)
@@ -262,15 +362,23 @@ class WorkerCore:
             return
         with self._mu:
             self._stats.add("saved_blocks", r.stored)
-            self._stats.add("saved_bytes", r.stored * self._block_bytes)
+            self._stats.add("saved_bytes", r.stored * self._group_bytes(spec.group))
             self._stats.add("save_skipped_blocks", r.skipped)
             self._stats.add("save_dropped_blocks", r.dropped)
 
+    def _group_bytes(self, group: int) -> int:
+        if self._layout is None or self.description is None:
+            return self._block_bytes
+        return self._layout.block_bytes(group)
+
     def handle_preemptions(self, plan: StepPlan) -> None:
         """Waits for the saves of the plan's preempted requests: vLLM hands their
-        blocks to other requests in this step's forward."""
+        blocks to other requests in this step's forward; and for the saves of
+        sliding-window groups (vLLM frees blocks that left the window)."""
         with self._mu:
             pending = [f for r in plan.preempted for f in self._saves.get(r, ())]
+            self._window_saves = [f for f in self._window_saves if not f.done()]
+            pending += self._window_saves
         futures.wait(pending)
 
     def wait_for_saves(self, timeout: Optional[float] = None) -> bool:
@@ -310,6 +418,13 @@ class WorkerCore:
                     self._delayed.discard(req_id)
         return sending, recving
 
+    def take_failed_loads(self, finished: Set[str]) -> Set[str]:
+        """The hybrid loads among `finished` (get_finished's finished_recving) that failed."""
+        with self._mu:
+            failed = self._failed_loads & set(finished)
+            self._failed_loads -= failed
+        return failed
+
     def take_load_errors(self) -> Set[int]:
         with self._mu:
             errors, self._load_errors = self._load_errors, set()
@@ -328,6 +443,7 @@ class WorkerCore:
         """Finishes queued work, unregisters and closes the connection."""
         self._loader.shutdown(wait=True)
         self._saver.shutdown(wait=True)
+        self._window_saver.shutdown(wait=True)
         with self._mu:
             client, inst, self._client = self._client, self._instance, None
         if client is not None:
