@@ -56,14 +56,13 @@ Tier QueryTable::HoldSource(QueryBlock& b, SessionId session, Clock::TimePoint d
     return b.tier;
   }
   if (!ssd_) return Tier::kNone;
-  std::optional<ExtentRef> ref = ssd_->catalog().Lookup(StoreKey(b.id));
-  if (!ref) return Tier::kNone;
-  Result<LeaseId> lease = ssd_->catalog().AcquireLease({&*ref, 1}, {session, 1, deadline});
-  if (!lease.ok()) return Tier::kNone;
+  std::optional<SsdCatalog::Leased> l =
+      ssd_->catalog().LookupAndLease(StoreKey(b.id), {session, 1, deadline});
+  if (!l) return Tier::kNone;
   b.tier = Tier::kSsd;
-  b.ref = *ref;
-  b.lease = *lease;
-  b.size = ref->object_size;
+  b.ref = l->ref;
+  b.lease = l->lease;
+  b.size = l->ref.object_size;
   return b.tier;
 }
 
