@@ -9,7 +9,8 @@
 #                 /usr layout: liburing (headers, liburing.a, pkg-config file),
 #                 FlatBuffers (headers, CMake package, flatc), CLI11 and
 #                 nlohmann-json (headers, CMake packages), ISA-L (headers and
-#                 libisal.so.2, which the wheel then carries)
+#                 libisal.so.2, which the wheel then carries), Nettle (headers
+#                 and libnettle.a, linked statically: ORBITKV_STATIC_NETTLE)
 #       DIR/gpu_host_wheel.sh (this script) and DIR/enable-cufile-compat.sh when
 #       ../shared/gpu has it. Copy DIR to the host.
 #   DIR/gpu_host_wheel.sh build DIR [PYTHON]  there: builds the wheel with PYTHON
@@ -33,7 +34,7 @@ bundle() {
   dir=$(cd "$dir" && pwd)
   (cd "$root" && git ls-files -co --exclude-standard -z | xargs -0 cp --parents -t "$dir/src")
   local pkgs=(liburing-dev liburing2 libflatbuffers-dev libflatbuffers2 flatbuffers-compiler
-    libcli11-dev nlohmann-json3-dev libisal-dev libisal2)
+    libcli11-dev nlohmann-json3-dev libisal-dev libisal2 nettle-dev)
   local p f files=()
   for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||

@@ -32,7 +32,7 @@ case "${1:-}" in
       cp "$b" "$out/" && strip "$out/$(basename "$b")" || exit 1
     done
     for b in "$out/orbitkv-bench" "$out/orbitkv-cache-manager"; do
-      ldd "$b" | awk '/=> \// {print $3}' | grep -E 'lib(spdlog|fmt|isal)\.so' || true
+      ldd "$b" | awk '/=> \// {print $3}' | grep -E 'lib(spdlog|fmt|isal|nettle)\.so' || true
     done | sort -u | while read -r lib; do cp -L "$lib" "$out/"; done
     ls -l "$out"
     ;;

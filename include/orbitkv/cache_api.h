@@ -55,9 +55,11 @@ struct RegisterRequest {
   // checks the size of what it opens).
   std::vector<std::array<uint8_t, 64>> ipc_handles;
   // A hybrid model's storage groups (orbitkv/model_description.h); absent for
-  // a dense model. Validated when decoded; part of the namespace's identity.
-  // Until the Manager compiles hybrid recovery requirements (issue 14) the
-  // socket server refuses a register that carries one.
+  // a dense model. Validated (also against the layout: every layout group is
+  // a description group's storage_group, of its bytes); part of the
+  // namespace's identity, so instances whose descriptions differ never share
+  // objects. A hybrid instance publishes plain chain keys; the Manager stores
+  // each under recovery::ObjectKey(key, mask of the group).
   std::optional<ModelDescription> model;
   StorageCodecRequest storage;  // default: the Manager's --storage-codec
 };
@@ -81,12 +83,27 @@ struct PublishResult {
 
 struct QueryRequest {
   InstanceId instance = 0;
-  uint32_t group_id = 0;
+  uint32_t group_id = 0;       // not used for a hybrid instance: its plan spans every group
   std::vector<BlockKey> keys;  // a chain: key i names the prefix of blocks 0..i
   // The query's leases expire after this; at most the Manager's
   // --max-query-ttl-ms (default 60 s), a larger value is InvalidArgument.
   uint32_t ttl_ms = 30000;
 };
+
+// One source of a hybrid query (QueryResult::pieces): a block of a
+// full-attention or sliding-window group, or a recurrent checkpoint.
+struct QuerySource {
+  uint32_t group = 0;          // index into the description's groups
+  uint32_t storage_group = 0;  // that group's storage_group (whose pages a restore writes)
+  uint64_t index = 0;          // block index; recurrent: the checkpoint's position in tokens
+  Tier tier = Tier::kNone;     // DRAM when it is in both tiers
+  uint64_t bytes = 0;          // the description's bytes per block or checkpoint
+  friend bool operator==(const QuerySource&, const QuerySource&) = default;
+};
+
+// The most sources one query returns (the wire's per-message limit); a longer
+// hybrid plan is recompiled over a shorter chain.
+inline constexpr uint32_t kMaxQuerySources = 65536;
 
 // Query budget: the bytes of each distinct key of a live query are charged
 // once (a repeated key is free) until it is restored, released or expires. A
@@ -101,6 +118,17 @@ struct QueryResult {
   // of it was spent, not at a miss: block `prefix` may well be cached (retry
   // after restoring or releasing queries).
   bool budget_limited = false;
+  // Hybrid instances only (dense: 0 and empty). The compiled recovery plan
+  // (recovery/recovery_plan.h): P in tokens, and exactly the sources that
+  // rebuild it (by group, then ascending index), which the query pins or
+  // leases and charges (logical_bytes, the description's bytes); `prefix` is
+  // pieces.size() and sources[i] is pieces[i].tier, so RestoreRequest.blocks
+  // index this list. budget_limited: a longer P was recoverable within the
+  // chain but not within the budget. not_needed_bytes: the bytes of [0, P)
+  // recovery does not read (window blocks before P - W, older checkpoints).
+  uint64_t prefix_tokens = 0;
+  std::vector<QuerySource> pieces;
+  uint64_t not_needed_bytes = 0;
 };
 
 // Restore timeouts. A restore owns its destination pages from the call until
@@ -114,8 +142,11 @@ struct QueryResult {
 struct RestoreRequest {
   InstanceId instance = 0;
   QueryId query = 0;
-  std::vector<uint32_t> blocks;  // indices into the query's prefix
-  std::vector<uint64_t> pages;   // destination page per block
+  std::vector<uint32_t> blocks;  // indices into the query's prefix (hybrid: into its pieces)
+  // Destination page per block; for a hybrid source, a page of its storage
+  // group (a recurrent group: the state slot in that group's layout). Each
+  // piece is written only into its own group's slots.
+  std::vector<uint64_t> pages;
 };
 
 struct BlockResult {

@@ -26,6 +26,11 @@ struct ManagerOptions {
   // all: keep every published object in DRAM; reuse: keep one in DRAM only
   // when its key was seen before (others go to SSD and leave DRAM).
   bool admission_reuse = false;  // --admission all|reuse (default all)
+  // Hybrid models' recurrent checkpoints (tens of MiB each) may hold at most
+  // this share of the pool once written back and unused; beyond it the least
+  // recently used leave DRAM (their SSD copy stays), so a stream of
+  // checkpoints never flushes the attention blocks. 100: no cap.
+  uint32_t checkpoint_dram_percent = 25;  // --checkpoint-dram-percent
   // SSD tier. SSD caching is off when ssd_cache_path is empty.
   std::string ssd_cache_path;                                 // --ssd-cache-path
   uint64_t ssd_cache_capacity = 512ull * 1000 * 1000 * 1000;  // --ssd-cache-capacity 512gb

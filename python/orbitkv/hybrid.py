@@ -24,8 +24,13 @@ The mappings turn an engine's own cache description into one:
 :func:`from_sglang_pools` (SGLang 0.5.23 HiCache v2 pools with their
 ``ALL_PAGES`` / ``TRAILING_PAGES`` hit policies). Neither imports the engine.
 
-Not yet: the Manager does not compile these descriptions into its queries
-(issue 14); until it does, a register that carries one is refused.
+With the Manager: ``Client.register_instance(..., model=description)``. The
+engine publishes each piece in its storage group under the *plain* chain key
+that names the prefix ending where the piece ends (:func:`block_key_index`,
+:func:`checkpoint_key_index`); the Manager masks it (:func:`object_key` is what
+it stores under, for tools and tests; engines do not call it). A query of the
+chain returns the recovery plan (``QueryResult.prefix_tokens``, ``.pieces``),
+and ``restore(blocks=...)`` indexes ``.pieces``.
 """
 
 from __future__ import annotations

@@ -442,6 +442,52 @@ bool SlotEq(const SlotLayout& a, const SlotLayout& b) {
          a.page_stride == b.page_stride && a.bytes_per_page == b.bytes_per_page;
 }
 
+// register_instance's model: an orbitkv.hybrid.ModelDescription (anything with
+// to_dict()) or its dict; the Manager validates it (ValueError-like
+// InvalidArgumentError naming the field).
+ModelDescription ToModel(py::handle model) {
+  py::object d = py::hasattr(model, "to_dict") ? model.attr("to_dict")()
+                                               : py::reinterpret_borrow<py::object>(model);
+  if (!py::isinstance<py::dict>(d)) {
+    throw py::type_error("model must be an orbitkv.hybrid.ModelDescription or its dict, not " +
+                         TypeName(model));
+  }
+  auto get = [](py::handle dict, const char* key, const std::string& what) -> py::object {
+    if (!dict.contains(key)) throw py::value_error(what + ": missing '" + key + "'");
+    return dict[key];
+  };
+  ModelDescription out;
+  constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
+  out.key_block_tokens =
+      ToUnsigned(get(d, "key_block_tokens", "model"), kMax, "model.key_block_tokens");
+  size_t i = 0;
+  for (py::handle g : get(d, "groups", "model")) {
+    const std::string what = "model.groups[" + std::to_string(i++) + "]";
+    if (!py::isinstance<py::dict>(g)) throw py::type_error(what + " must be a dict");
+    GroupDescription gd;
+    gd.name = get(g, "name", what).cast<std::string>();
+    gd.kind = static_cast<GroupKind>(ToUnsigned(get(g, "kind", what), 255, what + ".kind"));
+    gd.storage_group = static_cast<uint32_t>(ToUnsigned(get(g, "storage_group", what),
+                                                        std::numeric_limits<uint32_t>::max(),
+                                                        what + ".storage_group"));
+    gd.block_tokens = ToUnsigned(get(g, "block_tokens", what), kMax, what + ".block_tokens");
+    gd.bytes = ToUnsigned(get(g, "bytes", what), kMax, what + ".bytes");
+    if (g.contains("window_tokens")) {
+      gd.window_tokens = ToUnsigned(g["window_tokens"], kMax, what + ".window_tokens");
+    }
+    if (g.contains("checkpoint_interval_tokens")) {
+      gd.checkpoint_interval_tokens =
+          ToUnsigned(g["checkpoint_interval_tokens"], kMax, what + ".checkpoint_interval_tokens");
+    }
+    if (g.contains("checkpoint_positions")) {
+      gd.checkpoint_positions =
+          ToUnsignedList<uint64_t>(g["checkpoint_positions"], what + ".checkpoint_positions");
+    }
+    out.groups.push_back(std::move(gd));
+  }
+  return out;
+}
+
 // ---- results -----------------------------------------------------------------
 
 struct PyQueryResult {
@@ -450,6 +496,9 @@ struct PyQueryResult {
   std::vector<std::string> sources;
   uint64_t logical_bytes = 0;
   bool budget_limited = false;
+  uint64_t prefix_tokens = 0;  // hybrid instances
+  std::vector<QuerySource> pieces;
+  uint64_t not_needed_bytes = 0;
 };
 
 struct PyBlockResult {
@@ -493,14 +542,16 @@ class PyClient {
 
   InstanceId RegisterInstance(const std::string& ns, uint32_t rank, const std::string& device,
                               const PyInstanceLayout& layout, py::handle regions,
-                              py::handle ipc_handles, const std::string& storage_codec,
-                              const std::string& kv_dtype, uint32_t head_dim) {
+                              py::handle ipc_handles, py::handle model,
+                              const std::string& storage_codec, const std::string& kv_dtype,
+                              uint32_t head_dim) {
     RegisterRequest req;
     req.ns = ns;
     req.rank = rank;
     req.device = device;
     req.storage = {storage_codec, kv_dtype, head_dim};
     req.layout = ToLayout(layout);
+    if (!model.is_none()) req.model = ToModel(model);
     if (!ipc_handles.is_none()) req.ipc_handles = ToIpcHandles(ipc_handles);
     std::vector<int> fds;
     py::object no_regions;  // keeps the empty list alive while `regions` names it
@@ -565,6 +616,9 @@ class PyClient {
     out.logical_bytes = r.logical_bytes;
     out.budget_limited = r.budget_limited;
     for (Tier t : r.sources) out.sources.push_back(TierName(t));
+    out.prefix_tokens = r.prefix_tokens;
+    out.pieces = std::move(r.pieces);
+    out.not_needed_bytes = r.not_needed_bytes;
     return out;
   }
 
@@ -897,11 +951,40 @@ applies the Manager's rules locally.)doc")
       .def_readonly("sources", &PyQueryResult::sources)
       .def_readonly("logical_bytes", &PyQueryResult::logical_bytes)
       .def_readonly("budget_limited", &PyQueryResult::budget_limited)
+      .def_readonly("prefix_tokens", &PyQueryResult::prefix_tokens,
+                    "Hybrid instances: P, the tokens the plan recovers (0 for dense ones).")
+      .def_readonly("pieces", &PyQueryResult::pieces,
+                    "Hybrid instances: the plan's sources (QuerySource), one per entry of "
+                    "`sources`; restore(blocks=...) indexes this list.")
+      .def_readonly("not_needed_bytes", &PyQueryResult::not_needed_bytes,
+                    "Hybrid instances: bytes of [0, P) recovery does not read (window blocks "
+                    "before P - W, older checkpoints).")
       .def("__repr__", [](const PyQueryResult& r) {
         return "QueryResult(query=" + std::to_string(r.query) +
                ", prefix=" + std::to_string(r.prefix) + ", sources=" + Repr(py::cast(r.sources)) +
                ", logical_bytes=" + std::to_string(r.logical_bytes) +
-               ", budget_limited=" + (r.budget_limited ? "True" : "False") + ")";
+               ", budget_limited=" + (r.budget_limited ? "True" : "False") +
+               (r.pieces.empty() ? std::string()
+                                 : ", prefix_tokens=" + std::to_string(r.prefix_tokens) +
+                                       ", pieces=" + std::to_string(r.pieces.size())) +
+               ")";
+      });
+
+  py::class_<QuerySource>(m, "QuerySource",
+                          "One source of a hybrid query: group (index into the description's "
+                          "groups), storage_group (whose pages a restore writes), index (block "
+                          "index; recurrent: the checkpoint's position in tokens), tier ('dram' "
+                          "or 'ssd'), bytes.")
+      .def_readonly("group", &QuerySource::group)
+      .def_readonly("storage_group", &QuerySource::storage_group)
+      .def_readonly("index", &QuerySource::index)
+      .def_property_readonly("tier", [](const QuerySource& q) { return TierName(q.tier); })
+      .def_readonly("bytes", &QuerySource::bytes)
+      .def("__repr__", [](const QuerySource& q) {
+        return "QuerySource(group=" + std::to_string(q.group) +
+               ", storage_group=" + std::to_string(q.storage_group) +
+               ", index=" + std::to_string(q.index) + ", tier='" + TierName(q.tier) +
+               "', bytes=" + std::to_string(q.bytes) + ")";
       });
 
   py::class_<PyBlockResult>(m, "BlockResult",
@@ -952,9 +1035,17 @@ context manager (closes on exit).)doc")
                              "True once closed, or once the Manager closed the connection or died.")
       .def("register_instance", &PyClient::RegisterInstance, py::arg("ns"), py::arg("rank"),
            py::arg("device"), py::arg("layout"), py::arg("regions") = py::list(),
-           py::arg("ipc_handles") = py::none(), py::kw_only(), py::arg("storage_codec") = "",
-           py::arg("kv_dtype") = "", py::arg("head_dim") = 0,
+           py::arg("ipc_handles") = py::none(), py::arg("model") = py::none(), py::kw_only(),
+           py::arg("storage_codec") = "", py::arg("kv_dtype") = "", py::arg("head_dim") = 0,
            R"doc(Registers an instance with `layout`; returns the instance id.
+
+`model`: a hybrid model's orbitkv.hybrid.ModelDescription (or its to_dict());
+None for a dense model. Its groups' storage_group are layout groups; the
+Manager refuses one that is invalid or disagrees with the layout
+(InvalidArgumentError naming the field). A hybrid instance publishes plain
+chain keys per storage group, and its queries return the recovery plan
+(QueryResult.prefix_tokens, .pieces); restore(blocks=...) indexes .pieces,
+pages are pages of each piece's storage group.
 
 storage_codec: the namespace's SSD storage codec ("" = the Manager's
 --storage-codec; none, ans, fp8, turboquant-4, turboquant-3); part of the

@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -29,6 +30,7 @@
 #include "bench/disk_probe.h"
 #include "bench/figures.h"
 #include "bench/model.h"
+#include "bench/query_scale.h"
 #include "bench/report.h"
 #include "bench/route.h"
 #include "bench/route_run.h"
@@ -36,6 +38,7 @@
 #include "bench/workloads.h"
 #include "codec/codec.h"
 #include "orbitkv/device.h"
+#include "orbitkv/logging.h"
 #include "orbitkv/units.h"
 #include "store/object_format.h"
 #include "workload/format.h"
@@ -133,11 +136,57 @@ int Fail(const std::string& msg) {
   return kExitFailure;
 }
 
-// --workload scale: its own driver (scale.h), one DRAM-only Manager.
+// --workload query-scale (query_scale.h): an in-process Manager; also the
+// first part of --workload scale. Null on failure (printed).
+std::optional<QueryScaleReport> QueryScale(const Flags& f, const std::string& dir,
+                                           uint32_t tokens) {
+  // The in-process Manager logs through this process: only what is wrong.
+  InitLogging("warn").IgnoreError("orbitkv-bench: the in-process Manager logs at info");
+  QueryScaleParams qp;
+  qp.dir = dir;
+  qp.block_tokens = tokens;
+  qp.max_chain_tokens = f.scale_chain_tokens;
+  qp.seed = f.w.seed;
+  Result<QueryScaleReport> r = RunQueryScale(qp);
+  if (!r.ok()) {
+    Fail(r.status().ToString());
+    return std::nullopt;
+  }
+  PrintQueryScale(stdout, *r);
+  std::fflush(stdout);
+  return std::move(r).value();
+}
+
+Status WriteJson(const std::string& path, const nlohmann::json& j) {
+  std::ofstream out(path);
+  out << j.dump(2) << "\n";
+  if (!out) return Status::Internal("cannot write " + path);
+  std::printf("  json         written to %s\n", path.c_str());
+  return Status::OK();
+}
+
+int RunQueryScaleWorkload(const Flags& f, const std::string& dir, uint32_t tokens) {
+  std::printf("orbitkv-bench: workload query-scale, chain up to %u tokens of %u-token blocks\n",
+              f.scale_chain_tokens, tokens);
+  std::optional<QueryScaleReport> q = QueryScale(f, dir, tokens);
+  if (!q) return kExitFailure;
+  if (f.json.empty()) return 0;
+  nlohmann::json j = QueryScaleJson(*q);
+  j["workload"] = "query-scale";
+  j["flags"] = f.argv;
+  if (Status st = WriteJson(f.json, j); !st.ok()) return Fail(st.ToString());
+  return 0;
+}
+
+std::string ScaleDir(const Flags& f) {
+  return (f.dir.empty() ? "/var/tmp/orbitkv-bench-" + std::to_string(::getuid()) : f.dir) +
+         "/scale";
+}
+
+// --workload scale: its own driver (scale.h), one DRAM-only Manager, after query-scale.
 int RunScaleWorkload(const Flags& f, const ModelPreset& model, uint32_t tokens) {
   ScaleParams sp;
-  sp.dir = f.dir.empty() ? "/var/tmp/orbitkv-bench-" + std::to_string(::getuid()) : f.dir;
-  sp.dir += "/scale";
+  sp.dir = ScaleDir(f);
   if (Status st = demo::MakeDirs(sp.dir); !st.ok()) return Fail(st.ToString());
   sp.manager_binary = f.manager;
   sp.device = f.device;
@@ -159,6 +208,8 @@ int RunScaleWorkload(const Flags& f, const ModelPreset& model, uint32_t tokens) 
       f.device.c_str(), sp.max_chain_tokens, sp.max_engines,
       static_cast<unsigned long long>(sp.objects));
   std::fflush(stdout);
+  std::optional<QueryScaleReport> q = QueryScale(f, sp.dir, tokens);
+  if (!q) return kExitFailure;
   Result<ScaleReport> r = RunScale(sp);
   if (!r.ok()) {
     if (g_interrupted.load()) return kExitInterrupted;
@@ -169,10 +220,8 @@ int RunScaleWorkload(const Flags& f, const ModelPreset& model, uint32_t tokens) 
     nlohmann::json j = ScaleJson(*r);
     j["model"] = model.name;
     j["flags"] = f.argv;
-    std::ofstream out(f.json);
-    out << j.dump(2) << "\n";
-    if (!out) return Fail("cannot write " + f.json);
-    std::printf("  json         written to %s\n", f.json.c_str());
+    j["query_in_process"] = QueryScaleJson(*q);
+    if (Status st = WriteJson(f.json, j); !st.ok()) return Fail(st.ToString());
   }
   return r->mismatched ? kExitMismatch : 0;
 }
@@ -827,6 +876,11 @@ int Main(int argc, char** argv) {
     sigaction(SIGINT, &sa, nullptr);
     sigaction(SIGTERM, &sa, nullptr);
     return RunScaleWorkload(f, *model, tokens.front());
+  }
+  if (f.workload == "query-scale") {
+    const std::string dir = ScaleDir(f);
+    if (Status st = demo::MakeDirs(dir); !st.ok()) return Fail(st.ToString());
+    return RunQueryScaleWorkload(f, dir, tokens.front());
   }
   if (f.workload == "block-size-sweep") {
     Result<std::vector<uint32_t>> list = ParseTokenList(f.sweep_block_tokens);

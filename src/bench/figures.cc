@@ -37,22 +37,23 @@ Throughput Sum(const std::vector<const CallSample*>& calls) {
   return t;
 }
 
-Quantiles Ms(std::vector<double> seconds) {
-  Quantiles q;
-  q.n = seconds.size();
-  for (double& s : seconds) s *= 1e3;
-  q.p50 = demo::Quantile(seconds, 0.50);
-  q.p99 = demo::Quantile(seconds, 0.99);
-  q.max = demo::Quantile(seconds, 1.0);
-  return q;
-}
-
 double Value(const std::map<std::string, double>& m, const std::string& key) {
   auto it = m.find(key);
   return it == m.end() ? 0 : it->second;
 }
 
 }  // namespace
+
+Quantiles QuantilesMs(std::vector<double> seconds) {
+  Quantiles q;
+  q.n = seconds.size();
+  if (seconds.empty()) return q;
+  for (double& s : seconds) s *= 1e3;
+  q.p50 = demo::Quantile(seconds, 0.50);
+  q.p99 = demo::Quantile(seconds, 0.99);
+  q.max = demo::Quantile(seconds, 1.0);
+  return q;
+}
 
 RouteFigures ComputeFigures(const RouteRunResult& run, uint64_t block_bytes, uint32_t block_tokens,
                             double rate) {
@@ -102,11 +103,11 @@ RouteFigures ComputeFigures(const RouteRunResult& run, uint64_t block_bytes, uin
   f.restore = Sum(mine);
   f.restore_other = Sum(other);
   f.publish = Sum(pubs);
-  f.request_ms = Ms(request_s);
-  f.block_ms = Ms(probe_s);
+  f.request_ms = QuantilesMs(request_s);
+  f.block_ms = QuantilesMs(probe_s);
   f.prefill_tokens_per_s = rate;
-  f.ttft_ms = Ms(ttft_s);
-  f.recompute_ms = Ms(recompute_s);
+  f.ttft_ms = QuantilesMs(ttft_s);
+  f.recompute_ms = QuantilesMs(recompute_s);
   if (restored_restore_s > 0) f.restore_vs_prefill = restored_prefill_s / restored_restore_s;
   f.measured_wall_s = run.measured_wall_s;
   f.moved_bytes = double(f.restore.bytes + f.restore_other.bytes + f.publish.bytes);

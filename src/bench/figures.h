@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "bench/route.h"
 #include "bench/route_run.h"
@@ -28,6 +29,8 @@ struct Quantiles {  // milliseconds
   uint64_t n = 0;
   double p50 = 0, p99 = 0, max = 0;
 };
+// p50, p99 and max of samples given in seconds (all zero when empty).
+Quantiles QuantilesMs(std::vector<double> seconds);
 
 struct RouteFigures {
   Route route = Route::kDram;

@@ -41,32 +41,6 @@ double Since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// A distinct key per (phase, a, b): the Manager treats keys as opaque names.
-BlockKey Key(uint64_t seed, uint32_t phase, uint64_t a, uint64_t b) {
-  BlockKey k{};
-  uint64_t x = seed * 0x9E3779B97F4A7C15ull ^ (uint64_t{phase} << 56) ^ (a << 32) ^ b;
-  for (size_t i = 0; i < k.size(); i += 8) {
-    x += 0x9E3779B97F4A7C15ull;
-    uint64_t z = x;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    std::memcpy(k.data() + i, &z, 8);
-  }
-  return k;
-}
-
-Quantiles MsOf(std::vector<double> seconds) {
-  Quantiles q;
-  q.n = seconds.size();
-  if (seconds.empty()) return q;
-  for (double& s : seconds) s *= 1e3;
-  q.p50 = demo::Quantile(seconds, 0.50);
-  q.p99 = demo::Quantile(seconds, 0.99);
-  q.max = demo::Quantile(seconds, 1.0);
-  return q;
-}
-
 // VmRSS and VmLck of `pid`, in bytes.
 std::pair<uint64_t, uint64_t> Memory(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
@@ -154,7 +128,7 @@ class ScaleRun {
     ORBITKV_ASSIGN_OR_RETURN(Engine e,
                              Connect(Ns("chain"), kChainPublish, p_.slot_bytes, "scale-chain"));
     std::vector<BlockKey> keys(chain_blocks_);
-    for (uint32_t i = 0; i < chain_blocks_; ++i) keys[i] = Key(p_.seed, 1, 0, i);
+    for (uint32_t i = 0; i < chain_blocks_; ++i) keys[i] = ScaleKey(p_.seed, 1, 0, i);
     std::vector<uint64_t> pages(chain_blocks_);
     for (uint32_t i = 0; i < chain_blocks_; ++i) pages[i] = i % kChainPublish;
     for (uint32_t i = 0; i < kChainPublish && i < chain_blocks_; ++i) e.pages->Fill(keys[i], i);
@@ -175,7 +149,7 @@ class ScaleRun {
               fmt::format("a query of {} published blocks found {}", n, l.prefix));
         }
       }
-      r_.chain.push_back({tokens, n, MsOf(std::move(s))});
+      r_.chain.push_back({tokens, n, QuantilesMs(std::move(s))});
     }
     return e.backend->Close();
   }
@@ -199,7 +173,7 @@ class ScaleRun {
           std::vector<BlockKey> keys(kEngineBlocks);
           std::vector<uint64_t> pages(kEngineBlocks);
           for (uint32_t i = 0; i < kEngineBlocks; ++i) {
-            keys[i] = Key(p_.seed, 2, (uint64_t{n} << 16) | e, i);
+            keys[i] = ScaleKey(p_.seed, 2, (uint64_t{n} << 16) | e, i);
             pages[i] = i;
             x.pages->Fill(keys[i], i);
           }
@@ -276,7 +250,7 @@ class ScaleRun {
   Status Objects() {
     ORBITKV_ASSIGN_OR_RETURN(Engine e,
                              Connect(Ns("objects"), kSmallPages, {kSmallSlot}, "scale-objects"));
-    for (uint32_t i = 0; i < kSmallPages; ++i) e.pages->Fill(Key(p_.seed, 3, 0, i), i);
+    for (uint32_t i = 0; i < kSmallPages; ++i) e.pages->Fill(ScaleKey(p_.seed, 3, 0, i), i);
     ORBITKV_ASSIGN_OR_RETURN(demo::MetricsSnapshot m0, demo::ScrapeMetrics(manager_->metrics_port));
     const auto [rss0, lck0] = Memory(manager_->child.pid());
     std::vector<BlockKey> keys(kSmallPages);
@@ -284,7 +258,7 @@ class ScaleRun {
     std::iota(pages.begin(), pages.end(), 0);
     for (uint64_t i = 0; i < p_.objects; i += kSmallPages) {
       const size_t n = std::min<uint64_t>(kSmallPages, p_.objects - i);
-      for (size_t j = 0; j < n; ++j) keys[j] = Key(p_.seed, 3, 1, i + j);
+      for (size_t j = 0; j < n; ++j) keys[j] = ScaleKey(p_.seed, 3, 1, i + j);
       ORBITKV_ASSIGN_OR_RETURN(
           PublishResult r, e.backend->Publish(std::span(keys).first(n), std::span(pages).first(n)));
       r_.objects += r.stored;
@@ -313,7 +287,7 @@ class ScaleRun {
     std::vector<BlockKey> keys(kRequestBlocks);
     std::vector<uint64_t> pages(kRequestBlocks);
     for (uint32_t i = 0; i < kRequestBlocks; ++i) {
-      keys[i] = Key(p_.seed, 4, 0, i);
+      keys[i] = ScaleKey(p_.seed, 4, 0, i);
       pages[i] = i;
       probe.pages->Fill(keys[i], i);
     }
@@ -362,7 +336,7 @@ class ScaleRun {
         std::iota(pg.begin(), pg.end(), 0);
         for (uint64_t round = 0; !stop.load(std::memory_order_relaxed); ++round) {
           for (uint32_t i = 0; i < kRequestBlocks; ++i)
-            k[i] = Key(p_.seed, 5, e, round * kRequestBlocks + i);  // always fresh keys
+            k[i] = ScaleKey(p_.seed, 5, e, round * kRequestBlocks + i);  // always fresh keys
           Result<PublishResult> r = pubs[e].backend->Publish(k, pg);
           if (!r.ok()) {
             st[e] = r.status();
@@ -379,8 +353,8 @@ class ScaleRun {
     for (Engine& x : pubs) x.backend->Close().IgnoreError("scale: unregistering a publisher");
     ORBITKV_RETURN_IF_ERROR(probed);
     for (const Status& s : st) ORBITKV_RETURN_IF_ERROR(s);
-    r_.idle_ms = MsOf(std::move(idle));
-    r_.storm_ms = MsOf(std::move(storm));
+    r_.idle_ms = QuantilesMs(std::move(idle));
+    r_.storm_ms = QuantilesMs(std::move(storm));
     return probe.backend->Close();
   }
 
@@ -392,6 +366,20 @@ class ScaleRun {
 };
 
 }  // namespace
+
+BlockKey ScaleKey(uint64_t seed, uint32_t phase, uint64_t a, uint64_t b) {
+  BlockKey k{};
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull ^ (uint64_t{phase} << 56) ^ (a << 32) ^ b;
+  for (size_t i = 0; i < k.size(); i += 8) {
+    x += 0x9E3779B97F4A7C15ull;
+    uint64_t z = x;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    std::memcpy(k.data() + i, &z, 8);
+  }
+  return k;
+}
 
 Result<ScaleReport> RunScale(const ScaleParams& params) {
   if (params.slot_bytes.empty()) return Status::InvalidArgument("scale: a model without slots");

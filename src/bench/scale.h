@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/figures.h"
+#include "orbitkv/cache_api.h"
 #include "orbitkv/status.h"
 
 namespace orbitkv::bench {
@@ -67,6 +68,10 @@ struct ScaleReport {
   uint64_t block_bytes = 0, pool_bytes = 0;
   std::string device;
 };
+
+// A distinct key per (seed, phase, a, b), spread over all 32 bytes like a
+// real block hash: the Manager treats keys as opaque names.
+BlockKey ScaleKey(uint64_t seed, uint32_t phase, uint64_t a, uint64_t b);
 
 Result<ScaleReport> RunScale(const ScaleParams& params);
 void PrintScale(std::FILE* out, const ScaleReport& report);

@@ -269,7 +269,11 @@ const std::vector<WorkloadInfo>& Workloads() {
       {"scale",
        "costs against work on one DRAM-only Manager: query latency vs chain length, restore and "
        "publish GB/s vs engines, directory bytes per object and RSS, restore latency under a "
-       "publish storm (scale.h; --scale-*)",
+       "publish storm (scale.h; --scale-*); begins with query-scale",
+       "dram"},
+      {"query-scale",
+       "Manager::Query latency against chain length on an in-process Manager, the chain all in "
+       "DRAM and half on SSD (query_scale.h; --scale-chain-tokens)",
        "dram"},
   };
   return w;
@@ -297,8 +301,9 @@ Result<Plan> MakePlan(std::string_view workload, const WorkloadParams& params) {
     plan = PublishOnly(params, b);
   } else if (workload == "restore-only" || workload == "block-size-sweep") {
     plan = RestoreOnly(params, b);
-  } else if (workload == "scale") {
-    return Status::InvalidArgument("--workload scale has no plan: RunScale (scale.h) drives it");
+  } else if (workload == "scale" || workload == "query-scale") {
+    return Status::InvalidArgument("--workload " + std::string(workload) +
+                                   " has no plan: RunScale / RunQueryScale drive it");
   } else {
     return Status::InvalidArgument("--workload: unknown workload '" + std::string(workload) + "'");
   }

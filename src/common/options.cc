@@ -28,6 +28,9 @@ Status ManagerOptions::Validate() const {
       return Status::InvalidArgument("--ssd-cache-capacity must give every shard at least 1mib");
     }
   }
+  if (checkpoint_dram_percent > 100) {
+    return Status::InvalidArgument("--checkpoint-dram-percent must be between 0 and 100");
+  }
   if (ssd_queue_depth == 0 || ssd_queue_depth > 4096) {
     return Status::InvalidArgument("--ssd-queue-depth must be between 1 and 4096");
   }

@@ -195,8 +195,6 @@ std::vector<RestoreBlock> CufileRoute::Submit(const std::shared_ptr<RestoreRec>&
     return {};
   }
   r->SetSsdCost(o_.cost);
-  const GroupLayout* g = inst.groups.at(r->group);
-  const ObjectShape& shape = *inst.shapes.at(r->group);
   GpuReadRequest req;
   auto taken = std::make_shared<std::vector<RestoreBlock>>();
   for (RestoreBlock& b : blocks) {
@@ -205,6 +203,9 @@ std::vector<RestoreBlock> CufileRoute::Submit(const std::shared_ptr<RestoreRec>&
                 Status::NotFound("SSD lease expired before the read was submitted"));
       continue;
     }
+    // Each piece scatters into its own group's slots (a hybrid restore mixes groups).
+    const GroupLayout* g = inst.groups.at(b.src.id.group);
+    const ObjectShape& shape = *inst.shapes.at(b.src.id.group);
     GpuReadItem it;
     it.ref = b.src.ref;
     it.id = b.src.id;  // checked with the payload CRCs before any scatter

@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <cstring>
 
+#include "manager/sources.h"
 #include "orbitkv/device.h"
 #include "orbitkv/logging.h"
+#include "recovery/object_keys.h"
 
 namespace orbitkv {
 
@@ -56,8 +58,25 @@ Result<std::shared_ptr<Instance>> Instance::Create(SessionId session, const Regi
     return Status::InvalidArgument("layout declares " + std::to_string(regions) + " regions, got " +
                                    std::to_string(req.ipc_handles.size()) + " CUDA IPC handles");
   }
+  if (req.model) {
+    // The socket decoder validated it; in-process callers get the same checks.
+    Status st = recovery::ValidateModelDescription(*req.model);
+    if (st.ok()) st = recovery::CheckLayoutAgreement(*req.model, req.layout);
+    if (!st.ok()) {
+      close_fds();
+      return st;
+    }
+  }
   std::shared_ptr<Instance> inst(new Instance());
   inst->session = session;
+  inst->ns_key = recovery::MakeNamespaceKey(req.ns, req.model);
+  if (req.model) {
+    inst->model = req.model;
+    inst->masks = recovery::GroupMasks(*req.model);
+    for (uint32_t i = 0; i < req.model->groups.size(); ++i) {
+      inst->model_group[req.model->groups[i].storage_group] = i;
+    }
+  }
   inst->rank = req.rank;
   inst->ns_name = req.ns;
   inst->device_name = req.device;
@@ -92,6 +111,11 @@ Result<std::shared_ptr<Instance>> Instance::Create(SessionId session, const Regi
     inst->regions_.push_back(std::move(r).value());
   }
   return inst;
+}
+
+ObjectId Instance::Object(uint32_t group, const BlockKey& chain_key) const {
+  if (!model) return ObjectId{ns, group, ToKey(chain_key)};
+  return ObjectId{ns, group, ToKey(recovery::ObjectKey(chain_key, masks[model_group.at(group)]))};
 }
 
 Status Instance::CopyAndWait(bool to_device, std::span<const gpu::CopyOp> ops) {

@@ -22,9 +22,12 @@
 #include "manager/host_region.h"
 #include "manager/storage_codec.h"
 #include "orbitkv/cache_api.h"
+#include "orbitkv/model_description.h"
 #include "orbitkv/status.h"
+#include "recovery/model_description.h"
 #include "store/dram_cache.h"
 #include "store/object_format.h"
+#include "store/object_id.h"
 
 namespace orbitkv {
 
@@ -51,6 +54,21 @@ class Instance {
   InstanceLayout layout;
   std::map<uint32_t, const GroupLayout*> groups;  // into layout.groups
   std::map<uint32_t, std::shared_ptr<const ObjectShape>> shapes;
+  // What the namespace is interned under: the name and, for a hybrid model,
+  // the fingerprint of its description (recovery::MakeNamespaceKey).
+  recovery::NamespaceKey ns_key;
+  // A hybrid model (absent: dense): its validated description, the object-key
+  // mask of each of its groups (recovery::GroupMasks, in group order), and the
+  // description group that each storage group holds.
+  std::optional<ModelDescription> model;
+  std::vector<BlockKey> masks;
+  std::map<uint32_t, uint32_t> model_group;  // storage_group -> index into model->groups
+  bool hybrid() const { return model.has_value(); }
+  // The object that chain key `chain_key` names in storage group `group`: the
+  // key as sent for a dense instance, ObjectKey(chain_key, mask of the group)
+  // for a hybrid one. REQUIRES: `group` is one of the layout's (hybrid: of the
+  // description's storage groups).
+  ObjectId Object(uint32_t group, const BlockKey& chain_key) const;
   NamespaceCodec codec;                         // of the namespace's objects
   const CodecMetrics* codec_metrics = nullptr;  // the Manager's (outlives the instance)
 

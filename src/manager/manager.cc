@@ -39,6 +39,9 @@ Result<std::unique_ptr<Manager>> Manager::Create(const ManagerConfig& config) {
   d.capacity = pool - staging;
   d.lock_memory = config.lock_memory;
   d.admission = o.admission_reuse ? AdmissionPolicy::kReuse : AdmissionPolicy::kAll;
+  if (o.checkpoint_dram_percent < 100) {
+    d.checkpoint_capacity = AlignDown((pool - staging) / 100 * o.checkpoint_dram_percent, 4096);
+  }
   d.clock = config.clock;
   // With SSD on, a sealed object waits for writeback (never evicted before it).
   d.writeback_on_seal = ssd_on;
@@ -49,6 +52,7 @@ Result<std::unique_ptr<Manager>> Manager::Create(const ManagerConfig& config) {
   ORBITKV_ASSIGN_OR_RETURN(impl->dram, DramCache::Create(d));
   if (ssd_on) {
     DramCacheOptions st = d;
+    st.checkpoint_capacity = UINT64_MAX;
     st.capacity = staging;
     st.writeback_on_seal = false;
     ORBITKV_ASSIGN_OR_RETURN(std::unique_ptr<DramCache> pool, DramCache::Create(st));
@@ -193,6 +197,15 @@ void Manager::Impl::RegisterCollector() {
     c("orbitkv_pool_evicted_bytes_total", "DRAM bytes evicted.", double(s.evicted_bytes));
     c("orbitkv_pool_admission_rejects_total", "Objects not kept in DRAM by the reuse policy.",
       double(s.admission_rejects));
+    g("orbitkv_checkpoint_dram_bytes",
+      "Hybrid models' recurrent checkpoints in DRAM, unpinned (capped by "
+      "--checkpoint-dram-percent).",
+      double(s.checkpoint_bytes));
+    c("orbitkv_checkpoints_demoted_total",
+      "Checkpoints that left DRAM for the checkpoint cap (their SSD copy stays).",
+      double(s.checkpoints_demoted));
+    c("orbitkv_checkpoint_demoted_bytes_total", "Bytes of checkpoints demoted.",
+      double(s.checkpoint_demoted_bytes));
     if (staging) {
       DramStats st = staging->stats();
       g("orbitkv_ssd_read_staging_capacity_bytes", "Pinned DRAM staging for SSD reads.",
@@ -238,6 +251,14 @@ Result<InstanceId> Manager::RegisterInstance(SessionId session, const RegisterRe
                            SelectNamespaceCodec(req.storage, impl_->default_codec, inst->layout));
   inst->codec_metrics = impl_->codec_metrics.get();
   ORBITKV_RETURN_IF_ERROR(impl_->sessions->Add(inst));
+  if (inst->hybrid()) {
+    // The recurrent groups' objects are checkpoints for the DRAM admission cap.
+    uint64_t recurrent = 0;
+    for (const GroupDescription& g : inst->model->groups) {
+      if (g.kind == GroupKind::kRecurrent) recurrent |= uint64_t{1} << g.storage_group;
+    }
+    impl_->dram->SetCheckpointGroups(inst->ns, recurrent);
+  }
   OKV_LOG_INFO(
       "registered instance {} (namespace '{}', rank {}, {}, {} pages, {} groups, storage codec {})",
       inst->id, req.ns, req.rank, req.device, req.layout.num_pages, req.layout.groups.size(),

@@ -60,6 +60,11 @@ struct Manager::Impl {
   // under auto), io_uring for the rest.
   void SubmitSsd(const std::shared_ptr<RestoreRec>& r, const Instance& inst,
                  std::vector<RestoreBlock> blocks);
+  // A hybrid query's pieces of storage groups this instance does not hold
+  // (another instance of the namespace holds them) fail with InvalidArgument
+  // and release their sources; the rest stay in `taken`.
+  void RefuseForeignGroups(const std::shared_ptr<RestoreRec>& r, const Instance& inst,
+                           QueryTable::Taken& taken);
   void ReaperLoop() EXCLUDES(reaper_mu);
   void RegisterCollector();
 };

@@ -54,6 +54,52 @@ TEST_F(ManagerTest, RestoresFromSsdAfterDramEviction) {
   ExpectAllReleased();
 }
 
+// Query takes runs of DRAM blocks under one pool lock and SSD blocks between
+// them: a chain that alternates tiers must still come back in order, each
+// block from its own tier, with nothing held past the prefix (a miss or a
+// budget cut), and repeated keys charged once.
+TEST_F(ManagerTest, AQueryOfAChainAlternatingDramAndSsdHoldsExactlyItsPrefix) {
+  Start(1u << 20, true, 1, /*budget=*/4 * 70000);  // room for ~12 objects of 64 KiB
+  InstanceLayout l = SplitLayout(64, {32768, 32768 - 100});
+  HostPages pages(l);
+  InstanceId inst = Register(pages, l);
+  for (uint64_t i = 0; i < 48; ++i) {
+    pages.Fill(0, i, 1000 + i);
+    Publish(inst, {i}, {i});
+    mgr->Drain();  // written back before the next publish evicts it
+  }
+  // 40.. are in DRAM, 0.. only on the SSD; 999 was never published.
+  QueryResult q = Query(inst, {40, 0, 40, 0, 999, 41});
+  ASSERT_EQ(q.prefix, 4u);
+  EXPECT_FALSE(q.budget_limited);
+  EXPECT_EQ(q.sources, (std::vector<Tier>{Tier::kDram, Tier::kSsd, Tier::kDram, Tier::kSsd}));
+  Manager::Gauges g = mgr->gauges();
+  EXPECT_EQ(g.dram.pinned_entries, 1u);  // one entry, pinned twice
+  EXPECT_EQ(g.ssd_leases, 2u);
+  EXPECT_EQ(g.query_budget_used, q.logical_bytes);
+  const uint64_t object = q.logical_bytes / 2;  // two distinct keys, each charged once
+  EXPECT_EQ(q.logical_bytes % 2, 0u);
+  RestoreResult r = Restore(inst, q.query, {0, 1, 2, 3}, {60, 61, 62, 63});
+  for (const BlockResult& b : r.blocks) EXPECT_TRUE(b.status.ok()) << b.status.ToString();
+  EXPECT_TRUE(pages.Holds(0, 60, 1040));
+  EXPECT_TRUE(pages.Holds(0, 61, 1000));
+  EXPECT_TRUE(pages.Holds(0, 62, 1040));
+  EXPECT_TRUE(pages.Holds(0, 63, 1000));
+  ExpectAllReleased();
+  // Four objects fit the budget: the fifth ends the prefix, and neither it nor
+  // anything after it stays pinned or leased.
+  q = Query(inst, {41, 1, 42, 2, 43, 3, 44});
+  ASSERT_EQ(q.prefix, 4u);
+  EXPECT_TRUE(q.budget_limited);
+  EXPECT_EQ(q.logical_bytes, 4 * object);
+  g = mgr->gauges();
+  EXPECT_EQ(g.dram.pinned_entries, 2u);
+  EXPECT_EQ(g.ssd_leases, 2u);
+  EXPECT_EQ(metrics.Read("orbitkv_query_budget_cuts_total", {{"limit", "manager"}}), 1);
+  EXPECT_TRUE(mgr->ReleaseQuery(session, q.query).ok());
+  ExpectAllReleased();
+}
+
 TEST_F(ManagerTest, RestoreLargerThanStagingIsReadInRunsAndPublishWaitsForWriteback) {
   Start(1u << 20);  // 768 KiB of objects, 256 KiB of read staging
   InstanceLayout l = SplitLayout(64, {65536});

@@ -79,7 +79,7 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
   // The first error ends the call; what it started still finishes below.
   Status failed;
   for (size_t i = 0; i < req.keys.size(); ++i) {
-    ObjectId id{inst->ns, req.group_id, ToKey(req.keys[i])};
+    const ObjectId id = inst->Object(req.group_id, req.keys[i]);
     if (x.dram->Contains(id) || (x.ssd && x.ssd->catalog().Lookup(StoreKey(id)).has_value())) {
       ++out.skipped;
       x.m.publish_skipped->Inc();

@@ -22,7 +22,7 @@ Result<QueryResult> Manager::Query(SessionId session, const QueryRequest& req) {
   Impl& x = *impl_;
   const Clock::TimePoint start = x.config.clock->Now();
   ORBITKV_ASSIGN_OR_RETURN(InstanceGuard inst, x.sessions->Acquire(session, req.instance));
-  ORBITKV_RETURN_IF_ERROR(CheckGroup(*inst, req.group_id));
+  if (!inst->hybrid()) ORBITKV_RETURN_IF_ERROR(CheckGroup(*inst, req.group_id));
   const uint32_t max_ttl = x.config.options.max_query_ttl_ms;
   if (req.ttl_ms == 0 || req.ttl_ms > max_ttl) {
     return Status::InvalidArgument("query ttl_ms " + std::to_string(req.ttl_ms) +
@@ -37,7 +37,13 @@ Result<QueryResult> Manager::Query(SessionId session, const QueryRequest& req) {
   lookup.keys = req.keys;
   lookup.deadline = start + std::chrono::milliseconds(req.ttl_ms);
   lookup.sessions_with_instances = x.sessions->sessions_with_instances();
-  QueryResult res = x.queries->Open(lookup);
+  QueryResult res;
+  if (inst->hybrid()) {
+    // The plan spans every group of the description (recovery_plan.h).
+    ORBITKV_ASSIGN_OR_RETURN(res, x.queries->OpenPlanned(lookup, *inst->model, inst->masks));
+  } else {
+    res = x.queries->Open(lookup);
+  }
   x.m.query_seconds->Observe(ToSeconds(x.config.clock->Now() - start));
   return res;
 }
@@ -55,7 +61,7 @@ Result<uint32_t> Manager::Prepare(SessionId session, const PrepareRequest& req) 
   const Clock::TimePoint deadline = x.config.clock->Now() + std::chrono::seconds(30);
   for (const BlockKey& k : req.keys) {
     QueryBlock b;
-    b.id = ObjectId{inst->ns, req.group_id, ToKey(k)};
+    b.id = inst->Object(req.group_id, k);
     if (x.dram->Contains(b.id)) continue;
     std::optional<ExtentRef> ref = x.ssd->catalog().Lookup(StoreKey(b.id));
     if (!ref) continue;

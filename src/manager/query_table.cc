@@ -1,75 +1,116 @@
 #include "manager/query_table.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "manager/restore.h"
 
 namespace orbitkv {
 
+namespace {
+
+// The index of each key's first occurrence in one query: open addressing over
+// a power-of-two table of at least twice the keys, one allocation per query.
+class FirstOccurrence {
+ public:
+  FirstOccurrence(std::span<const ObjectId> ids) : ids_(ids) {
+    while ((size_t{1} << bits_) < 2 * ids.size()) ++bits_;
+    slots_.assign(size_t{1} << bits_, 0);
+  }
+  // The first occurrence of ids[i]'s key among those added; adds i if none.
+  uint32_t FindOrAdd(uint32_t i) {
+    const Key& key = ids_[i].key;
+    const size_t mask = slots_.size() - 1;
+    for (size_t s = (KeyHash{}(key)*0x9E3779B97F4A7C15ull) >> (64 - bits_);; s = (s + 1) & mask) {
+      if (slots_[s] == 0) {
+        slots_[s] = i + 1;
+        return i;
+      }
+      if (ids_[slots_[s] - 1].key == key) return slots_[s] - 1;
+    }
+  }
+
+ private:
+  std::span<const ObjectId> ids_;  // of one namespace and group: keys decide
+  unsigned bits_ = 4;
+  std::vector<uint32_t> slots_;  // index + 1; 0: empty
+};
+
+}  // namespace
+
 QueryResult QueryTable::Open(const Lookup& in) {
+  const size_t n = in.keys.size();
+  std::vector<ObjectId> ids(n);
+  for (size_t i = 0; i < n; ++i) ids[i] = ObjectId{in.ns, in.group, ToKey(in.keys[i])};
+  FirstOccurrence first(ids);
   QueryRec q;
   q.session = in.session;
   q.instance = in.instance;
   q.group = in.group;
   q.deadline = in.deadline;
-  uint64_t charged = 0;
+  q.blocks.reserve(n);
+  uint64_t charged = 0, hits_dram = 0;
   MutexLock l(mu_);
   uint64_t& session_charged = charged_[in.session];
   const uint64_t share = budget_ / std::max<uint32_t>(1, in.sessions_with_instances);
-  Counter* cut = nullptr;                            // the limit that ended the prefix, if one did
-  std::unordered_map<Key, uint32_t, KeyHash> first;  // key -> its first block
-  for (const BlockKey& k : in.keys) {
-    QueryBlock b;
-    b.id = ObjectId{in.ns, in.group, ToKey(k)};
-    if (std::optional<DramView> v = dram_->Pin(b.id)) {
-      b.tier = Tier::kDram;
-      b.dram = *v;
-      b.size = v->size;
-    } else if (ssd_) {
-      std::optional<ExtentRef> ref = ssd_->catalog().Lookup(StoreKey(b.id));
-      if (!ref) break;
-      LeaseSpec spec{in.session, 1, in.deadline};
-      Result<LeaseId> lease = ssd_->catalog().AcquireLease({&*ref, 1}, spec);
-      if (!lease.ok()) break;
-      b.tier = Tier::kSsd;
-      b.ref = *ref;
-      b.lease = *lease;
-      b.size = ref->object_size;
-    } else {
-      break;
-    }
+  Counter* cut = nullptr;  // the limit that ended the prefix, if one did
+  // Appends b, the source of key q.blocks.size(), unless its bytes are over
+  // the Manager-wide budget or this session's share: then the prefix ends
+  // there (the reply says so; it is not a miss) and the caller releases b.
+  auto admit = [&](QueryBlock& b) {
+    mu_.AssertHeld();
     const uint32_t index = static_cast<uint32_t>(q.blocks.size());
-    auto [dup, fresh] = first.emplace(b.id.key, index);
-    if (fresh) {
-      // Over the Manager-wide budget or this session's share: the prefix
-      // ends here, and the reply says so (it is not a miss).
+    const uint32_t owner = first.FindOrAdd(index);
+    if (owner == index) {
       if (share < budget_ && session_charged + b.size > share) cut = m_.budget_cuts_session;
       if (!cut && budget_used_ + b.size > budget_) cut = m_.budget_cuts_manager;
-      if (cut) {
-        ReleaseSource(b);
-        break;
-      }
+      if (cut) return false;
       b.charge = b.size;
       budget_used_ += b.size;
       session_charged += b.size;
       charged += b.size;
     }
-    b.charge_owner = dup->second;  // a repeated key rides on its first charge
-    ++(fresh ? b : q.blocks[dup->second]).holders;
+    b.charge_owner = owner;  // a repeated key rides on its first charge
+    ++(owner == index ? b : q.blocks[owner]).holders;
     q.blocks.push_back(b);
+    return true;
+  };
+  while (q.blocks.size() < n && !cut) {
+    // A run of DRAM blocks under one pool lock, then at most one SSD block.
+    const size_t at = q.blocks.size();
+    hits_dram += dram_->PinRun(std::span(ids).subspan(at), [&](size_t j, const DramView& v) {
+      QueryBlock b;
+      b.id = ids[at + j];
+      b.tier = Tier::kDram;
+      b.dram = v;
+      b.size = v.size;
+      return admit(b);  // false: PinRun unpins it
+    });
+    const size_t i = q.blocks.size();
+    if (cut || i == n || !ssd_) break;
+    std::optional<SsdCatalog::Leased> leased =
+        ssd_->catalog().LookupAndLease(StoreKey(ids[i]), LeaseSpec{in.session, 1, in.deadline});
+    if (!leased) break;
+    QueryBlock b;
+    b.id = ids[i];
+    b.tier = Tier::kSsd;
+    b.ref = leased->ref;
+    b.lease = leased->lease;
+    b.size = leased->ref.object_size;
+    if (!admit(b)) ReleaseSource(b);
   }
   QueryResult res;
   res.prefix = static_cast<uint32_t>(q.blocks.size());
   res.logical_bytes = charged;
   res.budget_limited = cut != nullptr;
-  for (const QueryBlock& b : q.blocks) {
-    res.sources.push_back(b.tier);
-    (b.tier == Tier::kDram ? m_.hits_dram : m_.hits_ssd)->Inc();
-  }
+  res.sources.reserve(q.blocks.size());
+  for (const QueryBlock& b : q.blocks) res.sources.push_back(b.tier);
+  m_.hits_dram->Inc(hits_dram);
+  m_.hits_ssd->Inc(q.blocks.size() - hits_dram);
   if (cut) {
     cut->Inc();
   } else {
-    m_.misses->Inc(in.keys.size() - q.blocks.size());
+    m_.misses->Inc(n - q.blocks.size());
   }
   if (!q.blocks.empty()) {
     res.query = next_id_.fetch_add(1);
@@ -118,7 +159,6 @@ Result<QueryTable::Taken> QueryTable::Take(SessionId session, InstanceId instanc
   Taken out;
   out.group = q.group;
   r->id = next_id_.fetch_add(1);
-  r->group = q.group;
   r->Init(std::vector<uint32_t>(blocks.begin(), blocks.end()));
   for (size_t i = 0; i < blocks.size(); ++i) {
     QueryBlock& src = q.blocks[blocks[i]];
@@ -157,11 +197,19 @@ void QueryTable::UnchargeLocked(QueryRec& q, size_t i) {
 }
 
 void QueryTable::DropQueryLocked(QueryRec& q) {
+  // One pool lock and one catalog lock for the whole query.
+  std::vector<EntryId> pins;
+  std::vector<LeaseId> leases;
   for (size_t i = 0; i < q.blocks.size(); ++i) {
-    if (q.blocks[i].taken) continue;
+    QueryBlock& b = q.blocks[i];
+    if (b.taken) continue;
     UnchargeLocked(q, i);
-    ReleaseSource(q.blocks[i]);
+    if (b.tier == Tier::kDram) pins.push_back(b.dram.id);
+    if (b.tier == Tier::kSsd) leases.push_back(b.lease);
+    b.taken = true;
   }
+  if (!pins.empty()) dram_->UnpinMany(pins);
+  if (!leases.empty()) ssd_->catalog().CancelMany(leases);
 }
 
 template <typename Pred>

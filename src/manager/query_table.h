@@ -19,6 +19,7 @@
 #include "orbitkv/cache_api.h"
 #include "orbitkv/clock.h"
 #include "orbitkv/metrics.h"
+#include "orbitkv/model_description.h"
 #include "store/dram_cache.h"
 #include "store/ssd_store.h"
 
@@ -53,6 +54,16 @@ class QueryTable {
   // until the deadline) within the budget and the session's share of it, and
   // keeps it as a query (none when the prefix is empty).
   QueryResult Open(const Lookup& lookup) EXCLUDES(mu_);
+  // A hybrid instance's query (query_table_plan.cc): compiles the recovery plan
+  // of `lookup.keys` for `model` (recovery::CompileRecoveryPlan) under what the
+  // session may still charge, with an oracle that pins each piece it asks
+  // about in DRAM (preferred) or leases it on SSD, so what the plan counts on
+  // cannot leave in between; then keeps exactly the plan's sources as the
+  // query (charged their description bytes) and releases the rest. Pieces are
+  // objects ObjectId{ns, storage_group, ObjectKey(chain key, masks[group])}.
+  // `lookup.group` is not used. InvalidArgument for a chain the planner refuses.
+  Result<QueryResult> OpenPlanned(const Lookup& lookup, const ModelDescription& model,
+                                  std::span<const BlockKey> masks) EXCLUDES(mu_);
   // Releases the query's remaining sources. NotFound unless live for `session`.
   Status Release(SessionId session, QueryId query) EXCLUDES(mu_);
 
@@ -94,6 +105,9 @@ class QueryTable {
   };
   // Releases a block's source (pin or lease). REQUIRES: !b.taken.
   void ReleaseSource(QueryBlock& b);
+  // Pins `b.id` in DRAM, else leases it on SSD until `deadline`; its tier
+  // (kNone: absent, nothing held).
+  Tier HoldSource(QueryBlock& b, SessionId session, Clock::TimePoint deadline);
   // Block i of q leaves the query (restored or released): its key's charge is
   // credited with the last occurrence.
   void UnchargeLocked(QueryRec& q, size_t i) REQUIRES(mu_);

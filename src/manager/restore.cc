@@ -21,6 +21,25 @@ void Manager::Impl::SubmitSsd(const std::shared_ptr<RestoreRec>& r, const Instan
   }
 }
 
+void Manager::Impl::RefuseForeignGroups(const std::shared_ptr<RestoreRec>& r, const Instance& inst,
+                                        QueryTable::Taken& taken) {
+  auto refuse = [&](std::vector<RestoreBlock>& blocks) {
+    std::erase_if(blocks, [&](const RestoreBlock& b) {
+      if (inst.groups.count(b.src.id.group)) return false;
+      if (b.src.tier == Tier::kDram) dram->Unpin(b.src.dram.id);
+      if (b.src.tier == Tier::kSsd) ssd->catalog().Cancel(b.src.lease);
+      r->Finish(
+          b.result, b.src.tier,
+          Status::InvalidArgument("restore: block " + std::to_string(b.result) +
+                                  " is a piece of storage group " + std::to_string(b.src.id.group) +
+                                  ", which this instance's layout does not hold"));
+      return true;
+    });
+  };
+  refuse(taken.dram);
+  refuse(taken.ssd);
+}
+
 Result<RestoreId> Manager::StartRestore(SessionId session, const RestoreRequest& req,
                                         RestoreDone done) {
   Impl& x = *impl_;
@@ -49,6 +68,7 @@ Result<RestoreId> Manager::StartRestore(SessionId session, const RestoreRequest&
   // too, so nothing below races with a lane finishing the restore.
   r->inst = inst.Share();
   const RestoreId id = r->id;
+  if (inst->hybrid()) x.RefuseForeignGroups(r, *inst, taken);
   if (!taken.ssd.empty()) x.SubmitSsd(r, *inst, std::move(taken.ssd));
   // DRAM blocks copy here, on the caller's thread, from the entries the query
   // pinned: memcpy into host pages, or one H2D job (one event) for CUDA pages.
@@ -56,7 +76,7 @@ Result<RestoreId> Manager::StartRestore(SessionId session, const RestoreRequest&
   std::vector<Status> st(taken.dram.size());
   for (size_t i = 0; i < taken.dram.size(); ++i) {
     const RestoreBlock& b = taken.dram[i];
-    st[i] = inst->ObjectToPages(r->group, {b.src.dram.data, b.src.dram.size}, b.src.id, b.page,
+    st[i] = inst->ObjectToPages(b.src.id.group, {b.src.dram.data, b.src.dram.size}, b.src.id, b.page,
                                 /*from_ssd=*/false, &copies);
   }
   const Status copied = inst->CopyAndWait(/*to_device=*/true, copies.ops);

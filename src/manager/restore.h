@@ -39,7 +39,6 @@ class RestoreRec {
   RestoreId id = 0;
   SessionId session = 0;
   InstanceId instance = 0;
-  uint32_t group = 0;
   Clock::TimePoint start;
   const RestoreEnv* env = nullptr;
   Done done;           // moved out by the last Finish

@@ -47,11 +47,11 @@ bool SessionTable::ReshapeNamespaceLocked(uint64_t ns, const InstanceLayout& lay
 
 namespace {
 
-// What a namespace id is interned under: the engine's namespace string and
-// its storage codec (objects of different codecs never mix), the name
-// length-prefixed so that no name can end where another's codec begins.
-std::string NamespaceKey(const Instance& inst) {
-  return std::to_string(inst.ns_name.size()) + ":" + inst.ns_name + inst.codec.Identity();
+// What a namespace id is interned under: the engine's namespace string with
+// its model fingerprint (Instance::ns_key), and its storage codec: instances
+// that differ in either never share objects.
+std::pair<recovery::NamespaceKey, std::string> NamespaceKey(const Instance& inst) {
+  return {inst.ns_key, inst.codec.Identity()};
 }
 
 }  // namespace

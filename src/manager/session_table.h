@@ -62,7 +62,9 @@ class SessionTable {
   };
   std::unordered_map<SessionId, Session> sessions_ GUARDED_BY(mu_);
   uint32_t sessions_with_instances_ GUARDED_BY(mu_) = 0;
-  std::map<std::string, uint64_t> ns_ids_ GUARDED_BY(mu_);  // by NamespaceKey (name, codec)
+  // Interned namespaces: the name with or without a model fingerprint, and
+  // the storage codec (NamespaceKey in session_table.cc).
+  std::map<std::pair<recovery::NamespaceKey, std::string>, uint64_t> ns_ids_ GUARDED_BY(mu_);
   std::map<std::pair<uint64_t, uint32_t>, std::shared_ptr<const ObjectShape>> shapes_
       GUARDED_BY(mu_);
   std::unordered_map<InstanceId, std::shared_ptr<Instance>> instances_ GUARDED_BY(mu_);

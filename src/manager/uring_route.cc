@@ -169,7 +169,7 @@ void UringRoute::CopyLane(CopyJob& job) {
     Status st = job.read_status[i];
     if (st.ok()) {
       Instance::PageCopies copies(o_.dram);
-      st = inst.ObjectToPages(r->group, {b.scratch.data, b.src.ref.object_size}, b.src.id, b.page,
+      st = inst.ObjectToPages(b.src.id.group, {b.scratch.data, b.src.ref.object_size}, b.src.id, b.page,
                               /*from_ssd=*/true, &copies);
       if (st.ok()) st = inst.CopyAndWait(/*to_device=*/true, copies.ops);
       o_.ssd->DropIfCorrupt(b.src.ref, b.src.id, st);

@@ -341,6 +341,46 @@ Status Decode(const w::Query& t, QueryRequest* m) {
   return GetKeys(t.keys(), "Query.keys", &m->keys);
 }
 
+// A hybrid query's plan: absent (dense), or one piece per source with the
+// same tier, within the limits of its fields.
+Status DecodePieces(const w::QueryReply& t, QueryResult* m) {
+  static_assert(kMaxQuerySources == kMaxKeysPerMessage);
+  m->prefix_tokens = t.prefix_tokens();
+  m->not_needed_bytes = t.not_needed_bytes();
+  m->pieces.clear();
+  if (t.pieces() == nullptr) return Status::OK();
+  const size_t n = t.pieces()->size();
+  ORBITKV_RETURN_IF_ERROR(
+      CheckSameCount(m->sources.size(), "QueryReply.sources", n, "QueryReply.pieces"));
+  if (m->prefix_tokens > kMaxSequenceTokens) {
+    return Invalid("QueryReply.prefix_tokens",
+                   fmt::format("{}, more than the limit {}", m->prefix_tokens, kMaxSequenceTokens));
+  }
+  m->pieces.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const w::QuerySource* p = t.pieces()->Get(static_cast<fb::uoffset_t>(i));
+    QuerySource& q = m->pieces[i];
+    const std::string field = fmt::format("QueryReply.pieces[{}]", i);
+    if (p->group() >= kMaxModelGroups || p->storage_group() >= kMaxGroups) {
+      return Invalid(field, fmt::format("group {} / storage group {}, limits {} and {}", p->group(),
+                                        p->storage_group(), kMaxModelGroups, kMaxGroups));
+    }
+    if (p->bytes() == 0 || p->bytes() > kMaxPieceBytes) {
+      return Invalid(field + ".bytes",
+                     fmt::format("{}, outside [1, {}]", p->bytes(), kMaxPieceBytes));
+    }
+    ORBITKV_RETURN_IF_ERROR(GetTier(p->tier(), field + ".tier", &q.tier));
+    if (q.tier != m->sources[i]) {
+      return Invalid(field + ".tier", "differs from QueryReply.sources[" + std::to_string(i) + "]");
+    }
+    q.group = p->group();
+    q.storage_group = p->storage_group();
+    q.index = p->index();
+    q.bytes = p->bytes();
+  }
+  return Status::OK();
+}
+
 Status Decode(const w::QueryReply& t, QueryResult* m) {
   m->query = t.query();
   m->prefix = t.prefix();
@@ -358,7 +398,7 @@ Status Decode(const w::QueryReply& t, QueryResult* m) {
     ORBITKV_RETURN_IF_ERROR(GetTier(t.sources()->Get(static_cast<fb::uoffset_t>(i)),
                                     "QueryReply.sources", &m->sources[i]));
   }
-  return Status::OK();
+  return DecodePieces(t, m);
 }
 
 Status Decode(const w::Restore& t, RestoreRequest* m) {
@@ -606,13 +646,23 @@ std::vector<uint8_t> EncodeReply(uint64_t id, const PublishResult& m) {
 }
 
 std::vector<uint8_t> EncodeReply(uint64_t id, const QueryResult& m) {
-  fb::FlatBufferBuilder fbb(64 + m.sources.size());
+  fb::FlatBufferBuilder fbb(96 + m.sources.size() + m.pieces.size() * sizeof(w::QuerySource));
   static_assert(sizeof(Tier) == 1);
   auto sources =
       fbb.CreateVector(reinterpret_cast<const uint8_t*>(m.sources.data()), m.sources.size());
+  fb::Offset<fb::Vector<const w::QuerySource*>> pieces;  // absent for a dense query
+  if (!m.pieces.empty()) {
+    std::vector<w::QuerySource> v;
+    v.reserve(m.pieces.size());
+    for (const QuerySource& p : m.pieces) {
+      v.emplace_back(p.index, p.bytes, p.group, p.storage_group, static_cast<uint8_t>(p.tier));
+    }
+    pieces = fbb.CreateVectorOfStructs(v);
+  }
   return Finish<QueryResult>(
       fbb, id,
-      w::CreateQueryReply(fbb, m.query, m.prefix, sources, m.logical_bytes, m.budget_limited));
+      w::CreateQueryReply(fbb, m.query, m.prefix, sources, m.logical_bytes, m.budget_limited,
+                          m.prefix_tokens, pieces, m.not_needed_bytes));
 }
 
 std::vector<uint8_t> EncodeReply(uint64_t id, const RestoreResult& m) {

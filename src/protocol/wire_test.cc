@@ -275,6 +275,18 @@ TEST(WireTest, QueryRoundTrip) {
   EXPECT_FALSE(mr.budget_limited);
   r.budget_limited = true;
   EXPECT_TRUE(DecodeAs<QueryResult>(EncodeReply(9, r), 9).budget_limited);
+  EXPECT_TRUE(mr.pieces.empty());  // a dense reply carries no plan
+
+  // A hybrid reply: P, the plan's sources and the bytes not needed.
+  r.prefix = 2;
+  r.sources = {Tier::kDram, Tier::kSsd};
+  r.prefix_tokens = 128;
+  r.pieces = {{0, 0, 7, Tier::kDram, 4096}, {2, 5, 128, Tier::kSsd, 37ull << 20}};
+  r.not_needed_bytes = 14240;
+  auto mh = DecodeAs<QueryResult>(EncodeReply(9, r), 9);
+  EXPECT_EQ(mh.prefix_tokens, 128u);
+  EXPECT_EQ(mh.pieces, r.pieces);
+  EXPECT_EQ(mh.not_needed_bytes, 14240u);
 }
 
 TEST(WireTest, RestoreRoundTrip) {
@@ -789,6 +801,38 @@ TEST(WireHostileTest, IpcHandlesFollowTheDevice) {
       }
     }
     ASSERT_TRUE(patched);
+  }
+}
+
+TEST(WireHostileTest, HybridQueryReplyBounds) {
+  QueryResult q;
+  q.prefix = 1;
+  q.sources = {Tier::kDram};
+  q.prefix_tokens = 16;
+  q.pieces = {{0, 0, 0, Tier::kDram, 4096}};
+  QueryResult bad = q;
+  bad.pieces.push_back(bad.pieces[0]);
+  ExpectInvalid(EncodeReply(1, bad), "QueryReply.pieces");
+  bad = q;
+  bad.pieces[0].tier = Tier::kSsd;
+  ExpectInvalid(EncodeReply(1, bad), "QueryReply.pieces[0].tier");
+  bad = q;
+  bad.pieces[0].bytes = 0;
+  ExpectInvalid(EncodeReply(1, bad), "QueryReply.pieces[0].bytes");
+  bad = q;
+  bad.pieces[0].group = kMaxModelGroups;
+  ExpectInvalid(EncodeReply(1, bad), "QueryReply.pieces[0]");
+  bad = q;
+  bad.prefix_tokens = kMaxSequenceTokens + 1;
+  ExpectInvalid(EncodeReply(1, bad), "QueryReply.prefix_tokens");
+  {
+    fb::FlatBufferBuilder fbb;
+    auto sv = fbb.CreateVector(std::vector<uint8_t>{1});
+    std::vector<w::QuerySource> p = {w::QuerySource(0, 4096, 0, 0, 9)};
+    auto pv = fbb.CreateVectorOfStructs(p);
+    ExpectInvalid(
+        RawEnvelope(fbb, w::CreateQueryReply(fbb, 1, 1, sv, 0, false, 16, pv), w::Body_QueryReply),
+        "QueryReply.pieces[0].tier");
   }
 }
 

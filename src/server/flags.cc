@@ -85,6 +85,10 @@ Result<ParsedFlags> ParseFlags(int argc, const char* const* argv, std::string* o
   app.add_option("--protocol-threads", so.worker_threads,
                  "Threads that handle engine requests (connections share them)")
       ->capture_default_str();
+  app.add_option("--checkpoint-dram-percent", o.checkpoint_dram_percent,
+                 "Share of the pool (0..100) that hybrid models' written-back recurrent "
+                 "checkpoints may hold; the least recently used beyond it stay on SSD only")
+      ->capture_default_str();
   app.add_option("--metrics-port", o.metrics_port, "Prometheus /metrics on 127.0.0.1; 0 = off")
       ->capture_default_str();
   app.add_option("--log-level", o.log_level, "trace|debug|info|warn|error")->capture_default_str();

@@ -86,17 +86,6 @@ void ManagerService::OnFrame(protocol::Session& session, protocol::Frame&& frame
           h.server_pid = ::getpid();
           reply(protocol::EncodeReply(rid, h));
         } else if constexpr (std::is_same_v<T, RegisterRequest>) {
-          if (m.model) {
-            // Decoded and validated, but the Manager would treat the instance
-            // as dense (one chain, every block needed): refuse rather than
-            // serve a hybrid model wrong prefixes. The fds close with `frame`.
-            reply(protocol::EncodeError(
-                rid, Status::FailedPrecondition(
-                         "RegisterInstance.model: this Manager does not compile hybrid "
-                         "recovery requirements yet (issue 14); register without a model "
-                         "description")));
-            return;
-          }
           // DecodeMessage and CheckAttachedFds above have settled how the
           // regions travel: "host" brings one memfd per region and no
           // ipc_handles; "cuda:N" one IPC handle per region (in m.ipc_handles,

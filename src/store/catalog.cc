@@ -1,6 +1,7 @@
 #include "store/catalog.h"
 
 #include <algorithm>
+#include <cassert>
 #include <iterator>
 #include <map>
 #include <mutex>
@@ -144,7 +145,10 @@ struct SsdCatalog::Impl {
   }
 
   void Pin(const ExtentRef& ref) {
-    Extent* e = FindExtent(ref);  // present: pinned extents are never erased
+    PinExtent(FindExtent(ref));  // present: pinned extents are never erased
+  }
+
+  void PinExtent(Extent* e) {
     if (e->pin_count++ == 0) {
       ++pinned_extents;
       pinned_bytes += e->length;
@@ -180,6 +184,23 @@ struct SsdCatalog::Impl {
       e.state = ExtentState::kDropped;  // erased by the last Unpin
     }
     return listed;
+  }
+
+  // Pins `refs` (every one current) under a new lease.
+  LeaseId LeaseLocked(std::span<const ExtentRef> refs, const LeaseSpec& spec) {
+    for (const ExtentRef& ref : refs) Pin(ref);
+    return NewLeaseLocked(refs, spec);
+  }
+
+  // A lease of `refs`, pinned by the caller.
+  LeaseId NewLeaseLocked(std::span<const ExtentRef> refs, const LeaseSpec& spec) {
+    const LeaseId id = next_lease++;
+    // Ids only grow: the new lease goes at the end of the map.
+    leases.emplace_hint(leases.end(), id,
+                        Lease{spec.session, std::vector<ExtentRef>(refs.begin(), refs.end()),
+                              spec.interests, 0, spec.deadline});
+    pending_interests += spec.interests;
+    return id;
   }
 
   // Erases the lease and unpins its extents once no interest remains.
@@ -341,12 +362,21 @@ Result<LeaseId> SsdCatalog::AcquireLease(std::span<const ExtentRef> refs, const 
                               std::to_string(ref.generation) + " is no longer current");
     }
   }
-  for (const ExtentRef& ref : refs) s.Pin(ref);
-  const LeaseId id = s.next_lease++;
-  s.leases.emplace(id, Lease{spec.session, std::vector<ExtentRef>(refs.begin(), refs.end()),
-                             spec.interests, 0, spec.deadline});
-  s.pending_interests += spec.interests;
-  return id;
+  return s.LeaseLocked(refs, spec);
+}
+
+std::optional<SsdCatalog::Leased> SsdCatalog::LookupAndLease(const Key& key,
+                                                             const LeaseSpec& spec) {
+  assert(spec.interests > 0);
+  Impl& s = *impl_;
+  std::lock_guard lock(s.mu);
+  auto it = s.directory.find(key);
+  if (it == s.directory.end()) return std::nullopt;
+  const ExtentRef ref = it->second;
+  Extent* e = s.FindExtent(ref);
+  if (e == nullptr || e->state != ExtentState::kPublished) return std::nullopt;
+  s.PinExtent(e);
+  return Leased{ref, s.NewLeaseLocked({&ref, 1}, spec)};
 }
 
 namespace {
@@ -394,11 +424,15 @@ void SsdCatalog::Complete(LeaseId lease, uint32_t n) {
   s.MaybeRelease(it);
 }
 
-void SsdCatalog::Cancel(LeaseId lease) {
+void SsdCatalog::Cancel(LeaseId lease) { CancelMany({&lease, 1}); }
+
+void SsdCatalog::CancelMany(std::span<const LeaseId> leases) {
   Impl& s = *impl_;
   std::lock_guard lock(s.mu);
-  auto it = s.leases.find(lease);
-  if (it != s.leases.end()) s.DropPending(it);
+  for (LeaseId lease : leases) {
+    auto it = s.leases.find(lease);
+    if (it != s.leases.end()) s.DropPending(it);
+  }
 }
 
 size_t SsdCatalog::ExpireLeases() {

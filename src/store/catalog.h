@@ -133,6 +133,13 @@ class SsdCatalog {
   // pinned) if any ref is not IsCurrent(). InvalidArgument if refs is empty or
   // interests is 0. A ref named twice is pinned (and later unpinned) twice.
   Result<LeaseId> AcquireLease(std::span<const ExtentRef> refs, const LeaseSpec& spec);
+  // Lookup(key) and AcquireLease of that one extent, atomically (one lock):
+  // nullopt if the key has no current published extent.
+  struct Leased {
+    ExtentRef ref;
+    LeaseId lease = 0;
+  };
+  std::optional<Leased> LookupAndLease(const Key& key, const LeaseSpec& spec);
   // Moves n pending interests to submitted. FailedPrecondition if the lease is
   // gone or fewer than n are pending (e.g. they expired): the caller must not
   // read then.
@@ -147,6 +154,8 @@ class SsdCatalog {
   void Complete(LeaseId lease, uint32_t n = 1);
   // Drops every pending interest; submitted ones stay until Complete.
   void Cancel(LeaseId lease);
+  // Cancel of each, under one lock.
+  void CancelMany(std::span<const LeaseId> leases);
   // Drops pending interests whose deadline is <= clock->Now(); returns how many.
   size_t ExpireLeases();
   // Cancels every lease of the session (teardown, or a client that died).

@@ -365,6 +365,35 @@ TEST_F(CatalogTest, CancelReleasesPendingButNotSubmitted) {
   EXPECT_TRUE(c->Reserve(K(2), 1).ok());
 }
 
+TEST_F(CatalogTest, LookupAndLeaseLeasesOnlyAKeysCurrentPublishedExtent) {
+  auto c = Make(1, 8);
+  ExtentRef a = Put(*c, 1, 100);
+  ExtentRef b = Put(*c, 2, 100);
+  auto open = c->Reserve(K(3), 100);  // not published: invisible
+  ASSERT_TRUE(open.ok());
+  EXPECT_FALSE(c->LookupAndLease(K(3), LeaseSpec{1, 1, {}}));
+  EXPECT_FALSE(c->LookupAndLease(K(9), LeaseSpec{1, 1, {}}));
+  ASSERT_TRUE(c->Drop(b));  // dropped: gone from the directory
+  EXPECT_FALSE(c->LookupAndLease(K(2), LeaseSpec{1, 1, {}}));
+  EXPECT_EQ(c->stats().active_leases, 0u);
+  auto l1 = c->LookupAndLease(K(1), LeaseSpec{1, 1, {}});
+  auto l2 = c->LookupAndLease(K(1), LeaseSpec{1, 2, {}});
+  ASSERT_TRUE(l1 && l2);
+  EXPECT_EQ(l1->ref, a);
+  EXPECT_NE(l1->lease, l2->lease);
+  auto st = c->stats();
+  EXPECT_EQ(st.active_leases, 2u);
+  EXPECT_EQ(st.pending_interests, 3u);
+  EXPECT_EQ(st.pinned_extents, 1u);
+  EXPECT_EQ(c->LeaseExtents(l2->lease), std::vector<ExtentRef>{a});
+  c->CancelMany(std::vector<LeaseId>{l1->lease, 12345, l2->lease});  // unknown: ignored
+  st = c->stats();
+  EXPECT_EQ(st.active_leases, 0u);
+  EXPECT_EQ(st.pending_interests, 0u);
+  EXPECT_EQ(st.pinned_extents, 0u);
+  c->Abort(*open);
+}
+
 TEST_F(CatalogTest, SubmitMoreThanPendingFailsAndChangesNothing) {
   auto c = Make(1, 1);
   ExtentRef a = Put(*c, 1, 100);

@@ -112,9 +112,15 @@ struct Entry {
   bool detached = false;
   // InsertSealed is copying bytes in outside the lock: nobody may join.
   bool inserting = false;
-  // Position in lru_ (sealed, unpinned, admitted, not writeback-pending).
+  // In the LRU (sealed, unpinned, admitted, not writeback-pending): an
+  // intrusive list, so a pin and its unpin allocate nothing.
   bool in_lru = false;
-  std::list<Entry*>::iterator lru_it;
+  Entry* lru_prev = nullptr;
+  Entry* lru_next = nullptr;
+  // A checkpoint (DramCache::SetCheckpointGroups): while in the LRU, also in ckpt_lru_.
+  bool checkpoint = false;
+  bool in_ckpt_lru = false;
+  std::list<Entry*>::iterator ckpt_lru_it;
   // Position in assembling_ (assembling, not detached, not inserting).
   bool in_assembling = false;
   std::list<Entry*>::iterator assembling_it;
@@ -166,8 +172,8 @@ struct DramCache::Impl {
     std::optional<uint64_t> offset;
     if (len <= capacity_) offset = alloc_.Allocate(len);
     if (!offset && len <= capacity_ && alloc_.free_bytes() + evictable_bytes_ >= len) {
-      while (!offset && !lru_.empty()) {
-        Entry* victim = lru_.front();
+      while (!offset && lru_head_ != nullptr) {
+        Entry* victim = lru_head_;
         ++evictions_;
         evicted_bytes_ += victim->capacity;
         FreeEntryLocked(*victim);
@@ -200,6 +206,9 @@ struct DramCache::Impl {
     e.parts.assign(num_parts, false);
     e.started = options_.clock->Now();
     e.inserting = inserting;
+    if (auto c = ckpt_groups_.find(id.ns); c != ckpt_groups_.end() && id.group < 64) {
+      e.checkpoint = (c->second >> id.group) & 1;
+    }
     directory_[id] = &e;
     ++assembling_entries_;
     if (!inserting) {
@@ -211,9 +220,42 @@ struct DramCache::Impl {
 
   void LruRemoveLocked(Entry& e) {
     if (!e.in_lru) return;
-    lru_.erase(e.lru_it);
+    (e.lru_prev ? e.lru_prev->lru_next : lru_head_) = e.lru_next;
+    (e.lru_next ? e.lru_next->lru_prev : lru_tail_) = e.lru_prev;
+    e.lru_prev = e.lru_next = nullptr;
     e.in_lru = false;
     evictable_bytes_ -= e.capacity;
+    if (e.in_ckpt_lru) {
+      ckpt_lru_.erase(e.ckpt_lru_it);
+      e.in_ckpt_lru = false;
+      ckpt_lru_bytes_ -= e.capacity;
+    }
+  }
+
+  // A checkpoint joined the LRU: the least recently used checkpoints leave
+  // until the rest fit checkpoint_capacity (possibly `e` itself).
+  void AdmitCheckpointLocked(Entry& e) {
+    e.ckpt_lru_it = ckpt_lru_.insert(ckpt_lru_.end(), &e);
+    e.in_ckpt_lru = true;
+    ckpt_lru_bytes_ += e.capacity;
+    while (ckpt_lru_bytes_ > options_.checkpoint_capacity && !ckpt_lru_.empty()) {
+      Entry* victim = ckpt_lru_.front();
+      ++checkpoints_demoted_;
+      checkpoint_demoted_bytes_ += victim->capacity;
+      FreeEntryLocked(*victim);
+    }
+  }
+
+  // Pin's work: the sealed entry of `id`, pinned (a use for LRU and kReuse), or null.
+  Entry* PinSealedLocked(const ObjectId& id) {
+    Entry* e = LookupLocked(id);
+    if (e == nullptr || e->state != EntryState::kSealed) return nullptr;
+    if (options_.admission == AdmissionPolicy::kReuse) {
+      GhostTouchLocked(id);
+      e->admitted = true;  // a use while present is reuse
+    }
+    PinLocked(*e);  // leaves the LRU; rejoins at the MRU end on the last unpin
+    return e;
   }
 
   void PinLocked(Entry& e) {
@@ -248,9 +290,13 @@ struct DramCache::Impl {
       FreeEntryLocked(e);
       return;
     }
-    e.lru_it = lru_.insert(lru_.end(), &e);
+    e.lru_prev = lru_tail_;
+    e.lru_next = nullptr;
+    (lru_tail_ ? lru_tail_->lru_next : lru_head_) = &e;
+    lru_tail_ = &e;
     e.in_lru = true;
     evictable_bytes_ += e.capacity;
+    if (e.checkpoint) AdmitCheckpointLocked(e);  // may free `e`
   }
 
   // Takes an entry out of the directory so nobody finds or joins it.
@@ -331,15 +377,19 @@ struct DramCache::Impl {
   EntryId next_id_ = 1;
   std::unordered_map<EntryId, Entry> entries_;  // owns every entry, detached ones too
   std::unordered_map<ObjectId, Entry*, ObjectIdHash> directory_;  // live (not detached)
-  std::list<Entry*> lru_;         // evictable, least recently used first
+  Entry* lru_head_ = nullptr;  // evictable, least recently used first
+  Entry* lru_tail_ = nullptr;
   std::list<Entry*> assembling_;  // by start time (the clock is monotonic)
   std::unordered_map<EntryId, Scratch> scratch_;
-  std::list<ObjectId> ghost_;  // kReuse: recently used ids, oldest first
+  std::list<Entry*> ckpt_lru_;                          // the checkpoints of lru_, in its order
+  std::unordered_map<uint64_t, uint64_t> ckpt_groups_;  // ns -> checkpoint storage groups
+  std::list<ObjectId> ghost_;                           // kReuse: recently used ids, oldest first
   std::unordered_map<ObjectId, std::list<ObjectId>::iterator, ObjectIdHash> ghost_index_;
   // Gauges.
   uint64_t used_bytes_ = 0;
   uint64_t scratch_bytes_ = 0;
   uint64_t evictable_bytes_ = 0;
+  uint64_t ckpt_lru_bytes_ = 0;
   uint64_t sealed_entries_ = 0;
   uint64_t assembling_entries_ = 0;  // includes detached ones still pinned
   uint64_t pinned_entries_ = 0;
@@ -349,6 +399,8 @@ struct DramCache::Impl {
   uint64_t evictions_ = 0;
   uint64_t evicted_bytes_ = 0;
   uint64_t admission_rejects_ = 0;
+  uint64_t checkpoints_demoted_ = 0;
+  uint64_t checkpoint_demoted_bytes_ = 0;
   uint64_t alloc_failures_ = 0;
   uint64_t assembly_timeouts_ = 0;
 };
@@ -392,26 +444,40 @@ DramCache::~DramCache() = default;
 std::optional<DramView> DramCache::Pin(const ObjectId& id) {
   Impl& m = *impl_;
   std::lock_guard<std::mutex> lock(m.mu_);
-  Entry* e = m.LookupLocked(id);
-  if (e == nullptr || e->state != EntryState::kSealed) return std::nullopt;
-  if (m.options_.admission == AdmissionPolicy::kReuse) {
-    m.GhostTouchLocked(id);
-    e->admitted = true;  // a use while present is reuse
-  }
-  m.PinLocked(*e);  // leaves the LRU; rejoins at the MRU end on the last unpin
+  Entry* e = m.PinSealedLocked(id);
+  if (e == nullptr) return std::nullopt;
   return m.ViewOf(*e);
 }
 
-void DramCache::Unpin(EntryId id) {
+size_t DramCache::PinRun(std::span<const ObjectId> ids,
+                         const std::function<bool(size_t, const DramView&)>& keep) {
   Impl& m = *impl_;
   std::lock_guard<std::mutex> lock(m.mu_);
-  Entry* e = m.FindLocked(id);
-  if (e == nullptr) {
-    OKV_LOG_ERROR("DramCache::Unpin: unknown entry {}", id);
-    assert(false && "DramCache::Unpin: unknown entry");
-    return;
+  for (size_t n = 0; n < ids.size(); ++n) {
+    Entry* e = m.PinSealedLocked(ids[n]);
+    if (e == nullptr) return n;
+    if (!keep(n, m.ViewOf(*e))) {
+      m.UnpinLocked(*e);
+      return n;
+    }
   }
-  m.UnpinLocked(*e);
+  return ids.size();
+}
+
+void DramCache::Unpin(EntryId id) { UnpinMany({&id, 1}); }
+
+void DramCache::UnpinMany(std::span<const EntryId> ids) {
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.mu_);
+  for (EntryId id : ids) {
+    Entry* e = m.FindLocked(id);
+    if (e == nullptr) {
+      OKV_LOG_ERROR("DramCache::Unpin: unknown entry {}", id);
+      assert(false && "DramCache::Unpin: unknown entry");
+      continue;
+    }
+    m.UnpinLocked(*e);
+  }
 }
 
 bool DramCache::Contains(const ObjectId& id) const {
@@ -635,6 +701,16 @@ void DramCache::FinishWriteback(const DramView& view, bool written) {
   m.UnpinLocked(*e);  // at zero pins: into the LRU if admitted, else dropped
 }
 
+void DramCache::SetCheckpointGroups(uint64_t ns, uint64_t groups) {
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.mu_);
+  if (groups == 0) {
+    m.ckpt_groups_.erase(ns);
+  } else {
+    m.ckpt_groups_[ns] = groups;
+  }
+}
+
 size_t DramCache::EraseNamespace(uint64_t ns) {
   Impl& m = *impl_;
   std::lock_guard<std::mutex> lock(m.mu_);
@@ -690,6 +766,9 @@ DramStats DramCache::stats() const {
   s.evictions = m.evictions_;
   s.evicted_bytes = m.evicted_bytes_;
   s.admission_rejects = m.admission_rejects_;
+  s.checkpoint_bytes = m.ckpt_lru_bytes_;
+  s.checkpoints_demoted = m.checkpoints_demoted_;
+  s.checkpoint_demoted_bytes = m.checkpoint_demoted_bytes_;
   s.alloc_failures = m.alloc_failures_;
   s.assembly_timeouts = m.assembly_timeouts_;
   return s;

@@ -13,6 +13,12 @@
 // with no SSD tier (writeback_on_seal off) they are dropped at their last
 // unpin, so a first-time object is not kept at all and its second publish
 // is. Pinning an unadmitted entry counts as reuse and admits it.
+// Checkpoints (objects of the storage groups SetCheckpointGroups names: a
+// hybrid model's recurrent state, tens of MiB each) may hold at most
+// checkpoint_capacity bytes of the LRU: when one more settles there, the least
+// recently used checkpoints leave DRAM (their SSD copy stays) until the rest
+// fit, so checkpoints never flush the pool's attention blocks. Pinned and
+// writeback-pending checkpoints are not counted (they are in use).
 // Thread-safe: one mutex; no call blocks on I/O or copies bytes under it.
 #pragma once
 
@@ -36,6 +42,8 @@ struct DramCacheOptions {
   bool lock_memory = true;  // mlock the arena; failure is logged, not fatal
   AdmissionPolicy admission = AdmissionPolicy::kAll;
   uint64_t ghost_entries = 1 << 16;  // kReuse: ids remembered
+  // Bytes of unpinned checkpoints the LRU may hold (see above); >= capacity: no cap.
+  uint64_t checkpoint_capacity = UINT64_MAX;
   Clock* clock = Clock::Real();
   // Assembling entries not sealed within this time are dropped (a writer died).
   Clock::Duration assembly_timeout = std::chrono::seconds(60);
@@ -78,8 +86,11 @@ struct DramStats {
   // Cumulative.
   uint64_t evictions = 0;
   uint64_t evicted_bytes = 0;
-  uint64_t admission_rejects = 0;  // kReuse: sealed but not kept after writeback
-  uint64_t alloc_failures = 0;     // no room even after eviction
+  uint64_t admission_rejects = 0;    // kReuse: sealed but not kept after writeback
+  uint64_t checkpoint_bytes = 0;     // gauge: unpinned checkpoints in the LRU
+  uint64_t checkpoints_demoted = 0;  // checkpoints that left DRAM for checkpoint_capacity
+  uint64_t checkpoint_demoted_bytes = 0;
+  uint64_t alloc_failures = 0;  // no room even after eviction
   uint64_t assembly_timeouts = 0;
 };
 
@@ -91,7 +102,16 @@ class DramCache {
 
   // Lookup + pin of a sealed entry (also counts as a use for LRU and kReuse).
   std::optional<DramView> Pin(const ObjectId& id);
+  // Pin of ids[0], ids[1], ... under one lock, each view handed to
+  // keep(index, view) under the cache's lock (it must not call into the
+  // cache). Stops at the first id that is not sealed here (not touched) or
+  // whose keep() returns false (pinned, then unpinned again, as Pin and
+  // Unpin would). Returns how many stay pinned: ids[0, n).
+  size_t PinRun(std::span<const ObjectId> ids,
+                const std::function<bool(size_t index, const DramView& view)>& keep);
   void Unpin(EntryId id);
+  // Unpin of each, under one lock.
+  void UnpinMany(std::span<const EntryId> ids);
   bool Contains(const ObjectId& id) const;  // sealed only; no LRU touch
 
   // Starts (or joins) assembly of `id` with `size` bytes and `num_parts` parts;
@@ -124,6 +144,11 @@ class DramCache {
   // Inserts a sealed entry by copying `bytes` (SSD warm-up / restore admission).
   // AlreadyExists if present; ResourceExhausted if no room.
   Status InsertSealed(const ObjectId& id, std::span<const uint8_t> bytes);
+
+  // Objects of namespace `ns` in the storage groups of bit mask `groups` (bit
+  // g: group g) are checkpoints from now on (entries created later); 0 forgets
+  // the namespace. The Manager calls it when a hybrid instance registers.
+  void SetCheckpointGroups(uint64_t ns, uint64_t groups);
 
   // Temporary 4 KiB aligned buffers from the arena for SSD reads (not entries,
   // never evicted, freed by ReleaseScratch). ResourceExhausted if no room.

@@ -208,6 +208,35 @@ TEST_F(DramCacheTest, EvictsLeastRecentlyUsedFirst) {
   EXPECT_EQ(s.used_bytes, 4 * kBlock);
 }
 
+TEST_F(DramCacheTest, PinRunStopsAtTheFirstAbsentEntryAndAtARefusalWhichIsAUse) {
+  auto c = Make(4 * kBlock);
+  for (uint64_t v = 1; v <= 4; ++v) Put(*c, v);
+  std::vector<EntryId> pinned;
+  auto keep_all = [&](size_t, const DramView& v) {
+    pinned.push_back(v.id);
+    return Holds(v, pinned.size());
+  };
+  // 1 and 2 are pinned; 99 is absent, so 3 is not touched.
+  const std::vector<ObjectId> ids = {Id(1), Id(2), Id(99), Id(3)};
+  EXPECT_EQ(c->PinRun(ids, keep_all), 2u);
+  EXPECT_EQ(c->stats().pinned_entries, 2u);
+  c->UnpinMany(pinned);
+  EXPECT_EQ(c->stats().pinned_entries, 0u);
+  // A refusal of 3 leaves it unpinned, but it was used: 4 is now the oldest.
+  const std::vector<ObjectId> more = {Id(3), Id(4)};
+  EXPECT_EQ(c->PinRun(more, [](size_t, const DramView&) { return false; }), 0u);
+  EXPECT_EQ(c->stats().pinned_entries, 0u);
+  Put(*c, 5);
+  EXPECT_FALSE(c->Contains(Id(4)));
+  EXPECT_TRUE(c->Contains(Id(3)));
+  // The LRU order the run left is 1, 2, 3: evicted in that order.
+  Put(*c, 6);
+  EXPECT_FALSE(c->Contains(Id(1)));
+  Put(*c, 7);
+  EXPECT_FALSE(c->Contains(Id(2)));
+  EXPECT_TRUE(c->Contains(Id(3)));
+}
+
 TEST_F(DramCacheTest, ContainsDoesNotTouchTheLru) {
   auto c = Make(2 * kBlock);
   Put(*c, 1);
@@ -917,6 +946,69 @@ TEST_F(DramCacheTest, EraseNamespaceDropsItsEntriesAndFreesPinnedOnesAtTheirLast
   Put(*c, 1);
   EXPECT_TRUE(c->Contains(Id(1)));
   EXPECT_EQ(c->EraseNamespace(3), 0u);
+}
+
+}  // namespace
+}  // namespace orbitkv
+
+namespace orbitkv {
+namespace {
+
+// Checkpoints (SetCheckpointGroups) hold at most checkpoint_capacity bytes of
+// the LRU: a stream of them demotes the least recently used ones and leaves
+// the attention blocks resident, even in a pool they would otherwise flush.
+TEST(DramCacheCheckpointTest, CheckpointsStreamingInDoNotFlushAttentionBlocks) {
+  ManualClock clock;
+  DramCacheOptions o;
+  o.capacity = 1 * kMiB;
+  o.lock_memory = false;
+  o.clock = &clock;
+  o.writeback_on_seal = true;          // an SSD tier: checkpoints leave after writeback
+  o.checkpoint_capacity = 2 * kBlock;  // two checkpoints
+  auto made = DramCache::Create(o);
+  ASSERT_TRUE(made.ok());
+  DramCache& c = **made;
+  c.SetCheckpointGroups(/*ns=*/1, /*groups=*/1u << 2);
+  auto put = [&](uint64_t v, uint32_t group) {
+    const ObjectId id{1, group, Key::FromU64(v)};
+    auto view = c.BeginAssembly(id, kBlock, 1);
+    ASSERT_TRUE(view.ok()) << view.status().ToString();
+    const uint32_t part = 0;
+    ASSERT_TRUE(*c.CompleteParts(*view, {&part, 1}));
+    auto wb = c.TakeWriteback(id);
+    ASSERT_TRUE(wb.has_value());
+    c.FinishWriteback(*wb, true);
+  };
+  for (uint64_t v = 0; v < 8; ++v) put(v, 0);      // attention blocks: half the pool
+  for (uint64_t v = 100; v < 140; ++v) put(v, 2);  // 40 checkpoints: 2.5x the pool
+  for (uint64_t v = 0; v < 8; ++v) EXPECT_TRUE(c.Contains({1, 0, Key::FromU64(v)})) << v;
+  EXPECT_TRUE(c.Contains({1, 2, Key::FromU64(139)}));  // the newest two stay
+  EXPECT_TRUE(c.Contains({1, 2, Key::FromU64(138)}));
+  EXPECT_FALSE(c.Contains({1, 2, Key::FromU64(137)}));
+  DramStats s = c.stats();
+  EXPECT_EQ(s.checkpoint_bytes, 2 * kBlock);
+  EXPECT_EQ(s.checkpoints_demoted, 38u);
+  EXPECT_EQ(s.checkpoint_demoted_bytes, 38 * kBlock);
+  EXPECT_EQ(s.evictions, 0u);  // nothing left by LRU eviction: the attention blocks stayed
+  // A pinned checkpoint is in use, not counted; a used one becomes the newest.
+  auto pinned = c.Pin({1, 2, Key::FromU64(138)});
+  ASSERT_TRUE(pinned.has_value());
+  EXPECT_EQ(c.stats().checkpoint_bytes, kBlock);
+  c.Unpin(pinned->id);
+  put(140, 2);  // demotes 139, the least recently used now
+  EXPECT_TRUE(c.Contains({1, 2, Key::FromU64(138)}));
+  EXPECT_FALSE(c.Contains({1, 2, Key::FromU64(139)}));
+  // Another namespace's group 2 is not a checkpoint group.
+  for (uint64_t v = 200; v < 204; ++v) {
+    const ObjectId id{7, 2, Key::FromU64(v)};
+    auto view = c.BeginAssembly(id, kBlock, 1);
+    ASSERT_TRUE(view.ok());
+    const uint32_t part = 0;
+    ASSERT_TRUE(*c.CompleteParts(*view, {&part, 1}));
+    auto wb = c.TakeWriteback(id);
+    c.FinishWriteback(*wb, true);
+    EXPECT_TRUE(c.Contains(id));
+  }
 }
 
 }  // namespace

@@ -10,6 +10,14 @@
 //   orbitkv-cuda-engine --socket PATH [--device N] [--blocks B] [--ns NAME]
 //                       [--rank R --ranks N] [--slot-bytes S] [--first-key K]
 //                       [--retry-failed] [--settle-ms MS]
+// With --hybrid the instance is a hybrid model's (three cudaMalloc regions,
+// a model description): "attn" (full attention, two slots), "swa" (a 48-token
+// window) and "gdn" (recurrent: a conv and an SSM state slot, a checkpoint
+// every 64 tokens), 16-token keys. It publishes every group's pieces of a
+// --blocks-key chain, restores the recovery plan at once (DRAM), then again
+// once every source is on SSD (the route --ssd-backend selects: cuFile or
+// io_uring), each source into page B + i of its own group, and checks every
+// byte and that no other group's page B + i changed.
 // Exit 0 when every restored byte matched; 1 otherwise (the line says why).
 #include <cuda_runtime_api.h>
 #include <unistd.h>
@@ -33,6 +41,7 @@ struct Args {
   uint32_t blocks = 64, rank = 0, ranks = 1;
   uint64_t slot_bytes = 64 << 10, first_key = 1;
   bool retry_failed = false;
+  bool hybrid = false;
   // Wait before the first query: a query pins, and under --admission reuse a
   // use while the object waits for io_uring writeback keeps it in DRAM.
   uint32_t settle_ms = 0;
@@ -84,6 +93,8 @@ Args Parse(int argc, char** argv) {
       a.first_key = std::stoull(next());
     else if (f == "--retry-failed")
       a.retry_failed = true;
+    else if (f == "--hybrid")
+      a.hybrid = true;
     else if (f == "--settle-ms")
       a.settle_ms = std::stoul(next());
     else
@@ -94,10 +105,191 @@ Args Parse(int argc, char** argv) {
   return a;
 }
 
+// ---- --hybrid ---------------------------------------------------------------
+
+constexpr uint64_t kKeyTokens = 16, kWindow = 48, kInterval = 64;
+// Per storage group: slot sizes (unaligned ones included).
+const std::vector<std::vector<uint64_t>> kHybridSlots = {
+    {64 << 10, 1000}, {32 << 10}, {24576 + 100, 1 << 20}};
+
+uint8_t PiecePattern(uint32_t group, uint64_t index, uint32_t slot, uint64_t i) {
+  return static_cast<uint8_t>(group * 97 + index * 151 + slot * 29 + i * 13 + (i >> 11));
+}
+
+int RunHybrid(const Args& a, Client& c) {
+  // Pages [0, B) hold the published pieces, [B, 2B + 4) the restored sources.
+  const uint64_t pages = 2ull * a.blocks + kWindow / kKeyTokens + 1;
+  if (a.blocks < 8 || a.blocks % 4 != 0) Die("--hybrid needs --blocks a multiple of 4, >= 8");
+  ModelDescription d;
+  d.key_block_tokens = kKeyTokens;
+  GroupDescription attn{"attn", GroupKind::kFullAttention, 0, 16, (64 << 10) + 1000};
+  GroupDescription swa{"swa", GroupKind::kSlidingWindow, 1, 16, 32 << 10, kWindow};
+  GroupDescription gdn{"gdn", GroupKind::kRecurrent, 2, 16, 24576 + 100 + (1 << 20)};
+  gdn.checkpoint_interval_tokens = kInterval;
+  d.groups = {attn, swa, gdn};
+
+  RegisterRequest reg;
+  reg.ns = a.ns + "-hybrid";
+  reg.device = "cuda:" + std::to_string(a.device);
+  reg.layout.num_pages = pages;
+  reg.model = d;
+  std::vector<uint8_t*> base;  // one region per slot (split layout)
+  std::vector<std::vector<uint8_t*>> slot_base(kHybridSlots.size());
+  for (uint32_t g = 0; g < kHybridSlots.size(); ++g) {
+    GroupLayout gl;
+    gl.group_id = g;
+    gl.num_slots = static_cast<uint32_t>(kHybridSlots[g].size());
+    gl.slot_bytes = kHybridSlots[g];
+    for (uint32_t s = 0; s < kHybridSlots[g].size(); ++s) {
+      const uint64_t bytes = kHybridSlots[g][s];
+      void* region = nullptr;
+      Check(cudaMalloc(&region, pages * bytes), "cudaMalloc");
+      Check(cudaMemset(region, 0xEE, pages * bytes), "cudaMemset");
+      cudaIpcMemHandle_t h;
+      Check(cudaIpcGetMemHandle(&h, region), "cudaIpcGetMemHandle");
+      gl.slots.push_back({s, static_cast<uint32_t>(base.size()), 0, bytes, bytes});
+      reg.layout.region_bytes.push_back(pages * bytes);
+      reg.ipc_handles.emplace_back();
+      std::memcpy(reg.ipc_handles.back().data(), &h, sizeof h);
+      base.push_back(static_cast<uint8_t*>(region));
+      slot_base[g].push_back(static_cast<uint8_t*>(region));
+    }
+    reg.layout.groups.push_back(gl);
+  }
+  auto inst = c.RegisterInstance(reg, {});
+  if (!inst.ok()) Die("register: " + inst.status().ToString());
+
+  auto fill = [&](uint32_t g, uint64_t index, uint64_t page) {
+    for (uint32_t s = 0; s < kHybridSlots[g].size(); ++s) {
+      std::vector<uint8_t> host(kHybridSlots[g][s]);
+      for (uint64_t i = 0; i < host.size(); ++i) host[i] = PiecePattern(g, index, s, i);
+      Check(cudaMemcpy(slot_base[g][s] + page * host.size(), host.data(), host.size(),
+                       cudaMemcpyHostToDevice),
+            "cudaMemcpy H2D");
+    }
+  };
+  std::vector<BlockKey> chain;
+  for (uint32_t i = 0; i < a.blocks; ++i) chain.push_back(Key(a.first_key + i));
+  uint32_t sealed = 0;
+  auto publish = [&](uint32_t g, uint64_t index, uint64_t key) {
+    fill(g, index, key);  // the piece named by chain key `key` lives in page `key`
+    auto r = c.Publish({*inst, g, {chain[key]}, {key}, {}});
+    if (!r.ok()) Die("publish: " + r.status().ToString());
+    sealed += r->sealed;
+  };
+  for (uint32_t b = 0; b < a.blocks; ++b) {
+    publish(0, b, b);
+    publish(1, b, b);
+  }
+  for (uint64_t pos = kInterval; pos <= a.blocks * kKeyTokens; pos += kInterval) {
+    publish(2, pos, pos / kKeyTokens - 1);
+  }
+  std::printf("hybrid on cuda:%d: %u pieces sealed (attn, swa: %u blocks; gdn: %u checkpoints)\n",
+              a.device, sealed, a.blocks, a.blocks / 4);
+  const uint64_t p = a.blocks * kKeyTokens;  // every piece is there: P is the whole chain
+  const size_t want_sources = a.blocks + kWindow / kKeyTokens + 1;
+
+  auto restore_and_verify = [&](const QueryResult& q, const char* when) -> bool {
+    std::string tiers;
+    for (Tier t : q.sources) tiers += t == Tier::kDram ? 'D' : 'S';
+    RestoreRequest rr;
+    rr.instance = *inst;
+    rr.query = q.query;
+    for (uint32_t i = 0; i < q.pieces.size(); ++i) {
+      rr.blocks.push_back(i);
+      rr.pages.push_back(a.blocks + i);
+    }
+    for (uint32_t g = 0; g < kHybridSlots.size(); ++g) {  // destination pages: 0xEE
+      for (uint32_t s = 0; s < kHybridSlots[g].size(); ++s) {
+        const uint64_t bytes = kHybridSlots[g][s];
+        Check(cudaMemset(slot_base[g][s] + a.blocks * bytes, 0xEE, a.blocks * bytes), "cudaMemset");
+      }
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    auto res = c.Restore(rr, c.NewTicket());
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (!res.ok()) Die("restore: " + res.status().ToString());
+    uint32_t failed = 0;
+    for (const BlockResult& b : res->blocks) {
+      if (!b.status.ok()) {
+        std::printf("hybrid %s: block %u failed: %s\n", when, b.block, b.status.ToString().c_str());
+        ++failed;
+      }
+    }
+    uint64_t mismatches = 0, foreign = 0;
+    for (uint32_t i = 0; i < q.pieces.size(); ++i) {
+      const QuerySource& src = q.pieces[i];
+      for (uint32_t g = 0; g < kHybridSlots.size(); ++g) {
+        for (uint32_t s = 0; s < kHybridSlots[g].size(); ++s) {
+          std::vector<uint8_t> host(kHybridSlots[g][s]);
+          Check(cudaMemcpy(host.data(), slot_base[g][s] + (a.blocks + i) * host.size(), host.size(),
+                           cudaMemcpyDeviceToHost),
+                "cudaMemcpy D2H");
+          for (uint64_t j = 0; j < host.size(); ++j) {
+            if (g == src.storage_group) {
+              mismatches += host[j] != PiecePattern(g, src.index, s, j);
+            } else {
+              foreign += host[j] != 0xEE;  // another group's page: untouched
+            }
+          }
+        }
+      }
+    }
+    std::printf(
+        "hybrid %s: P=%llu tokens, %zu sources %s, %llu bytes charged, %llu not needed; restore "
+        "%u failed (%.1f ms); %llu mismatching bytes, %llu bytes written outside their group\n",
+        when, static_cast<unsigned long long>(q.prefix_tokens), q.pieces.size(), tiers.c_str(),
+        static_cast<unsigned long long>(q.logical_bytes),
+        static_cast<unsigned long long>(q.not_needed_bytes), failed, ms,
+        static_cast<unsigned long long>(mismatches), static_cast<unsigned long long>(foreign));
+    std::fflush(stdout);
+    return failed == 0 && mismatches == 0 && foreign == 0 && q.prefix_tokens == p &&
+           q.pieces.size() == want_sources;
+  };
+
+  QueryRequest q;
+  q.instance = *inst;
+  q.keys = chain;
+  auto first = c.Query(q);
+  if (!first.ok()) Die("query: " + first.status().ToString());
+  bool ok = restore_and_verify(*first, "first restore");
+  // Then from SSD: poll until every source is on SSD (admission reuse drops
+  // first-time objects from DRAM after their writeback).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (true) {
+    auto qr = c.Query(q);
+    if (!qr.ok()) Die("query: " + qr.status().ToString());
+    bool ssd = qr->pieces.size() == want_sources;
+    for (Tier t : qr->sources) ssd &= t == Tier::kSsd;
+    if (ssd) {
+      ok &= restore_and_verify(*qr, "SSD restore");
+      break;
+    }
+    if (qr->query) c.ReleaseQuery(*inst, qr->query).IgnoreError("polling");
+    if (std::chrono::steady_clock::now() > deadline) Die("the plan never came all from SSD");
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (Status st = c.UnregisterInstance(*inst); !st.ok()) Die("unregister: " + st.ToString());
+  c.Close();
+  for (uint8_t* b : base) cudaFree(b);
+  std::printf("hybrid: %s\n", ok ? "PASS" : "FAIL");
+  return ok ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const Args a = Parse(argc, argv);
+  if (a.hybrid) {
+    Check(cudaSetDevice(a.device), "cudaSetDevice");
+    ClientConfig cc;
+    cc.socket_path = a.socket;
+    cc.client_name = "orbitkv-cuda-engine";
+    auto client = Client::Connect(cc);
+    if (!client.ok()) Die(client.status().ToString());
+    return RunHybrid(a, **client);
+  }
   const uint64_t pages = 2ull * a.blocks;
   Check(cudaSetDevice(a.device), "cudaSetDevice");
   // One region: this rank's slot of every page.

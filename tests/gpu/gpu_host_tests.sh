@@ -48,9 +48,9 @@ case "${1:-}" in
       cp "$b" "$out/" && strip "$out/$(basename "$b")" || exit 1
     done
     # Shared libraries outside glibc/libstdc++ that the executables load.
-    ldd "$src/gpu_device_test" "$build/tests/gpu_tier/gpu_tier_gate_cuda_test" \
+    ldd "$src/gpu_device_test" "$build/tests/gpu_tier/gpu_tier_gate_cuda_test" "$out/orbitkv-cache-manager" \
       "$build/src/codec/codec_cuda_test" | awk '/=> \// {print $3}' | sort -u |
-      grep -E 'lib(spdlog|fmt|isal)\.so' | while read -r lib; do cp -L "$lib" "$out/"; done
+      grep -E 'lib(spdlog|fmt|isal|nettle)\.so' | while read -r lib; do cp -L "$lib" "$out/"; done
     ls -l "$out"
     ;;
   run)

@@ -2,7 +2,7 @@
 # Manager process gates on the GPU host (cuFile compatibility mode: correctness,
 # not GDS throughput): a CUDA engine process registers cudaMalloc pages by IPC
 # handle, publishes, and restores from SSD; /metrics is scraped over HTTP.
-# Usage on the GPU host: tests/gpu/process_gates.sh BUNDLE_DIR [all|tp]
+# Usage on the GPU host: tests/gpu/process_gates.sh BUNDLE_DIR [all|tp|hybrid]
 # (BUNDLE_DIR from gpu_host_tests.sh bundle, with enable-cufile-compat.sh
 # copied in; logs go to $OUT or /tmp).
 B=$(cd "${1:?usage: process_gates.sh BUNDLE_DIR [all|tp]}" && pwd)
@@ -36,6 +36,19 @@ $B/orbitkv-cuda-engine --socket $D/p2.sock --blocks 32 --retry-failed; echo "eng
 scrape 19471; stop p2
 
 fi
+if [[ ${1:-all} == all || ${1:-all} == hybrid ]]; then
+echo "########## H1. hybrid model (attn + swa + gdn conv/SSM state), --ssd-backend cufile"
+start h1 19474 $B/orbitkv-cache-manager --ssd-backend cufile
+$B/orbitkv-cuda-engine --socket $D/h1.sock --hybrid --blocks 16; echo "engine exit $?"
+scrape 19474; stop h1
+
+echo "########## H2. hybrid model, --ssd-backend uring (io_uring -> pinned DRAM -> H2D)"
+start h2 19475 $B/orbitkv-cache-manager --ssd-backend uring
+$B/orbitkv-cuda-engine --socket $D/h2.sock --hybrid --blocks 16; echo "engine exit $?"
+scrape 19475; stop h2
+
+fi
+if [[ ${1:-all} == all || ${1:-all} == tp ]]; then
 echo "########## C. TP=2 group, ranks 0 and 1 as two engine processes (rank 1 on cuda:${RANK1_DEVICE:-0})"
 start p3 19472 $B/orbitkv-cache-manager --ssd-backend cufile
 $B/orbitkv-cuda-engine --socket $D/p3.sock --blocks 32 --ranks 2 --rank 0 --ns tp2 --settle-ms 2000 > $OUT/r0.log 2>&1 &
@@ -45,3 +58,4 @@ e1=$!
 wait $e0; echo "rank 0 exit $?"; wait $e1; echo "rank 1 exit $?"
 cat $OUT/r0.log $OUT/r1.log
 scrape 19472; stop p3
+fi

@@ -940,13 +940,68 @@ TEST_F(ManagerProcessTest, ManagerRestartStartsEmptyAndOldClientsFail) {
   ExpectReleased();
 }
 
+// ---- hybrid models: a real Manager and hybrid engine processes ---------------------------------
+
+// orbitkv-hybrid-engine (attention + window + recurrent groups, a model
+// description): one process publishes and leaves; others (the engine
+// restarted) restore the recovery plan from DRAM, then from SSD after a dense
+// namespace flushed DRAM, every byte checked; a missing checkpoint shortens P.
+TEST_F(ManagerProcessTest, HybridRestoresAfterDramEvictionAndEngineRestart) {
+  const std::string hybrid_bin = BinaryFromEnv("ORBITKV_HYBRID_ENGINE_BINARY");
+  ASSERT_FALSE(hybrid_bin.empty()) << "set ORBITKV_HYBRID_ENGINE_BINARY (ctest does)";
+  ASSERT_NO_FATAL_FAILURE(StartManager({.pool = "2mib", .shards = 2}));
+  auto hybrid = [&](const std::string& cmd, std::vector<std::string> args) {
+    std::vector<std::string> argv = {hybrid_bin, cmd, "--socket", socket_, "--keys", "10"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    Proc p("hybrid " + cmd, argv);
+    if (!p.started()) return EngineRun{-1, p.error()};
+    return Finish(p);
+  };
+  EngineRun a = hybrid("publish", {"--seed", "31"});
+  EXPECT_ENGINE_OK(a);
+  EXPECT_EQ(Field(a.out, "publish", "sealed"), 22) << a.out;  // 10 attn, 10 swa, 2 checkpoints
+  // A new process (the engine restarted) restores P = 128 from DRAM: attn
+  // 0..7, swa 5..7 and the checkpoint at 128.
+  const std::vector<std::string> plan = {"--seed", "31", "--expect-prefix-tokens", "128"};
+  auto with = [&](std::vector<std::string> more) {
+    std::vector<std::string> v = plan;
+    v.insert(v.end(), more.begin(), more.end());
+    return v;
+  };
+  EngineRun b = hybrid("restore-verify", with({"--expect-source", "dram"}));
+  EXPECT_ENGINE_OK(b);
+  EXPECT_EQ(Field(b.out, "restore", "verified"), 12) << b.out;
+  // Control: the verifier notices other bytes.
+  EngineRun wrong = hybrid("restore-verify", {"--seed", "32", "--expect-prefix-tokens", "128"});
+  EXPECT_EQ(wrong.rc, 1) << "the verifier must reject other bytes:\n" << wrong.out;
+  // A dense namespace's 6 MiB flush the 2 MiB pool: the plan comes from SSD.
+  EngineRun flood = Engine("publish", {"--ns", "flood", "--slots", "32768,32668", "--pages", "96",
+                                       "--keys", "0..96", "--retry-ms", "20000"});
+  EXPECT_ENGINE_OK(flood);
+  EngineRun c = hybrid("restore-verify", with({"--expect-source", "ssd"}));
+  EXPECT_ENGINE_OK(c);
+  EXPECT_EQ(Field(c.out, "restore", "verified"), 12) << c.out;
+  // Without the checkpoint at 128, P falls back to the one at 64.
+  EXPECT_ENGINE_OK(
+      hybrid("publish", {"--ns", "hybrid-gap", "--seed", "33", "--skip-checkpoint", "128"}));
+  EngineRun d = hybrid("restore-verify",
+                       {"--ns", "hybrid-gap", "--seed", "33", "--expect-prefix-tokens", "64"});
+  EXPECT_ENGINE_OK(d);
+  EXPECT_EQ(Field(d.out, "restore", "verified"), 8) << d.out;  // attn 0..3, swa 1..3, gdn 64
+  std::string err;
+  std::optional<Metrics> m = mgr_->Scrape(&err);
+  ASSERT_TRUE(m) << err;
+  EXPECT_TRUE(m->Get("orbitkv_checkpoint_dram_bytes").has_value());
+  ExpectReleased();
+}
+
 // ---- 9: malformed and hostile messages -------------------------------------------------------
 
-// Until the Manager compiles hybrid recovery requirements (issue 14), a
-// register with a model description is refused with the reason, the fds are
-// closed, and the session keeps working: a dense register follows. A bad
-// description is refused by the decoder, naming the field.
-TEST_F(ManagerProcessTest, RegisterWithModelDescriptionIsRefusedUntilTheManagerCompilesIt) {
+// A register with a model description is served (the Manager compiles its
+// recovery plans); one whose description disagrees with the layout or is bad
+// is refused naming the field, the fds are closed, and the session keeps
+// working: a dense register follows.
+TEST_F(ManagerProcessTest, RegisterWithModelDescriptionIsServedAndABadOneRefused) {
   ASSERT_NO_FATAL_FAILURE(StartManager({.pool = "2mib", .shards = 2}));
   LayoutSpec spec;
   spec.slot_bytes = {4096};
@@ -963,13 +1018,14 @@ TEST_F(ManagerProcessTest, RegisterWithModelDescriptionIsRefusedUntilTheManagerC
   attn.block_tokens = 16;
   attn.bytes = 4096;
   rr.model = ModelDescription{16, {attn}};
-  Result<InstanceId> refused = c->RegisterInstance(rr, pages.fds());
-  ASSERT_FALSE(refused.ok());
-  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(refused.status().message().find("RegisterInstance.model: this Manager does not "
-                                            "compile hybrid recovery requirements yet"),
-            std::string_view::npos)
-      << refused.status().ToString();
+  Result<InstanceId> served = c->RegisterInstance(rr, pages.fds());
+  ASSERT_TRUE(served.ok()) << served.status().ToString();
+  EXPECT_TRUE(c->UnregisterInstance(*served).ok());
+  rr.model->groups[0].bytes = 4000;  // the layout's group holds 4096
+  Result<InstanceId> disagrees = c->RegisterInstance(rr, pages.fds());
+  ASSERT_FALSE(disagrees.ok());
+  EXPECT_EQ(disagrees.status().code(), StatusCode::kInvalidArgument)
+      << disagrees.status().ToString();
   rr.model->groups[0].bytes = 0;
   Result<InstanceId> bad = c->RegisterInstance(rr, pages.fds());
   ASSERT_FALSE(bad.ok());

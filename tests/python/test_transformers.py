@@ -17,6 +17,7 @@ pytest.importorskip("transformers")
 import orbitkv.transformers as okt  # noqa: E402
 
 GATE = Path(__file__).resolve().parents[1] / "gpu" / "real_model_gate.py"
+VLLM_WORKER_GATE = Path(__file__).resolve().parents[1] / "gpu" / "vllm_worker_gate.py"
 
 
 def tiny_model(layers=2, seed=0):
@@ -93,6 +94,29 @@ def test_real_model_gate_tiny_on_cpu(manager_binary, tmp_path):
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "REAL-MODEL GATE PASSED: dram, ssd-uring, restart, corrupt" in out.stdout
+
+
+def test_vllm_worker_gate_real_model_tiny_on_cpu(manager_binary, tmp_path, capsys):
+    """tests/gpu/vllm_worker_gate.py --model tiny on host tensors (in this process,
+    which has torch and transformers imported already): the recorded vLLM plans
+    drive the connector's worker side with the real-model gate's tiny Qwen3 as
+    the forward; the prefix saved by one worker instance and restored by
+    another into fresh vLLM-layout tensors gives logits and greedy tokens
+    identical to computing it, in every vLLM KV layout."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("vllm_worker_gate", VLLM_WORKER_GATE)
+    gate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gate)
+    rc = gate.main(["--device", "host", "--model", "tiny", "--manager", manager_binary,
+                    "--ssd-dir", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    passed = [line for line in out.splitlines() if line.startswith("PASS ")]
+    assert [line.split()[1] for line in passed] == [
+        "layout=kv_first", "layout=block_first", "layout=hnd"], out
+    for line in passed:
+        assert "model=tiny" in line and "logits=identical" in line and "restored_blocks=4" in line
 
 
 def test_example_chat_restores_earlier_turns(manager_binary):

@@ -30,10 +30,12 @@ import torch  # noqa: E402
 from sglang.srt.mem_cache.device_pool_info import (  # noqa: E402
     KVBufferLayout,
     KVBuffers,
+    MambaStateBufferInfo,
     MHABufferInfo,
 )
 from sglang.srt.mem_cache.hicache_storage import HiCacheStorageConfig  # noqa: E402
 from sglang.srt.mem_cache.pool_host.base import host_memory_budget_scope  # noqa: E402
+from sglang.srt.mem_cache.pool_host.mamba import MambaPoolHost  # noqa: E402
 from sglang.srt.mem_cache.pool_host.mha import MHATokenToKVPoolHost  # noqa: E402
 
 LAYOUTS = ["layer_first", "page_first", "page_first_direct"]
@@ -67,6 +69,24 @@ def make_pool(layout: str, *, layers=3, heads=2, head_dim=8, page_size=4, device
     pool._device_v = v
     raw = pool.kv_buffer.view(torch.uint8).view(-1)
     raw.copy_(torch.randint(0, 256, raw.shape, dtype=torch.uint8))
+    return pool
+
+
+def make_mamba_pool(*, layers=2, checkpoints=16, seed=0) -> MambaPoolHost:
+    """SGLang's Mamba state host pool on CPU memory (page_size 1: one checkpoint
+    per index), every state filled with random bytes through its own API."""
+    info = MambaStateBufferInfo(
+        temporal=torch.zeros(layers, checkpoints, 4, 8, dtype=torch.float32),
+        conv=(torch.zeros(layers, checkpoints, 3, 8, dtype=torch.bfloat16),),
+    )
+    with host_memory_budget_scope(1 << 34):
+        pool = MambaPoolHost(info, 2.0, 0, device_capacity=checkpoints, pin_memory=False,
+                             device="cpu", layout="page_first")
+    pool._device_info = info
+    g = torch.Generator().manual_seed(seed)
+    n = pool.get_dummy_flat_data_page().numel()
+    for i in range(pool.size):
+        pool.set_from_flat_data_page(i, torch.randint(0, 256, (n,), dtype=torch.uint8, generator=g))
     return pool
 
 

@@ -54,10 +54,18 @@ def make_kv_caches(spec: dict, device: str, allocate) -> Dict[str, object]:
     return out
 
 
-def _kv_index(spec: dict, kv: int, block: int, offset: int):
+def row_index(spec: dict, kv: int, block: int, offset: int):
+    """The index of the (heads, head_size) K (kv=0) or V row of a token at
+    `offset` in `block`, in any of LAYOUTS."""
     if spec["layout"] == "block_first":
         return (block, kv, offset)
     return (kv, block, offset)
+
+
+def block_rows(spec: dict, t, kv: int, block_ids: Sequence[int]):
+    """The K or V rows of `block_ids` in order: (len * block_size, heads, head_size), a copy."""
+    rows = t[list(block_ids), kv] if spec["layout"] == "block_first" else t[kv][list(block_ids)]
+    return rows.reshape(-1, *rows.shape[2:])
 
 
 def _row_value(h: bytes, layer: int, kv: int, n: int) -> bytes:
@@ -75,7 +83,7 @@ def _rows(spec: dict, kv_caches: Dict[str, object], tokens: Sequence[int],
         row_bytes = t.shape[-2] * t.shape[-1] * t.element_size()
         for kv in (0, 1):
             for j in range(start, end):
-                row = t[_kv_index(spec, kv, block_ids[j // bs], j % bs)]
+                row = t[row_index(spec, kv, block_ids[j // bs], j % bs)]
                 label = f"{name} {'KV'[kv]} token {j} (block {block_ids[j // bs]})"
                 yield label, row, _row_value(hashes[j], li, kv, row_bytes)
 
@@ -115,8 +123,15 @@ class Recording:
             f.write("\n")
 
 
+def first_load_step(recording: dict) -> int:
+    """The index of the first step that loads anything (len(steps) if none)."""
+    steps = recording["steps"]
+    return next((i for i, s in enumerate(steps) if s["plan"]["loads"]), len(steps))
+
+
 def replay(recording: dict, core, kv_caches: Dict[str, object], ready=None,
-           timeout_s: float = 60.0, layout: str = "") -> dict:
+           timeout_s: float = 60.0, layout: str = "", forward=None, check=None,
+           steps: slice = slice(None)) -> dict:
     """Drives an orbitkv.vllm.worker.WorkerCore through a recording.
 
     Per step: handle_preemptions, start_load, the forward's writes, save
@@ -124,22 +139,32 @@ def replay(recording: dict, core, kv_caches: Dict[str, object], ready=None,
     get_finished until the step's checked loads finished; each check compares
     the loaded rows byte for byte. Returns counts; raises AssertionError on a
     wrong byte or a load error. `layout` names the tensors' layout when it is
-    not the recorded one.
+    not the recorded one. `forward(write)` replaces the stand-in forward
+    (write_rows) and `check(check)` the row check (check_rows; it returns the
+    labels of wrong rows), e.g. a real model's; `steps` replays a part of the
+    recording (a second instance taking over from first_load_step()).
     """
     import time
 
     from orbitkv.vllm.plan import StepPlan
 
     spec = dict(recording["spec"], **({"layout": layout} if layout else {}))
+    if forward is None:
+        def forward(w):
+            write_rows(spec, kv_caches, w["tokens"], w["block_ids"], w["start"], w["end"])
+    if check is None:
+        def check(c):
+            return check_rows(spec, kv_caches, c["tokens"], c["block_ids"], c["start"], c["end"])
     checked = restored_steps = 0
     received: set = set()  # loads may finish earlier than in the recorded run
-    for i, step in enumerate(recording["steps"]):
+    chosen = list(enumerate(recording["steps"]))[steps]
+    for i, step in chosen:
         plan = StepPlan.from_json(step["plan"])
         core.handle_preemptions(plan)
         core.start_load(plan)
         core.wait_for_layer_load()
         for w in step["writes"]:
-            write_rows(spec, kv_caches, w["tokens"], w["block_ids"], w["start"], w["end"])
+            forward(w)
         core.save(plan, ready)
         want = {c["req_id"] for c in step["checks"]}
         deadline = time.monotonic() + timeout_s
@@ -155,11 +180,11 @@ def replay(recording: dict, core, kv_caches: Dict[str, object], ready=None,
         if errors:
             raise AssertionError(f"step {i}: load errors in blocks {sorted(errors)}")
         for c in step["checks"]:
-            bad = check_rows(spec, kv_caches, c["tokens"], c["block_ids"], c["start"], c["end"])
+            bad = check(c)
             if bad:
                 raise AssertionError(f"step {i}: {c['req_id']}: {len(bad)} wrong rows, first {bad[:3]}")
             checked += c["end"] - c["start"]
         restored_steps += bool(step["checks"])
         if not core.wait_for_saves(timeout_s):
             raise AssertionError(f"step {i}: saves did not finish in {timeout_s} s")
-    return {"steps": len(recording["steps"]), "checked_tokens": checked, "load_steps": restored_steps}
+    return {"steps": len(chosen), "checked_tokens": checked, "load_steps": restored_steps}

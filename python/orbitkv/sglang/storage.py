@@ -7,7 +7,15 @@ Contract
   fails the attach with the reason). Each host pool SGLang registers
   (``register_mem_pool_host`` for the KV pool, ``register_mem_host_pool_v2``
   for the hybrid ``swa`` / ``mamba`` / ... pools) becomes one OrbitKV host
-  instance with one storage group, in the pool's own namespace.
+  instance with one storage group, registered when the pool set is complete
+  (``on_host_pools_registered``, or the first call). A KV pool alone, or with
+  v2 pools of which one has no model mapping, is dense: each instance in the
+  pool's own namespace. A KV pool with v2 pools that all map (kv / indexer:
+  full attention; mamba: a checkpoint after every page; a pool named in
+  ``window_pages``: a sliding window) is a hybrid set: every instance carries
+  the same :class:`orbitkv.hybrid.ModelDescription` in one namespace and holds
+  its own storage group; the Manager's recovery plan answers lookups for all
+  pools at once (``batch_exists_v2``) and each pool restores its pieces.
 * Stored bytes are the pool's flat data page (``get_data_page`` /
   ``set_from_flat_data_page``, the format SGLang's own backends store), one
   object per (namespace, page hash). Keys: :func:`page_key`.
@@ -57,7 +65,9 @@ docstring. ``interface_v1``: 1 makes SGLang use ``batch_get_v1`` /
 (default ``sglang``; change it to start from an empty cache, e.g. after a
 weight update under the same model name). ``staging_bytes``: staging per pool
 (default 256 MiB, at least one page). ``timeout_ms``: per Manager call (default
-60000). ``ttl_ms``: lease time of a lookup (default 30000).
+60000). ``ttl_ms``: lease time of a lookup (default 30000). ``window_pages``:
+``{pool name: pages}``, the window of each sliding-window v2 pool (e.g.
+``{"swa": 8}``, ``ceil(sliding_window / page_size)``).
 """
 
 from __future__ import annotations
@@ -82,6 +92,14 @@ from sglang.srt.mem_cache.hicache_storage import (
 
 import orbitkv
 from orbitkv._chain import lookup_prefix, take_prefix
+from orbitkv.hybrid import (
+    GroupKind,
+    ModelDescription,
+    SGLangPool,
+    block_key_index,
+    checkpoint_key_index,
+    from_sglang_pools,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -111,16 +129,20 @@ def pool_format(pool: Any, page_bytes: int) -> str:
 
 
 def pool_namespace(
-    config: HiCacheStorageConfig, pool_name: str, fmt: str, prefix: str = "sglang"
+    config: HiCacheStorageConfig, pool_name: str, fmt: str, prefix: str = "sglang",
+    tp_sharded: Optional[bool] = None,
 ) -> str:
-    """The OrbitKV namespace of one SGLang host pool (see the module docstring)."""
+    """The OrbitKV namespace of one SGLang host pool, or of a hybrid set of pools
+    (`pool_name` joins their names; `tp_sharded` if any of them is sharded);
+    see the module docstring."""
     if config.should_split_heads:
         raise ValueError(
             "orbitkv.sglang: should_split_heads (heterogeneous TP sharing) is not supported"
         )
     model = "-".join((config.model_name or "").split("/")) or "unnamed-model"
     pool_name = str(pool_name)
-    tp_sharded = (not config.is_mla_model) or pool_name == PoolName.MAMBA.value
+    if tp_sharded is None:
+        tp_sharded = is_tp_sharded(config, pool_name)
     parts = [prefix, model, f"pool={pool_name}", fmt]
     parts.append(f"tp={config.tp_rank}/{config.tp_size}" if tp_sharded else "tp=mla-replicated")
     if config.pp_size > 1:
@@ -135,6 +157,12 @@ def pool_namespace(
     return "|".join(parts)
 
 
+def is_tp_sharded(config: HiCacheStorageConfig, pool_name: str) -> bool:
+    """Whether a pool's pages differ per TP rank: every pool but MLA KV (which
+    SGLang writes once, from its storage writer rank); Mamba state always."""
+    return (not config.is_mla_model) or str(pool_name) == PoolName.MAMBA.value
+
+
 def _positive_int(extra: Dict[str, Any], name: str, default: int) -> int:
     value = extra.get(name, default)
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -142,6 +170,26 @@ def _positive_int(extra: Dict[str, Any], name: str, default: int) -> int:
             f"orbitkv.sglang: extra_config '{name}' must be a positive integer, got {value!r}"
         )
     return value
+
+
+def _window_pages(extra: Dict[str, Any]) -> Dict[str, int]:
+    """extra_config 'window_pages': {pool name: the sliding window in pages}."""
+    value = extra.get("window_pages", {})
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v > 0
+        for k, v in value.items()
+    ):
+        raise ValueError(
+            "orbitkv.sglang: extra_config 'window_pages' must map pool names to positive "
+            f"page counts, e.g. {{\"swa\": 8}}; got {value!r}"
+        )
+    return dict(value)
+
+
+# Pools whose v2 hit policy is ALL_PAGES (full attention) and TRAILING_PAGES of
+# recurrent state; a sliding-window pool is one named in extra_config 'window_pages'.
+_ALL_PAGES_POOLS = (PoolName.KV.value, PoolName.INDEXER.value)
+_RECURRENT_POOLS = (PoolName.MAMBA.value,)
 
 
 def _slot_sizes(page_bytes: int) -> List[int]:
@@ -152,7 +200,14 @@ def _slot_sizes(page_bytes: int) -> List[int]:
 
 class _PoolBinding:
     """One SGLang host pool, registered as one OrbitKV instance whose only region
-    is a staging area of whole pages; moves pages pool <-> staging <-> Manager."""
+    is a staging area of whole pages; moves pages pool <-> staging <-> Manager.
+
+    Dense (``register()``): the instance holds one storage group of the pool's
+    pages in the pool's own namespace. Hybrid (``register(namespace, group,
+    model)``): every pool of a v2 set registers an instance with the same model
+    description and namespace, holding only its own storage group ``group``; a
+    query of any of them returns the Manager's recovery plan over every group
+    (orbitkv.hybrid), of which each pool restores its own pieces."""
 
     def __init__(
         self,
@@ -167,23 +222,37 @@ class _PoolBinding:
         dummy = pool.get_dummy_flat_data_page()
         self.name = name
         self.pool = pool
+        self.config = config
         self.page_dtype = dummy.dtype
         self.page_bytes = dummy.numel() * dummy.element_size()
         if self.page_bytes <= 0:
             raise ValueError(f"orbitkv.sglang: pool {name!r} has empty pages")
         self.page_size = int(getattr(pool, "page_size", 1) or 1)
-        self.namespace = pool_namespace(config, name, pool_format(pool, self.page_bytes), prefix)
+        self.format = pool_format(pool, self.page_bytes)
+        self.namespace = pool_namespace(config, name, self.format, prefix)
         self.num_pages = max(1, staging_bytes // self.page_bytes)
         self.ttl_ms = ttl_ms
         self._client = client
-        layout = orbitkv.page_first_layout(self.num_pages, _slot_sizes(self.page_bytes))
         self.region = orbitkv.HostPages(self.num_pages * self.page_bytes, f"orbitkv-sglang-{name}")
         self.staging = torch.frombuffer(self.region, dtype=torch.uint8)
-        self.instance = client.register_instance(
-            self.namespace, config.tp_rank, "host", layout, [self.region]
-        )
+        self.instance = 0  # registered by register()
+        self.group = _GROUP
+        self.model: Optional[ModelDescription] = None
         self._free = list(range(self.num_pages))
         self._cv = threading.Condition()
+
+    def register(self, namespace: Optional[str] = None, group: int = _GROUP,
+                 model: Optional[ModelDescription] = None) -> None:
+        """Registers the instance: dense in the pool's namespace, or (with
+        `model`) as storage group `group` of a hybrid set in `namespace`."""
+        if model is not None:
+            self.namespace, self.group, self.model = namespace, group, model
+        layout = orbitkv.page_first_layout(self.num_pages, _slot_sizes(self.page_bytes),
+                                           group_id=self.group)
+        kw = {"model": model} if model is not None else {}
+        self.instance = self._client.register_instance(
+            self.namespace, self.config.tp_rank, "host", layout, [self.region], **kw
+        )
 
     # -- staging pages
     def _acquire(self, want: int) -> List[int]:
@@ -221,7 +290,7 @@ class _PoolBinding:
 
     # -- Manager operations
     def _query(self, keys: Sequence[bytes]):
-        return self._client.query(self.instance, _GROUP, list(keys), self.ttl_ms)
+        return self._client.query(self.instance, self.group, list(keys), self.ttl_ms)
 
     def _release_query(self, query: int) -> None:
         self._client.release_query(self.instance, query)
@@ -232,7 +301,36 @@ class _PoolBinding:
         (orbitkv._chain.lookup_prefix)."""
         if not keys:
             return 0
+        if self.model is not None:
+            return self._planned_pages(keys)
         return lookup_prefix([page_key(k) for k in keys], self._query, self._release_query).blocks
+
+    def _planned_pages(self, keys: Sequence[str]) -> int:
+        """Hybrid: the pages of the Manager's recovery plan over `keys` (the
+        longest prefix every pool of the set can resume at). Object keys do not
+        depend on where the chain starts, so a span's keys plan as SGLang's
+        hit policies ask: every KV page of the span, a window's pages before
+        the hit, the recurrent state at it. A plan cut by the query byte budget
+        answers its (shorter) P."""
+        q = self._query([page_key(k) for k in keys])
+        try:
+            return int(q.prefix_tokens) // self.model.key_block_tokens
+        finally:
+            self._release_query_if_live(q.query)
+
+    def _abandon_query(self, query: int) -> None:
+        """Releases a query after its restore failed (the restore's own error is
+        the one to raise)."""
+        try:
+            self._release_query(query)
+        except orbitkv.OrbitKVError:
+            pass
+
+    def _release_query_if_live(self, query: int) -> None:
+        try:
+            self._release_query(query)
+        except orbitkv.NotFoundError:
+            pass  # every source was taken by restores: nothing left to release
 
     def present_each(self, keys: Sequence[str]) -> List[bool]:
         """Presence of each key on its own (one lookup per key)."""
@@ -250,11 +348,19 @@ class _PoolBinding:
                 for j, page in enumerate(pages):
                     copy_in(page, done + j)
                 r = self._client.publish(
-                    self.instance, _GROUP, [page_key(k) for k in chunk], pages
+                    self.instance, self.group, [page_key(k) for k in chunk], pages
                 )
             finally:
                 self._release(pages)
-            if r.dropped:
+            if r.dropped and self.model is not None:
+                # Which ones did not make it cannot be asked of one group of a hybrid
+                # set (a query plans every group): none counts as stored.
+                logger.warning(
+                    "orbitkv.sglang: the Manager dropped %d of %d pages of %s (DRAM pool full)",
+                    r.dropped, len(chunk), self.name,
+                )
+                results += [False] * len(chunk)
+            elif r.dropped:
                 # The pool had no room for some; ask which prefix made it.
                 logger.warning(
                     "orbitkv.sglang: the Manager dropped %d of %d pages of %s (DRAM pool full)",
@@ -271,6 +377,8 @@ class _PoolBinding:
         """Restores the longest present prefix of ``keys``; ``copy_out(staging_page,
         i)`` takes page i out of staging. Returns per key whether it was loaded
         (False from the first page missing or failed on)."""
+        if self.model is not None:
+            return self._load_planned(keys, copy_out)
         loaded = 0
         while loaded < len(keys):
             pages = self._acquire(len(keys) - loaded)
@@ -283,6 +391,54 @@ class _PoolBinding:
             if got < len(chunk):
                 break
         return [i < loaded for i in range(len(keys))]
+
+    def _key_index(self, piece) -> int:
+        """The index in the queried keys of the page a plan piece restores: a
+        block's, or the page a recurrent checkpoint ends."""
+        g = self.model.groups[piece.group]
+        if g.kind == GroupKind.RECURRENT:
+            return checkpoint_key_index(self.model, piece.index)
+        return block_key_index(self.model, g, piece.index)
+
+    def _load_planned(self, keys: Sequence[str], copy_out) -> List[bool]:
+        """Hybrid: plans `keys` (see _planned_pages) and restores this pool's
+        pieces of the plan through staging, in chunks of the staging pages;
+        releases the rest. True per key up to the first page that is not in
+        the plan or failed."""
+        q = self._query([page_key(k) for k in keys])
+        ok = set()
+        try:
+            mine = [(i, self._key_index(p)) for i, p in enumerate(q.pieces)
+                    if p.storage_group == self.group]
+            done = 0
+            while done < len(mine):
+                pages = self._acquire(len(mine) - done)
+                try:
+                    chunk = mine[done : done + len(pages)]
+                    results = self._client.restore(
+                        self.instance, q.query, [i for i, _ in chunk], pages[: len(chunk)]
+                    )
+                    for (_, key), page, res in zip(chunk, pages, results):
+                        if res.ok:
+                            copy_out(page, key)
+                            ok.add(key)
+                        else:
+                            logger.warning(
+                                "orbitkv.sglang: restoring page %d (key %s) of %s failed: %s",
+                                key, keys[key], self.name, res.error,
+                            )
+                finally:
+                    self._release(pages)
+                done += len(chunk)
+        except BaseException:
+            self._abandon_query(q.query)
+            raise
+        self._release_query_if_live(q.query)
+        out, good = [], True
+        for j in range(len(keys)):
+            good = good and j in ok
+            out.append(good)
+        return out
 
     def _load_chunk(self, chunk, pages, base, copy_out) -> int:
         """Restores the longest present prefix of ``chunk`` (keys base.. of the
@@ -297,10 +453,7 @@ class _PoolBinding:
                     self.instance, q.query, list(range(q.prefix)), pages[done : done + q.prefix]
                 )
             except BaseException:
-                try:
-                    self._release_query(q.query)
-                except orbitkv.OrbitKVError:
-                    pass  # the restore's own error is the one to raise
+                self._abandon_query(q.query)
                 raise
             for j, res in enumerate(results):
                 if not res.ok:
@@ -340,6 +493,7 @@ class OrbitKVStorage(HiCacheStorage):
                 f"got {self.prefix!r}"
             )
         self.staging_bytes = _positive_int(extra, "staging_bytes", DEFAULT_STAGING_BYTES)
+        self.window_pages = _window_pages(extra)
         self.ttl_ms = _positive_int(extra, "ttl_ms", DEFAULT_TTL_MS)
         timeout_ms = _positive_int(extra, "timeout_ms", DEFAULT_TIMEOUT_MS)
         if storage_config.should_split_heads:
@@ -351,8 +505,10 @@ class OrbitKVStorage(HiCacheStorage):
             timeout_ms=timeout_ms,
             client_name=f"sglang-tp{storage_config.tp_rank}-pp{storage_config.pp_rank}",
         )
-        self._bindings: Dict[str, _PoolBinding] = {}
+        self._bindings: Dict[str, _PoolBinding] = {}  # in registration order, KV first
         self._bind_lock = threading.Lock()
+        self._finalized = False  # instances registered (on_host_pools_registered or first use)
+        self.hybrid: Optional[ModelDescription] = None
         self._stats_lock = threading.Lock()
         self._stats = {"prefetch_pgs": [], "prefetch_bandwidth": [],
                        "backup_pgs": [], "backup_bandwidth": []}
@@ -367,14 +523,18 @@ class OrbitKVStorage(HiCacheStorage):
                 if bound.pool is not pool:
                     raise ValueError(f"orbitkv.sglang: another host pool is already bound as {name!r}")
                 return bound
+            if self._finalized and self.hybrid is not None:
+                raise ValueError(
+                    f"orbitkv.sglang: pool {name!r} registered after the hybrid pool set "
+                    f"{sorted(self._bindings)} was registered with the Manager (a model "
+                    "description cannot be amended)"
+                )
             bound = _PoolBinding(
                 self._client, name, pool, self.config, self.prefix, self.staging_bytes, self.ttl_ms
             )
             self._bindings[name] = bound
-            logger.info(
-                "orbitkv.sglang: pool %s -> instance %d, namespace %s, %d staging pages of %d bytes",
-                name, bound.instance, bound.namespace, bound.num_pages, bound.page_bytes,
-            )
+            if self._finalized:  # a dynamic sidecar of a dense set: its own instance
+                self._register_dense([bound])
             return bound
 
     def register_mem_pool_host(self, mem_pool_host) -> None:
@@ -385,6 +545,81 @@ class OrbitKVStorage(HiCacheStorage):
         super().register_mem_host_pool_v2(host_pool, host_pool_name)
         self._bind(str(host_pool_name), host_pool)
 
+    def on_host_pools_registered(self) -> None:
+        """SGLang's pool set is complete: registers the instances (see _finalize)."""
+        self._finalize()
+
+    def _finalize(self) -> None:
+        """Registers every pool's instance, once. A KV pool alone is dense. KV
+        with v2 pools that all map to a model description (kv and indexer:
+        full attention; mamba: a checkpoint at every page; a pool named in
+        extra_config 'window_pages': a window of that many pages) is one hybrid
+        set: the Manager plans their hits together and restores each pool's
+        pieces. Otherwise every pool is dense and batch_exists_v2 combines their
+        answers here (see batch_exists_v2)."""
+        with self._bind_lock:
+            if self._finalized:
+                return
+            # KV first: it is storage group 0 of a hybrid set.
+            bindings = sorted(self._bindings.values(), key=lambda b: b.name != PoolName.KV.value)
+            self._bindings = {b.name: b for b in bindings}
+            model, why = None, ""
+            if len(bindings) > 1 and PoolName.KV.value in self._bindings:
+                try:
+                    model = self._describe(bindings)
+                except ValueError as e:
+                    why = str(e)
+            if model is None:
+                if why:
+                    logger.info("orbitkv.sglang: v2 pools %s are looked up one by one: %s",
+                                [b.name for b in bindings], why)
+                self._register_dense(bindings)
+            else:
+                names = "+".join(b.name for b in bindings)
+                ns = pool_namespace(
+                    self.config, names, ";".join(b.format for b in bindings), self.prefix,
+                    tp_sharded=any(is_tp_sharded(self.config, b.name) for b in bindings),
+                )
+                for group, b in enumerate(bindings):
+                    b.register(ns, group, model)
+                    self._log_registered(b)
+                self.hybrid = model
+            self._finalized = True
+
+    def _describe(self, bindings: List[_PoolBinding]) -> ModelDescription:
+        """The model description of a v2 pool set, KV first: storage group i is
+        bindings[i] (ValueError naming a pool without a mapping)."""
+        pools = []
+        for b in bindings:
+            if b.name in _ALL_PAGES_POOLS:
+                pools.append(SGLangPool(b.name, PoolHitPolicy.ALL_PAGES, b.page_bytes))
+            elif b.name in _RECURRENT_POOLS:
+                pools.append(SGLangPool(b.name, PoolHitPolicy.TRAILING_PAGES, b.page_bytes,
+                                        recurrent=True))
+            elif b.name in self.window_pages:
+                pools.append(SGLangPool(b.name, PoolHitPolicy.TRAILING_PAGES, b.page_bytes,
+                                        trailing_pages=self.window_pages[b.name], recurrent=False))
+            else:
+                raise ValueError(
+                    f"pool {b.name!r} has no OrbitKV model mapping (a sliding-window pool "
+                    f"needs its window in extra_config 'window_pages', e.g. {{\"{b.name}\": 8}})"
+                )
+        return from_sglang_pools(pools, bindings[0].page_size)
+
+    def _register_dense(self, bindings: List[_PoolBinding]) -> None:
+        for b in bindings:
+            if not b.instance:
+                b.register()
+                self._log_registered(b)
+
+    @staticmethod
+    def _log_registered(b: _PoolBinding) -> None:
+        logger.info(
+            "orbitkv.sglang: pool %s -> instance %d (group %d%s), namespace %s, %d staging "
+            "pages of %d bytes", b.name, b.instance, b.group,
+            ", hybrid" if b.model is not None else "", b.namespace, b.num_pages, b.page_bytes,
+        )
+
     def _binding(self, name: Any = PoolName.KV.value) -> _PoolBinding:
         bound = self._bindings.get(str(name))
         if bound is None:
@@ -392,6 +627,8 @@ class OrbitKVStorage(HiCacheStorage):
                 f"orbitkv.sglang: no host pool registered as {str(name)!r} "
                 f"(registered: {sorted(self._bindings)})"
             )
+        if not self._finalized:
+            self._finalize()  # used before on_host_pools_registered
         return bound
 
     @staticmethod
@@ -512,8 +749,14 @@ class OrbitKVStorage(HiCacheStorage):
         per-page presence (the Manager answers one chain per group; compiled
         hybrid requirements are issue 14): ALL_PAGES needs every page of [0, P),
         TRAILING_PAGES the last len(transfer.keys) pages before P (at least 1).
-        The result lists every prefix length P all pools can restore."""
-        kv_pages = self._binding().present(keys)
+        The result lists every prefix length P all pools can restore.
+
+        A hybrid set asks the Manager once: its recovery plan over `keys` is the
+        hit of every pool (P pages; restorable_prefix_pages lists only P)."""
+        kv = self._binding()
+        if self.hybrid is not None:
+            return self._exists_planned(kv, keys, pool_transfers or [])
+        kv_pages = kv.present(keys)
         hit_count: Dict[Any, int] = {PoolName.KV: kv_pages} if kv_pages else {}
         restorable = list(range(1, kv_pages + 1))
         for transfer in pool_transfers or []:
@@ -541,6 +784,26 @@ class OrbitKVStorage(HiCacheStorage):
         final = restorable[-1] if restorable else 0
         return PoolTransferResult(final, hit_count, restorable)
 
+    def _exists_planned(self, kv: _PoolBinding, keys, transfers) -> PoolTransferResult:
+        for t in transfers:
+            g = self.hybrid.groups[self._binding(t.name).group]
+            if t.hit_policy == PoolHitPolicy.BLOCK_GROUPS:
+                raise ValueError(
+                    f"orbitkv.sglang: hit policy {t.hit_policy} of pool {t.name} is not supported"
+                )
+            if g.kind == GroupKind.SLIDING_WINDOW and len(t.keys or []) * kv.page_size > g.window_tokens:
+                logger.warning(
+                    "orbitkv.sglang: pool %s is asked for %d trailing pages, its window "
+                    "(extra_config window_pages) is %d: loads may miss pages",
+                    t.name, len(t.keys or []), g.window_tokens // kv.page_size,
+                )
+        pages = kv.present(keys)
+        if not pages:
+            return PoolTransferResult(0, {}, [])
+        hits = {PoolName.KV: pages}
+        hits.update({t.name: pages for t in transfers})
+        return PoolTransferResult(pages, hits, [pages])
+
     def batch_get_v2(
         self,
         transfers: List[PoolTransfer],
@@ -566,6 +829,8 @@ class OrbitKVStorage(HiCacheStorage):
         """Drops every object of this storage's pools' namespaces from the Manager
         (DRAM and SSD). Other engines' namespaces, and other TP ranks', are
         untouched. Raises if the Manager cannot be reached."""
+        if self._bindings:
+            self._finalize()
         with self._bind_lock:
             bindings = list(self._bindings.values())
         for b in bindings:
