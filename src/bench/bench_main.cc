@@ -99,16 +99,19 @@ int FlagError(const std::string& msg) {
 }
 
 // Under --storage-codec: the compression ratio on the KV the route moved
-// (what the writeback encoded, what restores decoded), the KV delivered per
-// second (effective, uncompressed) and the stored bytes per second it took.
+// (what the writeback encoded over the run, what the measured restores
+// decoded), the KV delivered per second (effective, uncompressed) and the
+// stored bytes per second it took.
 void PrintCodecLine(const Flags& f, const RouteRunResult& run, const RouteFigures& fig,
                     const Ceiling* ceil) {
-  auto d = [&](const char* k) {
-    auto it = run.view.delta.find(k);
-    return it == run.view.delta.end() ? 0.0 : it->second;
+  auto get = [](const std::map<std::string, double>& m, const char* k) {
+    auto it = m.find(k);
+    return it == m.end() ? 0.0 : it->second;
   };
-  const double enc_in = d("codec_encode_in"), enc_out = d("codec_encode_out");
-  const double dec_in = d("codec_decode_in"), dec_out = d("codec_decode_out");
+  const double enc_in = get(run.view.end, "codec_encode_in");
+  const double enc_out = get(run.view.end, "codec_encode_out");
+  const double dec_in = get(run.view.delta, "codec_decode_in");
+  const double dec_out = get(run.view.delta, "codec_decode_out");
   auto ratio = [](double raw, double coded) {
     return coded > 0 ? fmt::format("{:.3f}x", raw / coded) : std::string("n/a");
   };

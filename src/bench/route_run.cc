@@ -132,15 +132,15 @@ class Driver {
   }
 
  private:
-  // The storage codec's bytes in and out per direction over a measured phase.
-  void AddCodecDeltas(const demo::MetricsSnapshot& before, const demo::MetricsSnapshot& after) {
+  // Adds `sign` times the storage codec's bytes in and out per direction in
+  // `m` to `into` (codec_{encode,decode}_{in,out}).
+  void AddCodec(std::map<std::string, double>& into, const demo::MetricsSnapshot& m, double sign) {
     if (c_.storage.codec.empty() || c_.storage.codec == "none") return;
     for (const char* op : {"encode", "decode"}) {
       for (const char* dir : {"in", "out"}) {
         const std::string name = std::string("orbitkv_codec_bytes_") + dir + "_total";
-        const std::map<std::string, std::string> l = {{"codec", c_.storage.codec}, {"op", op}};
-        out_.view.delta[std::string("codec_") + op + "_" + dir] +=
-            after.Value(name, l) - before.Value(name, l);
+        into[std::string("codec_") + op + "_" + dir] +=
+            sign * m.Value(name, {{"codec", c_.storage.codec}, {"op", op}});
       }
     }
   }
@@ -291,7 +291,8 @@ class Driver {
           if (before && after) {
             for (const Series& s : kCounters)
               out_.view.delta[s.key] += Get(*after, s) - Get(*before, s);
-            AddCodecDeltas(*before, *after);
+            AddCodec(out_.view.delta, *after, 1);
+            AddCodec(out_.view.delta, *before, -1);
           }
         }
       }
@@ -311,6 +312,7 @@ class Driver {
     if (std::optional<demo::MetricsSnapshot> m = Scrape()) {
       for (const Series& s : kCounters) out_.view.end[s.key] = Get(*m, s);
       for (const Series& s : kGauges) out_.view.end[s.key] = Get(*m, s);
+      AddCodec(out_.view.end, *m, 1);
     }
     phase_name_ = "done";
     return Status::OK();

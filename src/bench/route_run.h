@@ -33,7 +33,7 @@ struct RouteRunConfig {
   uint32_t block_tokens = 16;
   std::string ns;  // Manager namespace of the blocks
   // The namespace's storage codec (--storage-codec); its counters are kept
-  // in ManagerView::delta as codec_{encode,decode}_{in,out}.
+  // in ManagerView::delta and ::end as codec_{encode,decode}_{in,out}.
   StorageCodecRequest storage;
   uint64_t pool_bytes = 0;
   uint64_t ssd_bytes = 0;

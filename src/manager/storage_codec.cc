@@ -189,7 +189,7 @@ Result<uint64_t> EncodeObject(const NamespaceCodec& c, std::span<const uint8_t> 
   }
   std::vector<uint64_t> sizes;
   std::vector<uint32_t> crcs;
-  uint64_t end = h.header_size, raw_bytes = 0;
+  uint64_t end = h.header_size, raw_bytes = 0, coded_bytes = 0;
   for (size_t i = 0; i < h.segments.size(); ++i) {
     const SegmentPos& seg = h.segments[i];
     const uint64_t at = AlignUp(end, kObjectAlign);
@@ -204,10 +204,11 @@ Result<uint64_t> EncodeObject(const NamespaceCodec& c, std::span<const uint8_t> 
     crcs.push_back(Crc32c({out->data() + at, *n}));
     end = at + *n;
     raw_bytes += seg.size;
+    coded_bytes += *n;
   }
   WriteObjectHeader(h.id, sizes, c.object_codec(), crcs, {out->data(), h.header_size});
   op.bytes_in->Inc(raw_bytes);
-  op.bytes_out->Inc(end - h.header_size);
+  op.bytes_out->Inc(coded_bytes);  // frames, as decode's bytes_in counts them
   op.seconds->Observe(Since(start));
   return end;
 }
