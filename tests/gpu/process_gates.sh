@@ -44,7 +44,7 @@ scrape 19474; stop h1
 
 echo "########## H2. hybrid model, --ssd-backend uring (io_uring -> pinned DRAM -> H2D)"
 start h2 19475 $B/orbitkv-cache-manager --ssd-backend uring
-$B/orbitkv-cuda-engine --socket $D/h2.sock --hybrid --blocks 16; echo "engine exit $?"
+$B/orbitkv-cuda-engine --socket $D/h2.sock --hybrid --blocks 16 --settle-ms 2000; echo "engine exit $?"
 scrape 19475; stop h2
 
 fi
