@@ -137,6 +137,8 @@ class EngineRun {
     for (uint32_t i = 0; i < o_.probes; ++i) {
       const BlockKey& key = keys[rng() % keys.size()];
       std::span<const BlockKey> one(&key, 1);
+      std::unique_lock<std::mutex> alone;
+      if (o_.probe_mu != nullptr) alone = std::unique_lock<std::mutex>(*o_.probe_mu);
       ORBITKV_ASSIGN_OR_RETURN(Backend::Lookup lookup, backend_.Query(one));
       if (lookup.prefix == 0) continue;
       if (o_.verify) pages_.Poison(0);
