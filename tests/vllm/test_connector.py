@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import time
 from pathlib import Path
 
@@ -13,70 +12,11 @@ import pytest
 import harness
 import kvreplay
 import orbitkv
-from harness import BLOCK_SIZE, Engine, request
+from harness import BLOCK_SIZE, Engine, Gate, extra, gated_load, prompt, request
 from orbitkv.vllm.config import ConnectorConfig
 from vllm.v1.request import RequestStatus
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "worker_replay.json"
-
-
-def extra(manager, **kw):
-    cfg = {"socket_path": manager.socket_path, "retry_interval_s": 0.2, "query_timeout_ms": 300,
-           "model_id": "tiny-llama"}
-    cfg.update(kw)
-    return cfg
-
-
-def prompt(seed: int, n: int):
-    return [(seed * 7919 + i * 31) % 900 + 50 for i in range(n)]
-
-
-class Gate:
-    """Wraps a worker's orbitkv.Client: its load queries and/or publishes wait for open()."""
-
-    def __init__(self, core, query=False, publish=False):
-        self.event = threading.Event()
-        self.entered = threading.Event()
-        real_factory = core._client_factory
-        gate = self
-
-        class Gated:
-            def __init__(self):
-                self._c = real_factory()
-
-            def __getattr__(self, name):
-                return getattr(self._c, name)
-
-            def query(self, *a, **kw):
-                if query:
-                    gate.entered.set()
-                    gate.event.wait(30)
-                return self._c.query(*a, **kw)
-
-            def publish(self, *a, **kw):
-                if publish:
-                    gate.entered.set()
-                    gate.event.wait(30)
-                return self._c.publish(*a, **kw)
-
-        core._client_factory = Gated
-        core._failed("test: reconnect through the gate")
-        core._next_retry = 0.0
-
-    def open(self):
-        self.event.set()
-
-
-def gated_load(e, seed: int, tokens: int):
-    """Serves a prompt, then starts loading the same prompt as request "b" with
-    the worker's load query held at a Gate; returns (b, gate) once it waits."""
-    e.serve(request("a", prompt(seed, tokens)))
-    gate = Gate(e.worker_core, query=True)
-    b = e.add(request("b", prompt(seed, tokens)))
-    e.step()
-    assert b.status == RequestStatus.WAITING_FOR_REMOTE_KVS
-    assert gate.entered.wait(10)
-    return b, gate
 
 
 def test_prefix_hit_across_requests_restores_the_saved_blocks(manager, model_path):
