@@ -483,3 +483,45 @@ def flood_pool(m, block_bytes: int) -> None:
         for i in range(0, 1024, 64):
             keys = [hashlib.sha256(b"evict%d" % (i + j)).digest() for j in range(64)]
             c.publish(inst, 0, keys, list(range(64)))
+
+
+def local_plus_manager_hit(e: Engine, seed: int):
+    """vLLM's local cache holds 3 blocks of a prefix (request c), the Manager
+    all 6 (request a, served before): request b of that prefix loads the rest.
+    Returns (b's load spec, the bytes restored for it) once b finished."""
+    e.serve(request("a", prompt(seed, 6 * BLOCK_SIZE + 1)))
+    e.add(request("c", prompt(seed, 3 * BLOCK_SIZE + 1)))
+    e.run()
+    before = e.stats.get("restored_bytes", 0)
+    b = e.add(request("b", prompt(seed, 6 * BLOCK_SIZE + 1)))
+    load = e.step().plan.loads[0]
+    assert load.skip_blocks == 3 and load.prefix_tokens == 6 * BLOCK_SIZE
+    e.run()
+    assert b.is_finished()
+    return load, e.stats["restored_bytes"] - before
+
+
+def preempt_while_loading(e: Engine, seed: int, steps: int = 150) -> List[Request]:
+    """Request b loads a served prefix slowly (its query held) while c and d
+    decode in a block budget too small for all: one is preempted (its saves in
+    flight), then the load goes on. Returns [b, c, d], all finished."""
+    e.serve(request("a", prompt(seed, 5 * BLOCK_SIZE)))
+    gate = Gate(e.worker_core, query=True)
+    b = e.add(request("b", prompt(seed, 5 * BLOCK_SIZE)))  # loads a's blocks (slowly)
+    e.step()
+    assert b.status == RequestStatus.WAITING_FOR_REMOTE_KVS
+    c = e.add(request("c", prompt(seed + 1, 6 * BLOCK_SIZE + 8), max_tokens=40))
+    d = e.add(request("d", prompt(seed + 2, 2 * BLOCK_SIZE), max_tokens=60))
+    preempted = set()
+    for _ in range(steps):
+        r = e.step()
+        preempted |= set(r.so.preempted_req_ids or ())
+        if preempted and not gate.event.is_set():
+            gate.open()
+        if not e.scheduler.requests:
+            break
+    gate.open()
+    assert preempted, "the block budget should force a preemption"
+    e.run()
+    assert b.is_finished() and c.is_finished() and d.is_finished()
+    return [b, c, d]

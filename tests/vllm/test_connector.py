@@ -129,25 +129,7 @@ def test_preemption_while_loading_and_saving(manager, model_path):
     """A decoding request is preempted (its saves in flight) while another loads;
     both finish with the right KV, and the preempted one reloads its own blocks."""
     e = Engine(harness.vllm_config(model_path, extra(manager)), num_blocks=14)
-    e.serve(request("a", prompt(6, 5 * BLOCK_SIZE)))
-    gate = Gate(e.worker_core, query=True)
-    b = e.add(request("b", prompt(6, 5 * BLOCK_SIZE)))  # loads a's 4 blocks (slowly)
-    e.step()
-    assert b.status == RequestStatus.WAITING_FOR_REMOTE_KVS
-    c = e.add(request("c", prompt(7, 6 * BLOCK_SIZE + 8), max_tokens=40))
-    d = e.add(request("d", prompt(8, 2 * BLOCK_SIZE), max_tokens=60))
-    preempted = set()
-    for _ in range(120):
-        r = e.step()
-        preempted |= set(r.so.preempted_req_ids or ())
-        if preempted and not gate.event.is_set():
-            gate.open()
-        if not e.scheduler.requests:
-            break
-    gate.open()
-    assert preempted, "the block budget should force a preemption"
-    e.run()
-    assert b.is_finished() and c.is_finished() and d.is_finished()
+    harness.preempt_while_loading(e, 6, steps=120)
     assert e.stats.get("load_failed_blocks", 0) == 0
     # Every planned block was restored (b's 4, and a preempted request's own saved blocks).
     assert e.stats["restored_blocks_dram"] == e.stats["load_blocks_planned"] >= 4, e.stats

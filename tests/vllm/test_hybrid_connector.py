@@ -129,19 +129,9 @@ def test_window_blocks_outside_the_window_are_not_read(manager, model_path):
 
 def test_hybrid_local_hit_plus_manager_hit_restores_only_beyond_it(manager, model_path):
     e = engine(manager, model_path)
-    e.serve(request("a", prompt(7, 6 * BLOCK_SIZE + 1)))
-    # vLLM's local cache holds 3 blocks of the prefix again (request c), the Manager all 6.
-    e.add(request("c", prompt(7, 3 * BLOCK_SIZE + 1)))
-    e.run()
-    before = dict(e.stats)
-    b = e.add(request("b", prompt(7, 6 * BLOCK_SIZE + 1)))
-    load = e.step().plan.loads[0]
-    assert load.skip_blocks == 3 and load.prefix_tokens == 6 * BLOCK_SIZE
-    e.run()
-    restored = e.stats["restored_bytes"] - before.get("restored_bytes", 0)
+    load, restored = harness.local_plus_manager_hit(e, 7)
     # Full attention 3..5; the window's blocks 4 and 5 (none of them local).
     assert restored == 3 * group_bytes(e, 0) + 2 * group_bytes(e, 1)
-    assert b.is_finished()
     e.assert_empty()
     e.close()
 
