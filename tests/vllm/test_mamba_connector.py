@@ -120,6 +120,8 @@ def test_mamba_prefix_hit_restores_the_checkpoint_byte_for_byte(manager, model_p
     # b went on from the restored state (the recurrence read it): its state at
     # 112 is right (checked every step) and was saved as b's next checkpoint.
     assert e2.stats["saved_blocks"] == 1 + 1
+    # The restored checkpoint, which vLLM offers again once cached, is not saved again.
+    assert e2.stats["save_blocks_planned"] == 1 + 1 and "save_skipped_blocks" not in e2.stats
     assert a.is_finished() and b.is_finished()
     finish(e1, e2)
 

@@ -267,10 +267,8 @@ class SchedulerCore:
         if hits < self.cfg.min_hit_blocks:
             hits, tiers = 0, []
         st.hit = (local, hits, tiers)
-        # Blocks the Manager holds need no save (nor the checkpoint a load brings).
+        # Blocks the Manager holds need no save.
         st.saved = max(st.saved, local + hits)
-        if hits:
-            st.state_floor = max(st.state_floor, (local + hits) * self.block_size)
         return hits
 
     def hit_tiers(self, req_id: str, num_blocks: int) -> Dict[str, int]:
@@ -293,6 +291,8 @@ class SchedulerCore:
             log.warning("OrbitKV: vLLM took %d external blocks of %s, %d were offered", n, req_id, hits)
             n = hits
         if self.description is not None:
+            # The checkpoint the load brings is the Manager's: vLLM offers it again, no save.
+            st.state_floor = max(st.state_floor, (local + n) * self.block_size)
             spec = LoadSpec(req_id, st.keys[: local + n], [],
                             group_block_ids=[list(g) for g in block_ids],
                             skip_blocks=local, prefix_tokens=(local + n) * self.block_size,
