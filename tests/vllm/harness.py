@@ -525,3 +525,28 @@ def preempt_while_loading(e: Engine, seed: int, steps: int = 150) -> List[Reques
     e.run()
     assert b.is_finished() and c.is_finished() and d.is_finished()
     return [b, c, d]
+
+
+def run_failed_load(e: Engine, b: Request) -> List[str]:
+    """Steps until `b` finished; returns the requests vLLM got as failed loads
+    (failed_recving). Hybrid loads never fail by block id."""
+    failed = []
+    while not b.is_finished():
+        r = e.step()
+        failed += r.failed
+        assert not r.invalid  # never block ids: vLLM's hybrid scheduler refuses them
+    return failed
+
+
+def abort_while_loading(e: Engine, seed: int) -> None:
+    """Request b, loading (its query held), is aborted: vLLM keeps its blocks
+    until the load ends, then everything is freed."""
+    b, gate = gated_load(e, seed, 4 * BLOCK_SIZE + 1)
+    free_before = e.free_blocks()
+    e.scheduler.finish_requests("b", RequestStatus.FINISHED_ABORTED)
+    for _ in range(3):
+        e.step()
+    assert e.free_blocks() == free_before  # the Manager is still writing into them
+    gate.open()
+    e.run(until=lambda: not e.scheduler.requests)
+    e.assert_empty()

@@ -113,15 +113,7 @@ def test_async_load_completes_only_when_the_worker_reports_it(manager, model_pat
 
 def test_abort_while_loading_keeps_blocks_until_the_load_ends(manager, model_path):
     e = Engine(harness.vllm_config(model_path, extra(manager)))
-    b, gate = gated_load(e, 5, 4 * BLOCK_SIZE + 1)
-    free_before = e.free_blocks()
-    e.scheduler.finish_requests("b", RequestStatus.FINISHED_ABORTED)
-    for _ in range(3):
-        e.step()
-    assert e.free_blocks() == free_before  # the Manager is still writing into them
-    gate.open()
-    e.run(until=lambda: not e.scheduler.requests)
-    e.assert_empty()
+    harness.abort_while_loading(e, 5)
     e.close()
 
 

@@ -144,12 +144,7 @@ def test_hybrid_failed_load_is_recomputed(start_manager, model_path):
     b, gate = gated_load(e, 9, 4 * BLOCK_SIZE + 1)
     flood_pool(m, group_bytes(e, 0))
     gate.open()
-    failed = []
-    while not b.is_finished():
-        r = e.step()
-        failed += r.failed
-        assert not r.invalid  # never block ids: vLLM's hybrid scheduler refuses them
-    assert failed == ["b"]
+    assert harness.run_failed_load(e, b) == ["b"]
     assert e.stats["load_failed_blocks"] == 4 and e.stats["recompute_blocks"] == 4
     assert e.stats.get("restored_blocks_dram", 0) == 0
     e.run()

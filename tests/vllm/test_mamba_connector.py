@@ -21,8 +21,8 @@ import pytest
 
 import harness
 import kvreplay
-from harness import (BLOCK_SIZE, MAMBA_GROUPS, STATE_BYTES, Gate, gated_load, group_bytes,
-                     hybrid_engine, prompt, request)
+from harness import (BLOCK_SIZE, MAMBA_GROUPS, STATE_BYTES, Gate, group_bytes, hybrid_engine,
+                     prompt, request)
 from orbitkv.hybrid import GroupKind, group_mask, object_key
 from orbitkv.vllm.config import ConnectorConfig
 from orbitkv.vllm.keys import block_key
@@ -195,12 +195,7 @@ def test_mamba_state_load_failure_is_recomputed(start_manager, model_path):
     assert gate.entered.wait(10)
     _flip_checkpoint_on_ssd(m, e, b, 4 * BLOCK_SIZE)
     gate.open()
-    failed = []
-    while not b.is_finished():
-        r = e.step()
-        failed += r.failed
-        assert not r.invalid  # never block ids: vLLM's hybrid scheduler refuses them
-    assert failed == ["b"]
+    assert harness.run_failed_load(e, b) == ["b"]
     assert e.stats["load_failed_blocks"] == 4 and e.stats["recompute_blocks"] == 4
     assert e.stats["restored_blocks_dram"] == 4  # the attention blocks; not the state
     finish(e)
@@ -208,14 +203,7 @@ def test_mamba_state_load_failure_is_recomputed(start_manager, model_path):
 
 def test_mamba_abort_while_loading_keeps_blocks_until_the_load_ends(manager, model_path):
     e = engine(manager, model_path)
-    b, gate = gated_load(e, 11, 4 * BLOCK_SIZE + 1)
-    free_before = e.free_blocks()
-    e.scheduler.finish_requests("b", RequestStatus.FINISHED_ABORTED)
-    for _ in range(3):
-        e.step()
-    assert e.free_blocks() == free_before  # the Manager is still writing into them
-    gate.open()
-    e.run(until=lambda: not e.scheduler.requests)
+    harness.abort_while_loading(e, 11)
     finish(e)
 
 
