@@ -814,9 +814,10 @@ def driver(args) -> int:
         live = []
     results["producer"] = info
     results["producer_seconds"] = time.perf_counter() - t0
-    print(f"  producer: prefix prefill {info.get('prefix_prefill_s', 0) * 1e3:.1f} ms, published "
-          f"{info.get('prefix_published')} prefix blocks (+ filler {info.get('filler_published')}) "
-          f"into {live} ({results['producer_seconds']:.1f} s)", flush=True)
+    if live:
+        print(f"  producer: prefix prefill {info.get('prefix_prefill_s', 0) * 1e3:.1f} ms, published "
+              f"{info.get('prefix_published')} prefix blocks (+ filler {info.get('filler_published')}) "
+              f"into {live} ({results['producer_seconds']:.1f} s)", flush=True)
     for sc in live:
         t0 = time.perf_counter()
         m = managers[sc]
