@@ -179,7 +179,7 @@ Status Instance::ObjectToPages(uint32_t group, std::span<const uint8_t> object, 
         dst = HostPage(s, page);
       } else {
         ORBITKV_ASSIGN_OR_RETURN(DramView v, copies->pool->AllocateScratch(s.bytes_per_page));
-        copies->scratch.push_back(v);
+        copies->AddScratch(v);
         dst = v.data;
         copies->ops.push_back(
             {DevicePage(s, page), reinterpret_cast<gpu::DevPtr>(dst), s.bytes_per_page});

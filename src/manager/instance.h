@@ -106,9 +106,27 @@ class Instance {
     }
     PageCopies(const PageCopies&) = delete;
     PageCopies& operator=(const PageCopies&) = delete;
+    // Drops the ops after the first `ops` and returns the scratch after the
+    // first `scratch` (a block that failed part way through).
+    void Truncate(size_t ops_kept, size_t scratch_kept) {
+      ops.resize(ops_kept);
+      for (size_t i = scratch_kept; i < scratch.size(); ++i) {
+        scratch_bytes_ -= scratch[i].capacity;
+        pool->ReleaseScratch(scratch[i]);
+      }
+      scratch.resize(scratch_kept);
+    }
+    void AddScratch(const DramView& v) {
+      scratch.push_back(v);
+      scratch_bytes_ += v.capacity;
+    }
+    uint64_t scratch_bytes() const { return scratch_bytes_; }
     std::vector<gpu::CopyOp> ops;
     DramCache* const pool;
-    std::vector<DramView> scratch;
+    std::vector<DramView> scratch;  // AddScratch
+
+   private:
+    uint64_t scratch_bytes_ = 0;
   };
   // Checks one object (host memory) against its id and shape, then copies its
   // segments into `page` for every slot this instance holds: memcpy for host

@@ -3,12 +3,20 @@
 // to a route (SubmitSsd: the one place a route is chosen), and copy the DRAM
 // ones on the caller's thread from the entries the query pinned.
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <optional>
 
 #include "manager/manager_impl.h"
 
 namespace orbitkv {
+namespace {
+
+// Pinned scratch that decoded DRAM entries of CUDA pages hold before their
+// H2D copy runs (Manager::StartRestore).
+constexpr uint64_t kDecodeScratchRun = 64ull << 20;
+
+}  // namespace
 
 void Manager::Impl::SubmitSsd(const std::shared_ptr<RestoreRec>& r, const Instance& inst,
                               std::vector<RestoreBlock> blocks) {
@@ -74,19 +82,45 @@ Result<RestoreId> Manager::StartRestore(SessionId session, const RestoreRequest&
   if (!taken.ssd.empty()) x.SubmitSsd(r, *inst, std::move(taken.ssd));
   // DRAM blocks copy here, on the caller's thread, from the entries the query
   // pinned: memcpy into host pages, or one H2D job (one event) for CUDA pages.
-  Instance::PageCopies copies(x.dram.get());
-  std::vector<Status> st(taken.dram.size());
-  for (size_t i = 0; i < taken.dram.size(); ++i) {
+  // Encoded entries of CUDA pages decode into pinned scratch of the pool first:
+  // the copies run (and the scratch goes back) every kDecodeScratchRun bytes
+  // of it, and a block the pool has no scratch for waits for the run before
+  // it, so a long encoded prefix never needs its whole decoded size of pool
+  // room at once (it failed part way with ResourceExhausted).
+  const size_t n = taken.dram.size();
+  auto copies = std::make_unique<Instance::PageCopies>(x.dram.get());
+  std::vector<Status> st(n);
+  size_t run = 0;  // the first block of the copies not yet run
+  auto copy_run = [&](size_t end) {
+    const Status copied = inst->CopyAndWait(/*to_device=*/true, copies->ops);
+    for (size_t j = run; j < end; ++j) {
+      if (st[j].ok()) st[j] = copied;
+    }
+    copies = std::make_unique<Instance::PageCopies>(x.dram.get());  // releases the scratch
+    run = end;
+  };
+  for (size_t i = 0; i < n; ++i) {
     const RestoreBlock& b = taken.dram[i];
-    st[i] =
-        inst->ObjectToPages(b.src.id.group, {b.src.dram.data, b.src.dram.size}, b.src.id, b.page,
-                            /*from_ssd=*/false, &copies);
+    auto to_pages = [&] {
+      // A block that fails leaves no copy or scratch of its own behind: its
+      // page keeps its bytes.
+      const size_t ops = copies->ops.size(), scratch = copies->scratch.size();
+      Status s = inst->ObjectToPages(b.src.id.group, {b.src.dram.data, b.src.dram.size}, b.src.id,
+                                     b.page, /*from_ssd=*/false, copies.get());
+      if (!s.ok()) copies->Truncate(ops, scratch);
+      return s;
+    };
+    st[i] = to_pages();
+    if (st[i].code() == StatusCode::kResourceExhausted && !copies->scratch.empty()) {
+      copy_run(i);
+      st[i] = to_pages();
+    }
+    if (copies->scratch_bytes() >= kDecodeScratchRun) copy_run(i + 1);
   }
-  const Status copied = inst->CopyAndWait(/*to_device=*/true, copies.ops);
-  if (!taken.dram.empty()) r->Stamp(RestoreRec::Stage::kCopyComplete);
-  for (size_t i = 0; i < taken.dram.size(); ++i) {
+  copy_run(n);
+  if (n != 0) r->Stamp(RestoreRec::Stage::kCopyComplete);
+  for (size_t i = 0; i < n; ++i) {
     const RestoreBlock& b = taken.dram[i];
-    if (st[i].ok()) st[i] = copied;
     if (st[i].ok()) x.m.bytes_restore_dram->Inc(b.src.dram.size);
     x.dram->Unpin(b.src.dram.id);
     r->Finish(b.result, Tier::kDram, std::move(st[i]));

@@ -550,6 +550,29 @@ class EncodedGate : public GpuTierGate {
 };
 
 TEST_F(EncodedGate, EncodedObjectsOfCudaPagesRoundTripThroughIoUring) { RoundTrip({}); }
+
+// An encoded prefix read back from SSD stays in DRAM encoded; restoring it
+// again into CUDA pages decodes every block into pinned pool scratch before
+// the H2D copy. All of it at once did not fit a pool that holds the encoded
+// copies: the later blocks failed with ResourceExhausted (the real-model gate's
+// 4096-token prefix on the H200). The copies now run, and give their scratch
+// back, whenever a block finds no room.
+TEST_F(EncodedGate, EncodedDramPrefixLargerThanThePoolsFreeRoomRestoresIntoCudaPages) {
+  Options o;
+  o.pool = 24u << 20;  // 6 MiB of it read staging
+  o.backend = SsdBackend::kUring;
+  o.admission = AdmissionPolicy::kAll;  // restores promote what they read into DRAM
+  ASSERT_NO_FATAL_FAILURE(Start(o));
+  Engine& e = Register(SplitLayout(128, {256 << 10}), "model", {"ans", "bf16", 0});
+  // 40 blocks (10 MiB), then 80 others that push them out of DRAM.
+  constexpr uint64_t kBlocks = 40;
+  FillAndPublish(e, 1, 0, kBlocks);
+  FillAndPublish(e, 1001, kBlocks, 80);
+  RestoreExact(e, 1, Range(0, kBlocks));  // from SSD: the encoded copies enter DRAM
+  // Pinned encoded copies plus their decoded scratch (20 MiB) exceed the pool's 18.
+  RestoreExact(e, 1, Range(0, kBlocks), Tier::kDram);
+  EXPECT_EQ(mgr->gauges().dram.scratch_bytes, 0u);
+}
 TEST_F(EncodedGate, EncodedObjectsStayOnIoUringUnderAForcedCufileReadPath) {
   RoundTrip(SsdReadPath::kCufile);
 }
