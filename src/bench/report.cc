@@ -434,14 +434,15 @@ void PrintSummary(std::FILE* out, const BenchReport& r) {
     }
   }
   line("");
+  const char* what = r.hybrid ? "pieces of the plans" : "blocks";
   if (!r.verify) {
     line("  verification       OFF (--no-verify): restored bytes were not checked");
   } else if (bad == 0) {
-    line(fmt::format("  verification       OK: {} restored blocks byte-exact",
-                     demo::Count(verified)));
+    line(fmt::format("  verification       OK: {} restored {} byte-exact", demo::Count(verified),
+                     what));
   } else {
-    line(fmt::format("  verification       FAILED: {} of {} restored blocks had wrong bytes",
-                     demo::Count(bad), demo::Count(verified)));
+    line(fmt::format("  verification       FAILED: {} of {} restored {} had wrong bytes",
+                     demo::Count(bad), demo::Count(verified), what));
   }
   if (!r.png_note.empty()) line("  plot               " + r.png_note);
 }
