@@ -105,6 +105,8 @@ class EngineRun {
     for (uint32_t i = 0; i < o_.probes; ++i) {
       const BlockKey& key = keys[rng() % keys.size()];
       std::span<const BlockKey> one(&key, 1);
+      std::unique_lock<std::mutex> alone;
+      if (o_.probe_mu != nullptr) alone = std::unique_lock<std::mutex>(*o_.probe_mu);
       ORBITKV_ASSIGN_OR_RETURN(Backend::Lookup lookup, backend_.Query(one));
       ORBITKV_RETURN_IF_ERROR(CheckPlan(lookup));
       if (lookup.prefix == 0) continue;
@@ -118,11 +120,12 @@ class EngineRun {
       }
       std::vector<bool> ok(lookup.prefix, false);
       RequestSample unused;
-      const CallSample call = RestoreCall(lookup, one, all, &unused, &ok, kProbePhase);
+      CallSample call = RestoreCall(lookup, one, all, &unused, &ok, kProbePhase);
       if (!std::all_of(ok.begin(), ok.end(), [](bool x) { return x; })) continue;
       const bool ssd = std::any_of(lookup.tiers.begin(), lookup.tiers.end(),
                                    [](Tier t) { return t == Tier::kSsd; });
-      out_.probes.push_back({ssd ? Tier::kSsd : Tier::kDram, call.end - call.start});
+      call.tier = ssd ? Tier::kSsd : Tier::kDram;
+      out_.probes.push_back(std::move(call));
     }
     return Status::OK();
   }

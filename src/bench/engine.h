@@ -9,8 +9,10 @@
 // the page of its own group (workload/hybrid.h), and the prefix P is
 // restored when every piece is; it then computes and publishes, per group,
 // the pieces that end after P. After the plan's phases it runs the per-block
-// latency probes (restores of a one-key chain) in phase plan.phases.size().
-// Failures abort the gate and come back as the status.
+// latency probes (restores of a one-key chain) in phase plan.phases.size(),
+// one in flight across all engines at a time (the target is the latency of a
+// restore alone; scale measures it under load). Failures abort the gate and
+// come back as the status.
 #pragma once
 
 #include <atomic>
@@ -18,6 +20,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -46,7 +49,8 @@ struct EngineOptions {
   std::vector<std::vector<uint64_t>> group_slot_bytes;
   uint32_t block_tokens = 16;
   bool verify = true;
-  uint32_t probes = 0;  // single-block restores after the plan
+  uint32_t probes = 0;             // single-block restores after the plan
+  std::mutex* probe_mu = nullptr;  // shared by the engines: held across each probe
   // Tests: every Nth restored block is overwritten before it is checked, so
   // verification must catch it (0: never).
   uint32_t corrupt_every = 0;

@@ -102,7 +102,9 @@ def test_vllm_worker_gate_real_model_tiny_on_cpu(manager_binary, tmp_path, capsy
     drive the connector's worker side with the real-model gate's tiny Qwen3 as
     the forward; the prefix saved by one worker instance and restored by
     another into fresh vLLM-layout tensors gives logits and greedy tokens
-    identical to computing it, in every vLLM KV layout."""
+    identical to computing it, in every vLLM KV layout; and the Mamba hybrid
+    recording's replay (stand-in forward) restores attention blocks and the
+    checkpoint byte for byte."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("vllm_worker_gate", VLLM_WORKER_GATE)
@@ -114,9 +116,10 @@ def test_vllm_worker_gate_real_model_tiny_on_cpu(manager_binary, tmp_path, capsy
     assert rc == 0, out
     passed = [line for line in out.splitlines() if line.startswith("PASS ")]
     assert [line.split()[1] for line in passed] == [
-        "layout=kv_first", "layout=block_first", "layout=hnd"], out
-    for line in passed:
+        "layout=kv_first", "layout=block_first", "layout=hnd", "layout=mamba_hybrid"], out
+    for line in passed[:3]:
         assert "model=tiny" in line and "logits=identical" in line and "restored_blocks=4" in line
+    assert "state_slots=4" in passed[3] and "restored_pieces=7" in passed[3], out
 
 
 def test_example_chat_restores_earlier_turns(manager_binary):
