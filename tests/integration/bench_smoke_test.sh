@@ -11,11 +11,8 @@
 set -u
 bench=${1:?usage: bench_smoke_test.sh BENCH MANAGER}
 manager=${2:?usage: bench_smoke_test.sh BENCH MANAGER}
-work=$(mktemp -d "${TMPDIR:-/var/tmp}/orbitkv-bench-XXXXXX")
-trap 'rm -rf "$work"' EXIT
-passed=0 failed=0
-ok() { echo "ok: $1"; passed=$((passed + 1)); }
-bad() { echo "FAIL: $1"; failed=$((failed + 1)); }
+# shellcheck source=smoke_common.sh
+source "$(dirname "$0")/smoke_common.sh"
 tiny=(--model tiny --engines 2 --users 2 --rounds 2 --system-prompt-tokens 256
       --history-tokens 256 --question-tokens 32 --answer-tokens 32 --latency-probes 8
       --ceiling-seconds 0.3 --fio-file-size 16mib --manager "$manager" --no-progress)
@@ -205,5 +202,4 @@ print(x["restore"]["bytes"] > 0 and x["hits"]["ssd"] > 0 and x["hits"]["dram"] =
 "$bench" --workload scale --model tiny-hybrid --manager "$manager" >/dev/null 2>&1 && rc=0 || rc=$?
 [[ $rc -eq 2 ]] && ok "--workload scale --model tiny-hybrid: exit 2" || bad "scale with a hybrid model: exit $rc"
 
-echo "$passed passed, $failed failed"
-[[ $failed -eq 0 ]]
+finish

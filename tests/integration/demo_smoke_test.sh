@@ -7,11 +7,8 @@
 set -u
 demo=${1:?usage: demo_smoke_test.sh DEMO MANAGER}
 manager=${2:?usage: demo_smoke_test.sh DEMO MANAGER}
-work=$(mktemp -d "${TMPDIR:-/var/tmp}/orbitkv-demo-XXXXXX")
-trap 'rm -rf "$work"' EXIT
-passed=0 failed=0
-ok() { echo "ok: $1"; passed=$((passed + 1)); }
-bad() { echo "FAIL: $1"; failed=$((failed + 1)); }
+# shellcheck source=smoke_common.sh
+source "$(dirname "$0")/smoke_common.sh"
 
 "$demo" --engines 1 --hybrid-engines 1 --users 2 --rounds 3 --system-prompt-tokens 512 \
   --history-tokens 512 --compute-tokens-per-s 0 --no-progress --manager "$manager" \
@@ -29,5 +26,4 @@ line=$(grep "not needed  " "$work/out.txt")
 "$demo" --hybrid-engines 65 --manager "$manager" >/dev/null 2>&1 && rc=0 || rc=$?
 [[ $rc -eq 2 ]] && ok "--hybrid-engines 65: exit 2" || bad "--hybrid-engines 65: exit $rc"
 
-echo "$passed passed, $failed failed"
-[[ $failed -eq 0 ]]
+finish
