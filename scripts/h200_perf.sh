@@ -16,7 +16,11 @@
 #   zero-copy kernel) for llama-3.1-8b (with the naive GPU baseline),
 #   qwen3-8b, llama-3.1-70b-tp8 and llama-3.1-8b in a page-first layout,
 #   and publish-only (HBM -> DRAM) for llama-3.1-8b and llama-3.1-70b-tp8,
-#   each next to pinned cudaMemcpy H2D/D2H measured in the same run; then
+#   each next to pinned cudaMemcpy H2D/D2H measured in the same run; the
+#   hybrid qwen3-next-hybrid (registered with its model description: each
+#   query's recovery plan restores the attention blocks and one Gated DeltaNet
+#   checkpoint, not the older ones) on multi-round-qa (dram, ssd-uring) and on
+#   restore-only from SSD (ssd-uring, ssd-auto: io_uring and cuFile); then
 #   restore-only on the SSD routes (the disk ceiling from the bench's io_uring
 #   probe where fio is absent) and the scale workload (tiny model, 1M objects,
 #   1..16 engines), and copy_latency_bench (one block's copy below the Manager:
@@ -71,6 +75,11 @@ case "${1:-}" in
     pub=(--workload publish-only --device cuda:0 --working-set 2gib --routes $movers)
     one publish-llama8b "${pub[@]}" --model llama-3.1-8b
     one publish-llama70b-tp8 "${pub[@]}" --model llama-3.1-70b-tp8
+    # A hybrid model with its description: the plans' bytes, what they skipped, GB/s.
+    one qwen3-next-hybrid --workload multi-round-qa --model qwen3-next-hybrid --device cuda:0 \
+      --routes dram,ssd-uring
+    one qwen3-next-hybrid-ssd --workload restore-only --model qwen3-next-hybrid --device cuda:0 \
+      --pool-size 2gib --blocks-per-request 8 --routes ssd-uring,ssd-auto
     # The SSD routes against the disk ceiling (the io_uring probe without fio).
     one restore-only --workload restore-only --model llama-3.1-8b --device cuda:0 \
       --pool-size 1gib --routes ssd-uring,naive

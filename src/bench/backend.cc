@@ -17,7 +17,9 @@ class ManagerBackend final : public Backend {
     q.instance = instance_;
     q.keys.assign(keys.begin(), keys.end());
     ORBITKV_ASSIGN_OR_RETURN(QueryResult r, client_->Query(q));
-    return Lookup{r.query, r.prefix, std::move(r.sources)};
+    return Lookup{
+        r.query,           r.prefix, std::move(r.sources), r.prefix_tokens, std::move(r.pieces),
+        r.not_needed_bytes};
   }
 
   Result<std::vector<BlockResult>> Restore(const Lookup& lookup, std::span<const BlockKey>,
@@ -42,10 +44,11 @@ class ManagerBackend final : public Backend {
     return client_->ReleaseQuery(instance_, lookup.query);
   }
 
-  Result<PublishResult> Publish(std::span<const BlockKey> keys,
+  Result<PublishResult> Publish(uint32_t group_id, std::span<const BlockKey> keys,
                                 std::span<const uint64_t> pages) override {
     PublishRequest p;
     p.instance = instance_;
+    p.group_id = group_id;
     p.keys.assign(keys.begin(), keys.end());
     p.pages.assign(pages.begin(), pages.end());
     return client_->Publish(p);
@@ -85,7 +88,7 @@ class NaiveBackend final : public Backend {
       b.block = blocks[i];
       b.source = Tier::kSsd;
       b.status = store_.Read(keys[blocks[i]], buffer_);
-      if (b.status.ok()) pages_.Scatter(buffer_, pages[i]);
+      if (b.status.ok()) pages_.Scatter(0, buffer_, pages[i]);
       out.push_back(std::move(b));
     }
     return out;
@@ -93,15 +96,18 @@ class NaiveBackend final : public Backend {
 
   Status Release(const Lookup&) override { return Status::OK(); }
 
-  Result<PublishResult> Publish(std::span<const BlockKey> keys,
+  Result<PublishResult> Publish(uint32_t group_id, std::span<const BlockKey> keys,
                                 std::span<const uint64_t> pages) override {
+    if (group_id != 0)
+      return Status::InvalidArgument("the naive store keeps one group; group " +
+                                     std::to_string(group_id) + " asked");
     PublishResult r;
     for (size_t i = 0; i < keys.size(); ++i) {
       if (store_.Contains(keys[i])) {
         ++r.skipped;
         continue;
       }
-      pages_.Gather(pages[i], buffer_);
+      pages_.Gather(0, pages[i], buffer_);
       Status st = store_.Write(keys[i], buffer_);
       if (st.ok()) {
         ++r.stored;
@@ -127,10 +133,10 @@ class NaiveBackend final : public Backend {
 
 }  // namespace
 
-Result<std::unique_ptr<Backend>> ConnectManagerBackend(const std::string& socket,
-                                                       const std::string& ns, PageTarget& pages,
-                                                       const std::string& client_name,
-                                                       const StorageCodecRequest& storage) {
+Result<std::unique_ptr<Backend>> ConnectManagerBackend(
+    const std::string& socket, const std::string& ns, PageTarget& pages,
+    const std::string& client_name, const StorageCodecRequest& storage,
+    const std::optional<ModelDescription>& model) {
   ClientConfig cc;
   cc.socket_path = socket;
   cc.client_name = client_name;
@@ -138,6 +144,7 @@ Result<std::unique_ptr<Backend>> ConnectManagerBackend(const std::string& socket
   RegisterRequest reg;
   reg.ns = ns;
   reg.storage = storage;
+  reg.model = model;
   std::vector<int> fds;
   pages.Describe(&reg, &fds);
   ORBITKV_ASSIGN_OR_RETURN(InstanceId instance, client->RegisterInstance(reg, fds));

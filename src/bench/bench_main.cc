@@ -41,6 +41,7 @@
 #include "orbitkv/logging.h"
 #include "orbitkv/options.h"
 #include "orbitkv/units.h"
+#include "recovery/model_description.h"
 #include "store/object_format.h"
 #include "workload/format.h"
 #include "workload/live_line.h"
@@ -309,6 +310,38 @@ std::string Plot(const std::string& json_path, const std::string& png) {
   return "written to " + png;
 }
 
+// "attn: full attention, 6 MiB per block; gdn: recurrent, 37.7 MiB at every 256 tokens".
+std::string RecoveryGroups(const ModelPreset& model, uint32_t tokens) {
+  std::string out;
+  for (const GroupDescription& g : model.Description(tokens).groups) {
+    out +=
+        fmt::format("{}{}: {}", out.empty() ? "" : "; ", g.name, recovery::GroupKindName(g.kind));
+    if (g.kind == GroupKind::kRecurrent) {
+      out += fmt::format(", {} per checkpoint, one every {} tokens", FormatByteSize(g.bytes),
+                         g.checkpoint_interval_tokens);
+    } else {
+      out += fmt::format(", {} per {}-token block", FormatByteSize(g.bytes), g.block_tokens);
+      if (g.kind == GroupKind::kSlidingWindow)
+        out += fmt::format(", {}-token window", g.window_tokens);
+    }
+  }
+  return out;
+}
+
+nlohmann::json DescriptionJson(const ModelDescription& d) {
+  nlohmann::json groups = nlohmann::json::array();
+  for (const GroupDescription& g : d.groups) {
+    groups.push_back({{"name", g.name},
+                      {"kind", recovery::GroupKindName(g.kind)},
+                      {"storage_group", g.storage_group},
+                      {"block_tokens", g.block_tokens},
+                      {"bytes", g.bytes},
+                      {"window_tokens", g.window_tokens},
+                      {"checkpoint_interval_tokens", g.checkpoint_interval_tokens}});
+  }
+  return {{"key_block_tokens", d.key_block_tokens}, {"groups", groups}};
+}
+
 struct Sizes {
   uint64_t pool = 0, ssd = 0, working_set = 0;
   std::string pool_why, ssd_why;
@@ -383,7 +416,14 @@ int Run(const Flags& f, const std::vector<Route>& routes, const ModelPreset& mod
     const std::vector<uint64_t> slots = model.SlotBytes(tokens);
     p.block_bytes = model.BlockBytes(tokens);
     p.slots = static_cast<uint32_t>(slots.size());
-    p.extent_bytes = AlignUp(ObjectSize(slots), 4096);
+    // A hybrid model's SSD I/O size: its first group's objects (attention blocks).
+    p.extent_bytes =
+        AlignUp(ObjectSize(model.hybrid() ? model.GroupSlotBytes(tokens).front() : slots), 4096);
+    if (model.hybrid()) {
+      if (Status st = recovery::ValidateModelDescription(model.Description(tokens)); !st.ok())
+        return FlagError("--model " + model.name + " at " + std::to_string(tokens) +
+                         "-token blocks: " + std::string(st.message()));
+    }
     w.block_tokens = tokens;
     w.block_bytes = p.block_bytes;
     if (f.workload == "block-size-sweep") {
@@ -440,6 +480,11 @@ int Run(const Flags& f, const std::vector<Route>& routes, const ModelPreset& mod
   std::vector<Route> runnable;
   for (Route r : routes) {
     Status st = RouteSupported(r, f.device);
+    if (st.ok() && Info(r).naive && model.hybrid()) {
+      st = Status::Unavailable(
+          "the naive baseline keeps dense chains (one object per block); a hybrid model's "
+          "recovery plans run on the Manager routes");
+    }
     if (st.ok()) {
       runnable.push_back(r);
     } else {
@@ -461,6 +506,10 @@ int Run(const Flags& f, const std::vector<Route>& routes, const ModelPreset& mod
         p.block_tokens, FormatByteSize(p.block_bytes).c_str(),
         demo::Bytes(double(p.block_bytes)).c_str(), p.slots,
         FormatByteSize(p.extent_bytes).c_str());
+  }
+  if (model.hybrid()) {
+    std::printf("  recovery   registered with its model description: %s\n",
+                RecoveryGroups(model, points.front().block_tokens).c_str());
   }
   std::printf("  requests   %s\n", points.front().shape.c_str());
   std::printf("  engines    %u engine thread(s), each its own Manager session and %s pages (%s)\n",
@@ -503,6 +552,11 @@ int Run(const Flags& f, const std::vector<Route>& routes, const ModelPreset& mod
   report.cpus = cpus;
   report.kv_bytes_per_token = model.KvBytesPerToken();
   report.checkpoint_bytes = model.CheckpointBytes();
+  report.hybrid = model.hybrid();
+  if (model.hybrid()) {
+    report.recovery_groups = RecoveryGroups(model, points.front().block_tokens);
+    report.description = DescriptionJson(model.Description(points.front().block_tokens));
+  }
   report.pool_bytes = sz.pool;
   report.ssd_bytes = sz.ssd;
   report.ssd_shards = f.ssd_shards;
@@ -597,6 +651,10 @@ int Run(const Flags& f, const std::vector<Route>& routes, const ModelPreset& mod
       rc.device = f.device;
       rc.slot_bytes = model.SlotBytes(p.block_tokens);
       rc.page_first = f.layout == "page-first";
+      if (model.hybrid()) {
+        rc.model = model.Description(p.block_tokens);
+        rc.group_slot_bytes = model.GroupSlotBytes(p.block_tokens);
+      }
       rc.block_tokens = p.block_tokens;
       rc.ns = fmt::format("orbitkv-bench/{}/b{}/seed{}", model.name, p.block_tokens, f.w.seed);
       rc.pool_bytes = sz.pool;
@@ -632,12 +690,13 @@ int Run(const Flags& f, const std::vector<Route>& routes, const ModelPreset& mod
         if (g_interrupted.load()) return kExitInterrupted;
         return Fail(fmt::format("route {}: {}", Info(r).name, run.status().ToString()));
       }
-      RouteFigures fig =
-          ComputeFigures(*run, p.block_bytes, p.block_tokens, f.prefill_tokens_per_s);
+      // Every block position holds one piece of each group (checkpoints at every block).
+      const uint64_t object_bytes = p.block_bytes / (rc.model ? rc.model->groups.size() : 1);
+      RouteFigures fig = ComputeFigures(*run, object_bytes, p.block_tokens, f.prefill_tokens_per_s);
       const Ceiling* ceil = RestoreCeilingOf(p, r, f.device);
       std::printf(
           "  %-10s restore %s GB/s (%s of %s), publish %s GB/s, hit %.1f%% (DRAM %.1f%%, "
-          "SSD %.1f%%), %.1f s%s\n",
+          "SSD %.1f%%), %.1f s%s%s\n",
           std::string(Info(r).name).c_str(),
           fig.restore.bytes ? fmt::format("{:.2f}", fig.restore.bytes_per_s / 1e9).c_str() : "n/a",
           ceil && ceil->ok && fig.restore.bytes
@@ -650,6 +709,12 @@ int Run(const Flags& f, const std::vector<Route>& routes, const ModelPreset& mod
           demo::Percent(fig.hit_dram + fig.hit_ssd, fig.queried),
           demo::Percent(fig.hit_dram, fig.queried), demo::Percent(fig.hit_ssd, fig.queried),
           fig.measured_wall_s,
+          model.hybrid() ? fmt::format("; restored {} (checkpoints {}), not needed {}",
+                                       demo::Bytes(double(fig.restored_bytes)),
+                                       demo::Bytes(double(fig.checkpoint_bytes)),
+                                       demo::Bytes(double(fig.not_needed_bytes)))
+                               .c_str()
+                         : "",
           fig.mismatched ? fmt::format(", {} MISMATCHED blocks", fig.mismatched).c_str() : "");
       if (storage != codec::CodecId::kNone && run->manager) PrintCodecLine(f, *run, fig, ceil);
       std::fflush(stdout);
@@ -886,6 +951,10 @@ int Main(int argc, char** argv) {
       ParseRoutes(f.routes.empty() ? std::string(info->default_routes) : f.routes);
   if (!routes.ok()) return FlagError(std::string(routes.status().message()));
   std::vector<uint32_t> tokens = {f.block_tokens ? f.block_tokens : model->default_block_tokens};
+  if ((f.workload == "scale" || f.workload == "query-scale") && model->hybrid()) {
+    return FlagError("--workload " + f.workload + " measures dense chains; --model " + f.model +
+                     " is a hybrid model (use a dense one, e.g. tiny)");
+  }
   if (f.workload == "scale") {
     signal(SIGPIPE, SIG_IGN);
     struct sigaction sa {};

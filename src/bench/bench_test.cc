@@ -1,5 +1,6 @@
-// Unit tests of orbitkv-bench's pure parts: presets, routes, plans, fio and
-// /proc parsing, throughput aggregation, the naive store.
+// Unit tests of orbitkv-bench's pure parts: presets (and the hybrid ones'
+// descriptions), the engine side of hybrid descriptions (workload/hybrid.h),
+// routes, plans, fio and /proc parsing, throughput aggregation, the naive store.
 #include <unistd.h>
 
 #include <cstdlib>
@@ -19,7 +20,9 @@
 #include "bench/route.h"
 #include "bench/workloads.h"
 #include "orbitkv/units.h"
+#include "recovery/model_description.h"
 #include "testing/temp_dir.h"
+#include "workload/hybrid.h"
 
 namespace orbitkv::bench {
 namespace {
@@ -39,6 +42,94 @@ TEST(ModelTest, EightBModelsHaveTheirBytesPerToken) {
   for (uint64_t b : hybrid->SlotBytes(256)) sum += b;
   EXPECT_EQ(sum, hybrid->BlockBytes(256));
   EXPECT_EQ(FindModel("nope"), nullptr);
+}
+
+// The hybrid presets register a real description: Qwen3-Next's full
+// attention and Gated DeltaNet groups (no sliding window), each group's
+// bytes those of its slots; the test preset has every kind.
+TEST(ModelTest, HybridPresetsDescribeTheirGroups) {
+  const ModelPreset* q = FindModel("qwen3-next-hybrid");
+  ASSERT_NE(q, nullptr);
+  ASSERT_TRUE(q->hybrid());
+  const ModelDescription d = q->Description(256);
+  ASSERT_TRUE(recovery::ValidateModelDescription(d).ok());
+  EXPECT_EQ(d.key_block_tokens, 256u);
+  ASSERT_EQ(d.groups.size(), 2u);
+  EXPECT_EQ(d.groups[0].name, "attn");
+  EXPECT_EQ(d.groups[0].kind, GroupKind::kFullAttention);
+  EXPECT_EQ(d.groups[0].bytes, 6 * kMiB);  // 12 layers x K/V x 2 heads x 256 dim x 256 tokens
+  EXPECT_EQ(d.groups[1].name, "gdn");
+  EXPECT_EQ(d.groups[1].kind, GroupKind::kRecurrent);
+  EXPECT_EQ(d.groups[1].bytes, q->CheckpointBytes());
+  EXPECT_EQ(d.groups[1].checkpoint_interval_tokens, 256u);
+  EXPECT_GT(q->CheckpointBytes(), 37 * kMiB);  // the 37-74 MiB per checkpoint
+  EXPECT_LT(q->CheckpointBytes(), 74 * kMiB);
+  const std::vector<std::vector<uint64_t>> slots = q->GroupSlotBytes(256);
+  ASSERT_EQ(slots.size(), 2u);
+  EXPECT_EQ(slots[0].size(), 24u);
+  EXPECT_EQ(slots[1].size(), 72u);
+  for (uint32_t g = 0; g < 2; ++g) {
+    uint64_t sum = 0;
+    for (uint64_t b : slots[g]) sum += b;
+    EXPECT_EQ(sum, d.groups[g].bytes) << g;
+  }
+  // The layout agrees with the description, as the Manager checks at register.
+  EXPECT_TRUE(recovery::CheckLayoutAgreement(d, demo::HybridLayout(d, slots, 4)).ok());
+  EXPECT_TRUE(recovery::CheckLayoutAgreement(d, demo::HybridLayout(d, slots, 4, true)).ok());
+
+  const ModelPreset* t = FindModel("tiny-hybrid");
+  ASSERT_NE(t, nullptr);
+  const ModelDescription td = t->Description(16);
+  ASSERT_TRUE(recovery::ValidateModelDescription(td).ok());
+  ASSERT_EQ(td.groups.size(), 3u);
+  EXPECT_EQ(td.groups[1].kind, GroupKind::kSlidingWindow);
+  EXPECT_EQ(td.groups[1].window_tokens, 64u);
+  EXPECT_EQ(t->BlockBytes(16), td.groups[0].bytes + td.groups[1].bytes + td.groups[2].bytes);
+  EXPECT_FALSE(FindModel("llama-3.1-8b")->hybrid());
+  EXPECT_FALSE(FindModel("tiny")->hybrid());
+}
+
+// What an engine publishes and what a plan must list (workload/hybrid.h):
+// 16-token keys, attn, a 48-token window, a checkpoint every 64 tokens.
+TEST(HybridShapeTest, ChainPiecesAndRequiredPiecesFollowTheDescription) {
+  ModelDescription d;
+  d.key_block_tokens = 16;
+  GroupDescription attn{"attn", GroupKind::kFullAttention, 0, 16, 100};
+  GroupDescription swa{"swa", GroupKind::kSlidingWindow, 1, 16, 50, 48};
+  GroupDescription gdn{"gdn", GroupKind::kRecurrent, 2, 16, 400};
+  gdn.checkpoint_interval_tokens = 64;
+  d.groups = {attn, swa, gdn};
+  ASSERT_TRUE(recovery::ValidateModelDescription(d).ok());
+  using P = demo::ChainPiece;
+  // Tokens [64, 160): blocks 4..9 of both attention groups, checkpoints at 128 (key 7).
+  std::vector<P> want;
+  for (uint32_t g : {0u, 1u})
+    for (uint64_t b = 4; b < 10; ++b) want.push_back({g, b, b});
+  want.push_back({2, 128, 7});
+  EXPECT_EQ(demo::ChainPieces(d, 64, 160), want);
+  EXPECT_TRUE(demo::ChainPieces(d, 160, 160).empty());
+  // P = 128: attn 0..7, swa 5..7 (covering [80, 128)), gdn at 128.
+  want.clear();
+  for (uint64_t b = 0; b < 8; ++b) want.push_back({0, b, b});
+  for (uint64_t b = 5; b < 8; ++b) want.push_back({1, b, b});
+  want.push_back({2, 128, 7});
+  EXPECT_EQ(demo::RequiredPieces(d, 128), want);
+  EXPECT_TRUE(demo::RequiredPieces(d, 0).empty());
+  // Explicit positions instead of an interval; a 32-token attention block spans two keys.
+  d.groups[2].checkpoint_interval_tokens = 0;
+  d.groups[2].checkpoint_positions = {32, 96};
+  d.groups[0].block_tokens = 32;
+  ASSERT_TRUE(recovery::ValidateModelDescription(d).ok());
+  std::vector<P> got = demo::ChainPieces(d, 0, 96);
+  EXPECT_EQ(got.front(), (P{0, 0, 1}));
+  EXPECT_EQ(got.back(), (P{2, 96, 5}));
+  EXPECT_EQ(demo::PieceKeyIndex(d, 0, 2), 5u);
+  // Content keys differ per group and keep group 0's chain key.
+  BlockKey k{};
+  k[3] = 7;
+  EXPECT_EQ(demo::PieceContentKey(k, 0), k);
+  EXPECT_NE(demo::PieceContentKey(k, 1), k);
+  EXPECT_NE(demo::PieceContentKey(k, 1), demo::PieceContentKey(k, 2));
 }
 
 TEST(RouteTest, ParsesListsAndNamesUnknownRoutes) {

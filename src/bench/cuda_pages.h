@@ -22,12 +22,11 @@ bool CudaPagesBuilt();
 // present. Unavailable naming the device otherwise (checked before any work).
 Status CheckCudaPagesDevice(const std::string& device);
 
-// REQUIRES: ParseDevice(device) is a CUDA device. A target whose
-// regions are cudaMalloc allocations on the device, registered by IPC handle,
-// in a split layout or (page_first) a page-first one.
-Result<std::unique_ptr<PageTarget>> CreateCudaPageTarget(const std::string& device, uint64_t pages,
-                                                         const std::vector<uint64_t>& slot_bytes,
-                                                         bool page_first);
+// REQUIRES: ParseDevice(device) is a CUDA device. A target whose regions
+// (those of `layout`: split, page-first, a hybrid model's groups) are
+// cudaMalloc allocations on the device, registered by IPC handle.
+Result<std::unique_ptr<PageTarget>> CreateCudaPageTarget(const std::string& device,
+                                                         const InstanceLayout& layout);
 
 // Copy ceilings on a CUDA device for `block_bytes` copies over `seconds`:
 // pinned host -> device, device -> pinned host, device -> device, in bytes/s.

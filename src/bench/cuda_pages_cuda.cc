@@ -1,9 +1,9 @@
-// CUDA pages for orbitkv-bench: each slot's region is one cudaMalloc
-// allocation on the device, registered with the Manager by IPC handle. Fill
-// and Check stage through a pinned host buffer (cudaMemcpy), so the engine
-// side never goes through the Manager's copies. Copy ceilings are pinned
-// cudaMemcpyAsync H2D and D2H and device-to-device, timed with CUDA events on
-// one stream, `block_bytes` per copy, over about `seconds` each.
+// CUDA pages for orbitkv-bench: each region of the layout (a slot's, or a
+// page-first group's) is one cudaMalloc allocation on the device, registered with the Manager by
+// IPC handle. Fill and Check stage through a pinned host buffer (cudaMemcpy), so the engine side
+// never goes through the Manager's copies. Copy ceilings are pinned cudaMemcpyAsync H2D and D2H and
+// device-to-device, timed with CUDA events on one stream, `block_bytes` per copy, over about
+// `seconds` each.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -42,16 +42,16 @@ class CudaPageTarget : public PageTarget {
     for (void* p : regions_) cudaFree(p);
     if (staging_) cudaFreeHost(staging_);
   }
-  static Result<std::unique_ptr<PageTarget>> Create(const std::string& device, uint64_t pages,
-                                                    const std::vector<uint64_t>& slot_bytes,
-                                                    bool page_first) {
+  static Result<std::unique_ptr<PageTarget>> Create(const std::string& device,
+                                                    const InstanceLayout& layout) {
     auto t = std::unique_ptr<CudaPageTarget>(new CudaPageTarget());
     ORBITKV_ASSIGN_OR_RETURN(t->ordinal_, Ordinal(device));
     t->device_ = device;
-    t->layout_ = page_first ? PageFirstLayout(pages, slot_bytes) : SplitLayout(pages, slot_bytes);
+    t->layout_ = layout;
     ORBITKV_RETURN_IF_ERROR(Cuda(cudaSetDevice(t->ordinal_), "cudaSetDevice"));
     uint64_t max_slot = 0;
-    for (uint64_t i = 0; i < slot_bytes.size(); ++i) max_slot = std::max(max_slot, slot_bytes[i]);
+    for (const GroupLayout& g : layout.groups)
+      for (const SlotLayout& s : g.slots) max_slot = std::max(max_slot, s.bytes_per_page);
     for (uint64_t i = 0; i < t->layout_.region_bytes.size(); ++i) {
       void* p = nullptr;
       ORBITKV_RETURN_IF_ERROR(Cuda(cudaMalloc(&p, t->layout_.region_bytes[i]), "cudaMalloc"));
@@ -75,25 +75,25 @@ class CudaPageTarget : public PageTarget {
     r->layout = layout_;
     r->ipc_handles = handles_;
   }
-  void Poison(uint64_t page) override {
+  void Poison(uint32_t group, uint64_t page) override {
     cudaSetDevice(ordinal_);
-    for (const SlotLayout& s : layout_.groups[0].slots) {
+    for (const SlotLayout& s : layout_.groups[group].slots) {
       cudaMemset(Slot(s, page), 0xA5, s.bytes_per_page);
     }
     // cudaMemset of device memory is asynchronous to the host: without this
     // wait the poison could land after the Manager's restore into the page.
     cudaDeviceSynchronize();
   }
-  void Fill(const BlockKey& key, uint64_t page) override {
+  void Fill(uint32_t group, const BlockKey& key, uint64_t page) override {
     cudaSetDevice(ordinal_);
-    for (const SlotLayout& s : layout_.groups[0].slots) {
+    for (const SlotLayout& s : layout_.groups[group].slots) {
       demo::FillBlockSlot(key, s.slot_id, staging_, s.bytes_per_page);
       cudaMemcpy(Slot(s, page), staging_, s.bytes_per_page, cudaMemcpyHostToDevice);
     }
   }
-  bool Check(const BlockKey& key, uint64_t page) override {
+  bool Check(uint32_t group, const BlockKey& key, uint64_t page) override {
     cudaSetDevice(ordinal_);
-    for (const SlotLayout& s : layout_.groups[0].slots) {
+    for (const SlotLayout& s : layout_.groups[group].slots) {
       if (cudaMemcpy(staging_, Slot(s, page), s.bytes_per_page, cudaMemcpyDeviceToHost) !=
               cudaSuccess ||
           !demo::CheckBlockSlot(key, s.slot_id, staging_, s.bytes_per_page)) {
@@ -105,17 +105,17 @@ class CudaPageTarget : public PageTarget {
   // The naive route on GPU pages, as simple offloaders do it (vLLM's swap
   // path): one cudaMemcpyAsync per slot between a pinned buffer and the page,
   // then one synchronisation of the stream per block.
-  void Gather(uint64_t page, uint8_t* dst) override {
+  void Gather(uint32_t group, uint64_t page, uint8_t* dst) override {
     cudaSetDevice(ordinal_);
-    for (const SlotLayout& s : layout_.groups[0].slots) {
+    for (const SlotLayout& s : layout_.groups[group].slots) {
       cudaMemcpyAsync(dst, Slot(s, page), s.bytes_per_page, cudaMemcpyDeviceToHost, stream_);
       dst += s.bytes_per_page;
     }
     cudaStreamSynchronize(stream_);
   }
-  void Scatter(const uint8_t* src, uint64_t page) override {
+  void Scatter(uint32_t group, const uint8_t* src, uint64_t page) override {
     cudaSetDevice(ordinal_);
-    for (const SlotLayout& s : layout_.groups[0].slots) {
+    for (const SlotLayout& s : layout_.groups[group].slots) {
       cudaMemcpyAsync(Slot(s, page), src, s.bytes_per_page, cudaMemcpyHostToDevice, stream_);
       src += s.bytes_per_page;
     }
@@ -182,10 +182,9 @@ bool CudaPagesBuilt() { return true; }
 
 Status CheckCudaPagesDevice(const std::string& device) { return Ordinal(device).status(); }
 
-Result<std::unique_ptr<PageTarget>> CreateCudaPageTarget(const std::string& device, uint64_t pages,
-                                                         const std::vector<uint64_t>& slot_bytes,
-                                                         bool page_first) {
-  return CudaPageTarget::Create(device, pages, slot_bytes, page_first);
+Result<std::unique_ptr<PageTarget>> CreateCudaPageTarget(const std::string& device,
+                                                         const InstanceLayout& layout) {
+  return CudaPageTarget::Create(device, layout);
 }
 
 Result<CudaCopyCeilings> MeasureCudaCopyCeilings(const std::string& device, uint64_t block_bytes,

@@ -17,8 +17,8 @@ bool CudaPagesBuilt() { return false; }
 
 Status CheckCudaPagesDevice(const std::string& device) { return NotBuilt(device); }
 
-Result<std::unique_ptr<PageTarget>> CreateCudaPageTarget(const std::string& device, uint64_t,
-                                                         const std::vector<uint64_t>&, bool) {
+Result<std::unique_ptr<PageTarget>> CreateCudaPageTarget(const std::string& device,
+                                                         const InstanceLayout&) {
   return NotBuilt(device);
 }
 

@@ -4,11 +4,15 @@
 // chain, restores the prefix into poisoned pages (one Restore call per source
 // tier, so each call is timed against one route), checks every restored byte
 // against the key's content (unless verification is off), writes the blocks it
-// did not restore ("prefill") and publishes them. After the plan's phases it
-// runs the per-block latency probes (single-block restores) in phase
-// plan.phases.size(), one in flight across all engines at a time (the
-// target is the latency of a restore alone; scale measures it under load). Failures abort the gate
-// and come back as the status.
+// did not restore ("prefill") and publishes them. A hybrid model's query
+// returns a recovery plan: the engine restores exactly its pieces, each into
+// the page of its own group (workload/hybrid.h), and the prefix P is
+// restored when every piece is; it then computes and publishes, per group,
+// the pieces that end after P. After the plan's phases it runs the per-block
+// latency probes (restores of a one-key chain) in phase plan.phases.size(),
+// one in flight across all engines at a time (the target is the latency of a
+// restore alone; scale measures it under load). Failures abort the gate and
+// come back as the status.
 #pragma once
 
 #include <atomic>
@@ -17,6 +21,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "bench/backend.h"
@@ -37,8 +42,11 @@ struct EngineOptions {
   uint32_t index = 0;
   const Plan* plan = nullptr;
   std::string device = "host";
-  std::vector<uint64_t> slot_bytes;
-  bool page_first = false;  // pages in a page-first layout (else split)
+  std::vector<uint64_t> slot_bytes;  // dense models: the block's slots
+  bool page_first = false;           // pages in a page-first layout (else split)
+  // Hybrid models: the description registered, and each group's slots.
+  std::optional<ModelDescription> model;
+  std::vector<std::vector<uint64_t>> group_slot_bytes;
   uint32_t block_tokens = 16;
   bool verify = true;
   uint32_t probes = 0;             // single-block restores after the plan

@@ -122,6 +122,11 @@ RouteFigures ComputeFigures(const RouteRunResult& run, uint64_t block_bytes, uin
       f.hit_ssd += r.hit_ssd;
       f.failed += r.failed;
       f.missed += r.missed;
+      f.prefix_tokens += r.prefix_tokens;
+      f.pieces += r.pieces;
+      f.restored_bytes += r.restored_bytes;
+      f.checkpoint_bytes += r.checkpoint_bytes;
+      f.not_needed_bytes += r.not_needed_bytes;
       if (!r.queried_cache || rate <= 0) continue;
       const double restored_tokens = double(r.restored_blocks) * block_tokens;
       ttft_s.push_back(r.query_s + r.restore_s +

@@ -72,12 +72,21 @@ struct RouteFigures {
          ssd_read_pinned_peak = 0, gpu_staging_peak = 0;
   double lease_drain_ms = -1, writeback_drain_ms = -1;  // -1: n/a
   uint64_t verified = 0, mismatched = 0, restored_blocks = 0, dropped = 0;
+  // Over the measured requests' queries (a hybrid model's recovery plans):
+  // the plans' prefix tokens P and pieces, bytes restored (every route
+  // and tier), of them recurrent checkpoint bytes, and the bytes of [0, P)
+  // recovery did not read (QueryResult.not_needed_bytes: window blocks before
+  // P - W, older checkpoints). Dense runs: P and bytes only.
+  uint64_t prefix_tokens = 0, pieces = 0, restored_bytes = 0, checkpoint_bytes = 0,
+           not_needed_bytes = 0;
   double measured_wall_s = 0;
   std::string first_error;
   std::string manager_exit;
 };
 
-RouteFigures ComputeFigures(const RouteRunResult& run, uint64_t block_bytes, uint32_t block_tokens,
+// object_bytes: the mean bytes of one stored object (a dense model's block;
+// a hybrid model's pieces per block position, averaged).
+RouteFigures ComputeFigures(const RouteRunResult& run, uint64_t object_bytes, uint32_t block_tokens,
                             double prefill_tokens_per_s);
 
 }  // namespace orbitkv::bench

@@ -12,7 +12,7 @@
 namespace orbitkv::bench {
 namespace {
 
-// Host pages: sealed memfds (demo::Pages), one region per slot.
+// Host pages: sealed memfds (demo::Pages), any layout.
 class HostPageTarget final : public PageTarget {
  public:
   HostPageTarget(InstanceLayout layout, demo::Pages pages)
@@ -24,26 +24,23 @@ class HostPageTarget final : public PageTarget {
     request->layout = layout_;
     region_fds->assign(pages_.fds().begin(), pages_.fds().end());
   }
-  void Poison(uint64_t page) override { pages_.Poison(page); }
-  void Fill(const BlockKey& key, uint64_t page) override {
-    for (uint32_t s = 0; s < pages_.slots(); ++s)
-      demo::FillBlockSlot(key, s, pages_.Slot(s, page), pages_.slot_bytes(s));
+  void Poison(uint32_t group, uint64_t page) override { pages_.Poison(group, page); }
+  void Fill(uint32_t group, const BlockKey& key, uint64_t page) override {
+    pages_.Fill(group, key, page);
   }
-  bool Check(const BlockKey& key, uint64_t page) override {
-    for (uint32_t s = 0; s < pages_.slots(); ++s)
-      if (!demo::CheckBlockSlot(key, s, pages_.Slot(s, page), pages_.slot_bytes(s))) return false;
-    return true;
+  bool Check(uint32_t group, const BlockKey& key, uint64_t page) override {
+    return pages_.Check(group, key, page);
   }
-  void Gather(uint64_t page, uint8_t* dst) override {
-    for (uint32_t s = 0; s < pages_.slots(); ++s) {
-      std::memcpy(dst, pages_.Slot(s, page), pages_.slot_bytes(s));
-      dst += pages_.slot_bytes(s);
+  void Gather(uint32_t group, uint64_t page, uint8_t* dst) override {
+    for (uint32_t s = 0; s < pages_.slots(group); ++s) {
+      std::memcpy(dst, pages_.Slot(group, s, page), pages_.slot_bytes(group, s));
+      dst += pages_.slot_bytes(group, s);
     }
   }
-  void Scatter(const uint8_t* src, uint64_t page) override {
-    for (uint32_t s = 0; s < pages_.slots(); ++s) {
-      std::memcpy(pages_.Slot(s, page), src, pages_.slot_bytes(s));
-      src += pages_.slot_bytes(s);
+  void Scatter(uint32_t group, const uint8_t* src, uint64_t page) override {
+    for (uint32_t s = 0; s < pages_.slots(group); ++s) {
+      std::memcpy(pages_.Slot(group, s, page), src, pages_.slot_bytes(group, s));
+      src += pages_.slot_bytes(group, s);
     }
   }
 
@@ -63,21 +60,25 @@ Result<uint8_t*> PageTarget::AllocateBuffer(uint64_t bytes) {
 
 void PageTarget::FreeBuffer(uint8_t* buffer) { std::free(buffer); }
 
-uint64_t PageTarget::block_bytes() const {
+uint64_t PageTarget::group_bytes(uint32_t group) const {
   uint64_t sum = 0;
-  for (uint64_t b : layout().groups.at(0).slot_bytes) sum += b;
+  for (const SlotLayout& s : layout().groups.at(group).slots) sum += s.bytes_per_page;
   return sum;
+}
+
+Result<std::unique_ptr<PageTarget>> CreatePageTarget(const std::string& device,
+                                                     const InstanceLayout& layout) {
+  ORBITKV_ASSIGN_OR_RETURN(DeviceSpec spec, ParseDevice(device, "--device"));
+  if (spec.cuda) return CreateCudaPageTarget(device, layout);
+  ORBITKV_ASSIGN_OR_RETURN(demo::Pages p, demo::Pages::Create(layout));
+  return std::unique_ptr<PageTarget>(new HostPageTarget(layout, std::move(p)));
 }
 
 Result<std::unique_ptr<PageTarget>> CreatePageTarget(const std::string& device, uint64_t pages,
                                                      const std::vector<uint64_t>& slot_bytes,
                                                      bool page_first) {
-  ORBITKV_ASSIGN_OR_RETURN(DeviceSpec spec, ParseDevice(device, "--device"));
-  if (spec.cuda) return CreateCudaPageTarget(device, pages, slot_bytes, page_first);
-  InstanceLayout layout =
-      page_first ? PageFirstLayout(pages, slot_bytes) : SplitLayout(pages, slot_bytes);
-  ORBITKV_ASSIGN_OR_RETURN(demo::Pages p, demo::Pages::Create(layout));
-  return std::unique_ptr<PageTarget>(new HostPageTarget(std::move(layout), std::move(p)));
+  return CreatePageTarget(
+      device, page_first ? PageFirstLayout(pages, slot_bytes) : SplitLayout(pages, slot_bytes));
 }
 
 }  // namespace orbitkv::bench

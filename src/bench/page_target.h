@@ -1,11 +1,13 @@
 // PageTarget: an engine's KV pages as the bench drives them, whatever memory
 // they live in: host pages (sealed memfds, here) or CUDA pages (the GPU tier's
-// cuda_pages.h). Pages use a split layout (one region per slot). A target
-// registers itself with the Manager (Describe), writes a block's deterministic
-// content (Fill, workload/workload.h), checks it byte for byte (Check), poisons
-// pages before a restore, and moves a block to and from a contiguous host
-// buffer for the naive route (Gather, Scatter). One engine thread uses a
-// target; it is not thread-safe.
+// cuda_pages.h), in any layout: a dense model's one group (split: one region
+// per slot, or page-first) or a hybrid model's groups (workload/hybrid.h).
+// Groups are indices into the layout's groups. A target registers itself with
+// the Manager (Describe), writes a piece's deterministic content (Fill,
+// workload/workload.h), checks it byte for byte (Check), poisons pages before
+// a restore, and moves a page of a group to and from a contiguous host buffer
+// for the naive route (Gather, Scatter). One engine thread uses a target; it
+// is not thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -23,25 +25,25 @@ class PageTarget {
  public:
   virtual ~PageTarget() = default;
   virtual const InstanceLayout& layout() const = 0;
-  // Bytes of one block: the sum of the slot sizes.
-  uint64_t block_bytes() const;
+  // Bytes of one page of `group`: the sum of its slot sizes.
+  uint64_t group_bytes(uint32_t group = 0) const;
 
   // Sets request->device and request->layout and the regions: host targets
   // add one fd per region to *region_fds (the caller sends them; the target
   // keeps its own), CUDA targets fill the request's IPC handles.
   virtual void Describe(RegisterRequest* request, std::vector<int>* region_fds) const = 0;
-  // Overwrites every slot of `page`, so a restore that did not write a byte
-  // cannot pass Check with stale content.
-  virtual void Poison(uint64_t page) = 0;
-  virtual void Fill(const BlockKey& key, uint64_t page) = 0;
-  // True if every slot of `page` holds exactly Fill(key)'s bytes.
-  virtual bool Check(const BlockKey& key, uint64_t page) = 0;
-  // Copies the slots of `page`, back to back, to dst[0, block_bytes()).
-  virtual void Gather(uint64_t page, uint8_t* dst) = 0;
-  // Copies src[0, block_bytes()) into the slots of `page`: one copy per slot.
-  // CUDA pages: one cudaMemcpyAsync per slot, then one stream synchronisation
-  // (what simple offloaders such as vLLM's swap path do).
-  virtual void Scatter(const uint8_t* src, uint64_t page) = 0;
+  // Overwrites every slot of `page` of `group`, so a restore that did not
+  // write a byte cannot pass Check with stale content.
+  virtual void Poison(uint32_t group, uint64_t page) = 0;
+  virtual void Fill(uint32_t group, const BlockKey& key, uint64_t page) = 0;
+  // True if every slot of `page` of `group` holds exactly Fill(key)'s bytes.
+  virtual bool Check(uint32_t group, const BlockKey& key, uint64_t page) = 0;
+  // Copies the slots of `page` of `group`, back to back, to dst[0, group_bytes(group)).
+  virtual void Gather(uint32_t group, uint64_t page, uint8_t* dst) = 0;
+  // Copies src[0, group_bytes(group)) into the slots of `page`: one copy per
+  // slot. CUDA pages: one cudaMemcpyAsync per slot, then one stream
+  // synchronisation (what simple offloaders such as vLLM's swap path do).
+  virtual void Scatter(uint32_t group, const uint8_t* src, uint64_t page) = 0;
   // A 4 KiB aligned buffer for Gather/Scatter (O_DIRECT I/O goes straight in
   // and out of it): malloc'ed for host pages, pinned (cudaMallocHost) for CUDA
   // pages. Freed with FreeBuffer.
@@ -49,10 +51,14 @@ class PageTarget {
   virtual void FreeBuffer(uint8_t* buffer);
 };
 
-// A target for `device` with `pages` pages of the given slot sizes, in a
-// split layout (one region per slot) or a page-first one (one region, a page's
-// slots back to back). Host pages are built here; "cuda:N" goes to
-// CreateCudaPageTarget (cuda_pages.h), Unavailable in builds without CUDA.
+// A target for `device` with `layout` (validated by the Manager at
+// register). Host pages are built here; "cuda:N" goes to CreateCudaPageTarget
+// (cuda_pages.h), Unavailable in builds without CUDA.
+Result<std::unique_ptr<PageTarget>> CreatePageTarget(const std::string& device,
+                                                     const InstanceLayout& layout);
+// A dense model's target: `pages` pages of the given slot sizes in one group,
+// in a split layout (one region per slot) or a page-first one (one region, a
+// page's slots back to back).
 Result<std::unique_ptr<PageTarget>> CreatePageTarget(const std::string& device, uint64_t pages,
                                                      const std::vector<uint64_t>& slot_bytes,
                                                      bool page_first = false);

@@ -138,7 +138,7 @@ class Run {
     for (uint32_t i = 0; i < blocks_; ++i) {
       if (!pick(i)) continue;
       const uint64_t page = req.keys.size();
-      pages_->Fill(keys_[i], page);
+      pages_->Fill(0, keys_[i], page);
       req.keys.push_back(keys_[i]);
       req.pages.push_back(page);
       if (req.keys.size() == kPages) ORBITKV_RETURN_IF_ERROR(flush());

@@ -320,6 +320,28 @@ void PrintSummary(std::FILE* out, const BenchReport& r) {
       }
     }
 
+    if (r.hybrid) {
+      line(fmt::format(
+          "  recovery     the model description's plans ({}): what measured queries restored and "
+          "what recovery did not read",
+          r.recovery_groups));
+      line(fmt::format("    {:<12} {:>11} {:>8} {:>10} {:>12} {:>11} {:>8}", "route", "P tokens",
+                       "pieces", "restored", "checkpoints", "not needed", "skipped"));
+      for (const RouteFigures& f : p.routes) {
+        const double all = double(f.restored_bytes + f.not_needed_bytes);
+        line(fmt::format("    {:<12} {:>11} {:>8} {:>10} {:>12} {:>11} {:>7.1f}%",
+                         Info(f.route).name, demo::Count(f.prefix_tokens), demo::Count(f.pieces),
+                         demo::Bytes(double(f.restored_bytes)),
+                         demo::Bytes(double(f.checkpoint_bytes)),
+                         demo::Bytes(double(f.not_needed_bytes)),
+                         all > 0 ? 100 * double(f.not_needed_bytes) / all : 0.0));
+      }
+      line(
+          "    (not needed: bytes of [0, P) a dense chain would have read: window blocks before P "
+          "- "
+          "W, older checkpoints)");
+    }
+
     line(
         "  timeline     where restore calls spent their time (Manager's RestoreTimeline), ms: "
         "mean p50/p99");
@@ -426,14 +448,15 @@ void PrintSummary(std::FILE* out, const BenchReport& r) {
     }
   }
   line("");
+  const char* what = r.hybrid ? "pieces of the plans" : "blocks";
   if (!r.verify) {
     line("  verification       OFF (--no-verify): restored bytes were not checked");
   } else if (bad == 0) {
-    line(fmt::format("  verification       OK: {} restored blocks byte-exact",
-                     demo::Count(verified)));
+    line(fmt::format("  verification       OK: {} restored {} byte-exact", demo::Count(verified),
+                     what));
   } else {
-    line(fmt::format("  verification       FAILED: {} of {} restored blocks had wrong bytes",
-                     demo::Count(bad), demo::Count(verified)));
+    line(fmt::format("  verification       FAILED: {} of {} restored {} had wrong bytes",
+                     demo::Count(bad), demo::Count(verified), what));
   }
   if (!r.png_note.empty()) line("  plot               " + r.png_note);
 }
@@ -449,7 +472,9 @@ json ToJson(const BenchReport& r) {
   j["model"] = {{"name", r.model},
                 {"description", r.model_description},
                 {"kv_bytes_per_token", r.kv_bytes_per_token},
-                {"checkpoint_bytes_per_block", r.checkpoint_bytes}};
+                {"checkpoint_bytes_per_block", r.checkpoint_bytes},
+                {"hybrid", r.hybrid}};
+  if (r.hybrid) j["model"]["recovery_groups"] = r.description;
   j["capacities"] = {{"engines", r.engines},
                      {"pool_bytes", r.pool_bytes},
                      {"ssd_bytes", r.ssd_bytes},
@@ -518,6 +543,11 @@ json ToJson(const BenchReport& r) {
       jr["drain_ms"] = {
           {"lease", f.lease_drain_ms < 0 ? json(nullptr) : json(f.lease_drain_ms)},
           {"writeback", f.writeback_drain_ms < 0 ? json(nullptr) : json(f.writeback_drain_ms)}};
+      jr["recovery"] = {{"prefix_tokens", f.prefix_tokens},
+                        {"pieces", f.pieces},
+                        {"restored_bytes", f.restored_bytes},
+                        {"checkpoint_bytes", f.checkpoint_bytes},
+                        {"not_needed_bytes", f.not_needed_bytes}};
       jr["verification"] = {{"enabled", r.verify},
                             {"verified_blocks", f.verified},
                             {"mismatched_blocks", f.mismatched},

@@ -59,6 +59,11 @@ struct BenchReport {
   uint64_t seed = 0;
   uint32_t engines = 0, cpus = 0;
   uint64_t kv_bytes_per_token = 0, checkpoint_bytes = 0;
+  // A hybrid model: registered with its description, summarised here
+  // ("attn: full attention, 6 MiB/block; gdn: recurrent, ...").
+  bool hybrid = false;
+  std::string recovery_groups;
+  nlohmann::json description;  // the groups, for the JSON
   uint64_t pool_bytes = 0, ssd_bytes = 0;
   uint32_t ssd_shards = 0, ssd_queue_depth = 0, ssd_io_workers = 0;
   double prefill_tokens_per_s = 0;

@@ -80,6 +80,10 @@ class Driver {
     std::error_code ec;
     for (const auto& entry : std::filesystem::directory_iterator(c_.dir, ec))
       std::filesystem::remove_all(entry.path(), ec);
+    if (info_.naive && c_.model) {
+      return Status::InvalidArgument(
+          "the naive route keeps dense chains; a hybrid model runs on the Manager routes");
+    }
     if (info_.naive) {
       ORBITKV_ASSIGN_OR_RETURN(
           naive_, NaiveStore::Create(c_.dir + "/naive.bin", c_.ssd_bytes, BlockBytes()));
@@ -104,6 +108,8 @@ class Driver {
       o.device = c_.device;
       o.slot_bytes = c_.slot_bytes;
       o.page_first = c_.page_first;
+      o.model = c_.model;
+      o.group_slot_bytes = c_.group_slot_bytes;
       o.block_tokens = c_.block_tokens;
       o.verify = c_.verify;
       o.probes = c_.probes_per_engine;
@@ -116,7 +122,8 @@ class Driver {
       o.connect = [this, e](PageTarget& pages) -> Result<std::unique_ptr<Backend>> {
         if (naive_) return NewNaiveBackend(*naive_, pages);
         return ConnectManagerBackend(socket_, c_.ns, pages,
-                                     "orbitkv-bench-engine-" + std::to_string(e), c_.storage);
+                                     "orbitkv-bench-engine-" + std::to_string(e), c_.storage,
+                                     c_.model);
       };
       threads.emplace_back([&, e] { statuses[e] = RunEngine(opts[e], &out_.engines[e]); });
     }

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,10 @@ struct RouteRunConfig {
   std::string device = "host";
   std::vector<uint64_t> slot_bytes;
   bool page_first = false;  // --layout page-first
+  // A hybrid model: its description (registered by every engine) and each
+  // group's slots. Manager routes only.
+  std::optional<ModelDescription> model;
+  std::vector<std::vector<uint64_t>> group_slot_bytes;
   uint32_t block_tokens = 16;
   std::string ns;  // Manager namespace of the blocks
   // The namespace's storage codec (--storage-codec); its counters are kept

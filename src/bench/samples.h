@@ -33,6 +33,11 @@ struct RequestSample {
   double query_s = 0;    // the Query call
   double restore_s = 0;  // every Restore call of the request
   bool queried_cache = false;
+  // Hybrid models (a recovery plan per query): P, the plan's pieces and the
+  // bytes of [0, P) recovery did not read (QueryResult.not_needed_bytes), and
+  // of the bytes restored, those of recurrent checkpoints.
+  uint64_t prefix_tokens = 0, pieces = 0, not_needed_bytes = 0;
+  uint64_t restored_bytes = 0, checkpoint_bytes = 0;
 };
 
 struct EngineSamples {

@@ -117,7 +117,7 @@ class ScaleRun {
                            const std::vector<uint64_t>& pages, size_t per_call) {
     for (size_t i = 0; i < keys.size(); i += per_call) {
       const size_t n = std::min(per_call, keys.size() - i);
-      ORBITKV_ASSIGN_OR_RETURN(PublishResult r, b.Publish(std::span(keys).subspan(i, n),
+      ORBITKV_ASSIGN_OR_RETURN(PublishResult r, b.Publish(0, std::span(keys).subspan(i, n),
                                                           std::span(pages).subspan(i, n)));
       (void)r;
     }
@@ -131,7 +131,7 @@ class ScaleRun {
     for (uint32_t i = 0; i < chain_blocks_; ++i) keys[i] = ScaleKey(p_.seed, 1, 0, i);
     std::vector<uint64_t> pages(chain_blocks_);
     for (uint32_t i = 0; i < chain_blocks_; ++i) pages[i] = i % kChainPublish;
-    for (uint32_t i = 0; i < kChainPublish && i < chain_blocks_; ++i) e.pages->Fill(keys[i], i);
+    for (uint32_t i = 0; i < kChainPublish && i < chain_blocks_; ++i) e.pages->Fill(0, keys[i], i);
     ORBITKV_RETURN_IF_ERROR(PublishAll(*e.backend, keys, pages, kChainPublish));
     std::vector<uint32_t> lengths;
     for (uint32_t t = 1024; t < p_.max_chain_tokens; t *= 2) lengths.push_back(t);
@@ -175,7 +175,7 @@ class ScaleRun {
           for (uint32_t i = 0; i < kEngineBlocks; ++i) {
             keys[i] = ScaleKey(p_.seed, 2, (uint64_t{n} << 16) | e, i);
             pages[i] = i;
-            x.pages->Fill(keys[i], i);
+            x.pages->Fill(0, keys[i], i);
           }
           publish_go.arrive_and_wait();
           auto t0 = Clock::now();
@@ -190,7 +190,7 @@ class ScaleRun {
             for (uint32_t i = 0; i < kEngineBlocks && st[e].ok(); i += kRequestBlocks) {
               const auto k = std::span(keys).subspan(i, kRequestBlocks);
               if (verify)
-                for (uint32_t j = 0; j < kRequestBlocks; ++j) x.pages->Poison(i + j);
+                for (uint32_t j = 0; j < kRequestBlocks; ++j) x.pages->Poison(0, i + j);
               Result<Backend::Lookup> l = x.backend->Query(k);
               if (!l.ok()) {
                 st[e] = l.status();
@@ -212,7 +212,7 @@ class ScaleRun {
                 restored[e] += r_.block_bytes;
                 if (verify) {
                   ++checked[e];
-                  if (!x.pages->Check(k[b.block], i + b.block)) ++bad[e];
+                  if (!x.pages->Check(0, k[b.block], i + b.block)) ++bad[e];
                 }
               }
               if (l->prefix < kRequestBlocks)
@@ -250,7 +250,7 @@ class ScaleRun {
   Status Objects() {
     ORBITKV_ASSIGN_OR_RETURN(Engine e,
                              Connect(Ns("objects"), kSmallPages, {kSmallSlot}, "scale-objects"));
-    for (uint32_t i = 0; i < kSmallPages; ++i) e.pages->Fill(ScaleKey(p_.seed, 3, 0, i), i);
+    for (uint32_t i = 0; i < kSmallPages; ++i) e.pages->Fill(0, ScaleKey(p_.seed, 3, 0, i), i);
     ORBITKV_ASSIGN_OR_RETURN(demo::MetricsSnapshot m0, demo::ScrapeMetrics(manager_->metrics_port));
     const auto [rss0, lck0] = Memory(manager_->child.pid());
     std::vector<BlockKey> keys(kSmallPages);
@@ -259,8 +259,8 @@ class ScaleRun {
     for (uint64_t i = 0; i < p_.objects; i += kSmallPages) {
       const size_t n = std::min<uint64_t>(kSmallPages, p_.objects - i);
       for (size_t j = 0; j < n; ++j) keys[j] = ScaleKey(p_.seed, 3, 1, i + j);
-      ORBITKV_ASSIGN_OR_RETURN(
-          PublishResult r, e.backend->Publish(std::span(keys).first(n), std::span(pages).first(n)));
+      ORBITKV_ASSIGN_OR_RETURN(PublishResult r, e.backend->Publish(0, std::span(keys).first(n),
+                                                                   std::span(pages).first(n)));
       r_.objects += r.stored;
     }
     ORBITKV_ASSIGN_OR_RETURN(demo::MetricsSnapshot m1, demo::ScrapeMetrics(manager_->metrics_port));
@@ -289,7 +289,7 @@ class ScaleRun {
     for (uint32_t i = 0; i < kRequestBlocks; ++i) {
       keys[i] = ScaleKey(p_.seed, 4, 0, i);
       pages[i] = i;
-      probe.pages->Fill(keys[i], i);
+      probe.pages->Fill(0, keys[i], i);
     }
     ORBITKV_RETURN_IF_ERROR(PublishAll(*probe.backend, keys, pages, kRequestBlocks));
     auto probes = [&](std::vector<double>* out) -> Status {
@@ -299,7 +299,7 @@ class ScaleRun {
                                  probe.backend->Query(std::span(keys).subspan(i, 1)));
         if (l.prefix == 0) {  // evicted by the storm: publish it again, untimed
           ORBITKV_RETURN_IF_ERROR(probe.backend->Release(l));
-          probe.pages->Fill(keys[i], i);
+          probe.pages->Fill(0, keys[i], i);
           ORBITKV_RETURN_IF_ERROR(PublishAll(*probe.backend, {keys[i]}, {pages[i]}, 1));
           --k;
           continue;
@@ -337,7 +337,7 @@ class ScaleRun {
         for (uint64_t round = 0; !stop.load(std::memory_order_relaxed); ++round) {
           for (uint32_t i = 0; i < kRequestBlocks; ++i)
             k[i] = ScaleKey(p_.seed, 5, e, round * kRequestBlocks + i);  // always fresh keys
-          Result<PublishResult> r = pubs[e].backend->Publish(k, pg);
+          Result<PublishResult> r = pubs[e].backend->Publish(0, k, pg);
           if (!r.ok()) {
             st[e] = r.status();
             return;

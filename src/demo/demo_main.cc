@@ -1,9 +1,13 @@
 // orbitkv-demo: the main job. One command starts orbitkv-cache-manager on
 // defaults sized to this machine, forks engine processes (this binary again,
 // with the hidden --engine-role flag) that run a multi-round conversation
-// workload against it on host pages, shows live progress, and prints hit
-// rates, bytes by tier and restore throughput. Every restored block is checked
-// byte for byte; any mismatch exits 1. Other failures exit 3, bad flags 2.
+// workload against it on host pages, and beside them --hybrid-engines engines
+// of a hybrid model (full attention + sliding window + recurrent state, with
+// a model description: their restores follow the Manager's recovery plans),
+// shows live progress, and prints hit rates, bytes by tier, restore
+// throughput and what recovery did not need to read. Every restored block is
+// checked byte for byte; any mismatch exits 1. Other failures exit 3, bad
+// flags 2.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -60,9 +64,11 @@ struct Flags {
   std::string pool_size, ssd_capacity, state_dir, manager;
   uint32_t metrics_port = 0;
   double compute_tokens_per_s = 4000;
+  uint32_t hybrid_engines = 1;
   bool no_progress = false;
   // Engine role (hidden).
   bool engine_role = false;
+  bool hybrid_role = false;
   uint32_t engine_index = 0;
   std::string socket;
   int report_fd = -1;
@@ -77,7 +83,7 @@ int Fail(const std::string& msg) {
 
 // The engine argv: this binary in the engine role, with the workload's flags.
 std::vector<std::string> EngineArgv(const std::string& self, const Flags& f, uint32_t index,
-                                    const std::string& socket, int report_fd) {
+                                    bool hybrid, const std::string& socket, int report_fd) {
   const WorkloadConfig& w = f.w;
   return {self,
           "--engine-role",
@@ -108,7 +114,11 @@ std::vector<std::string> EngineArgv(const std::string& self, const Flags& f, uin
           "--seed",
           std::to_string(w.seed),
           "--compute-tokens-per-s",
-          fmt::format("{}", f.compute_tokens_per_s)};
+          fmt::format("{}", f.compute_tokens_per_s),
+          "--hybrid-engines",
+          std::to_string(f.hybrid_engines),
+          "--hybrid-role",
+          hybrid ? "1" : "0"};
 }
 
 struct EngineProc {
@@ -151,8 +161,16 @@ int RunDemo(const Flags& f, const std::string& self) {
   if (!free_bytes.ok()) return Fail(free_bytes.status().ToString());
 
   const uint64_t block_bytes = w.block_bytes();
-  const uint64_t working_set = w.WorkingSetBlocks() * block_bytes;
-  const uint64_t request_bytes = w.MaxBlocksPerRequest() * block_bytes;
+  // A hybrid engine's block position: attention and window K/V, and a share of a checkpoint.
+  const uint64_t hybrid_block_bytes =
+      block_bytes + kHybridCheckpointBytes / kHybridCheckpointBlocks;
+  const uint64_t working_set =
+      w.WorkingSetBlocks() * block_bytes +
+      uint64_t{f.hybrid_engines} * w.users * w.MaxBlocksPerRequest() * hybrid_block_bytes;
+  const uint64_t request_bytes =
+      w.MaxBlocksPerRequest() * (f.hybrid_engines ? hybrid_block_bytes : block_bytes);
+  const uint32_t all_engines = w.engines + f.hybrid_engines;
+  const uint64_t total_requests = uint64_t{all_engines} * w.users * w.rounds;
   uint64_t pool = 0;
   std::string pool_why;
   if (!f.pool_size.empty()) {
@@ -168,7 +186,7 @@ int RunDemo(const Flags& f, const std::string& self) {
     // room for every engine's largest request twice over (pins, SSD scratch);
     // never more than min(512 MiB, RAM/16).
     const uint64_t cap = std::max(std::min(kPoolCap, ram / 16) / kMiB * kMiB, kPoolFloor);
-    const uint64_t third = working_set / 3, room = 2 * uint64_t{w.engines} * request_bytes;
+    const uint64_t third = working_set / 3, room = 2 * uint64_t{all_engines} * request_bytes;
     pool = std::min(RoundUp(std::max({third, room, kPoolFloor}), kMiB), cap);
     pool_why = pool == cap ? "default: min(512 MiB, RAM/16)"
                : third >= room && third >= kPoolFloor
@@ -248,10 +266,28 @@ int RunDemo(const Flags& f, const std::string& self) {
           ? fmt::format("{} layers x K/V x {} heads x {} dim x {} bytes = {} bytes/token", kLayers,
                         kHeads, kHeadDim, kDtypeBytes, kDefaultBytesPerToken)
           : fmt::format("{} bytes/token (--bytes-per-token)", w.bytes_per_token);
-  std::printf("orbitkv-demo: %u engines x %u users x %u rounds = %llu requests\n", w.engines,
-              w.users, w.rounds, static_cast<unsigned long long>(w.total_requests()));
+  std::printf("orbitkv-demo: (%u + %u hybrid) engines x %u users x %u rounds = %llu requests\n",
+              w.engines, f.hybrid_engines, w.users, w.rounds,
+              static_cast<unsigned long long>(total_requests));
   std::printf("  model      %s; block %u tokens = %s in %u slots (split layout)\n", model.c_str(),
               w.block_tokens, Bytes(double(block_bytes)).c_str(), w.slots);
+  if (f.hybrid_engines) {
+    const HybridModel h = DemoHybridModel(w);
+    std::string groups;
+    for (const GroupDescription& g : h.description.groups) {
+      groups +=
+          fmt::format("{}{} {}", groups.empty() ? "" : ", ", g.name,
+                      g.kind == GroupKind::kFullAttention
+                          ? fmt::format("(full attention, {} per block)", Bytes(double(g.bytes)))
+                      : g.kind == GroupKind::kSlidingWindow
+                          ? fmt::format("({}-token window, {} per block)", g.window_tokens,
+                                        Bytes(double(g.bytes)))
+                          : fmt::format("(recurrent state, {} every {} tokens)",
+                                        Bytes(double(g.bytes)), g.checkpoint_interval_tokens));
+    }
+    std::printf("  hybrid     %u engine(s) register a model description: %s; own namespace\n",
+                f.hybrid_engines, groups.c_str());
+  }
   std::printf(
       "  prompts    system prompt %u tokens (shared by all users) + history %u tokens, growing "
       "by question %u + answer %u tokens per round\n",
@@ -262,8 +298,14 @@ int RunDemo(const Flags& f, const std::string& self) {
                                 f.compute_tokens_per_s)
                         .c_str()
                   : "not paced (--compute-tokens-per-s 0)");
-  std::printf("  data       ~%s blocks = %s distinct KV; largest request %llu blocks\n",
-              fmt::format("{}", w.WorkingSetBlocks()).c_str(), Bytes(double(working_set)).c_str(),
+  std::printf("  data       ~%s blocks = %s distinct KV%s; largest request %llu blocks\n",
+              fmt::format("{}", w.WorkingSetBlocks()).c_str(),
+              Bytes(double(w.WorkingSetBlocks() * block_bytes)).c_str(),
+              f.hybrid_engines
+                  ? fmt::format(" + {} of the hybrid engines",
+                                Bytes(double(working_set - w.WorkingSetBlocks() * block_bytes)))
+                        .c_str()
+                  : "",
               static_cast<unsigned long long>(w.MaxBlocksPerRequest()));
   std::printf("  pool       %s (%s)\n", FormatByteSize(pool).c_str(), pool_why.c_str());
   std::printf("  SSD        %s = %s at %s (%s)\n", FormatByteSize(ssd).c_str(),
@@ -275,24 +317,24 @@ int RunDemo(const Flags& f, const std::string& self) {
 
   // ---- the engines ------------------------------------------------------------
   const auto start = std::chrono::steady_clock::now();
-  std::vector<EngineProc> engines(w.engines);
+  std::vector<EngineProc> engines(all_engines);
   int exit_code = 0;
   std::string failure;
-  for (uint32_t i = 0; i < w.engines; ++i) {
+  for (uint32_t i = 0; i < all_engines; ++i) {
     int p[2];
     if (::pipe2(p, O_CLOEXEC) != 0) return Fail(std::string("pipe: ") + std::strerror(errno));
     SpawnOptions so;
     so.inherit_fds = {p[1]};
-    Result<Child> c = Child::Spawn(EngineArgv(self, f, i, socket, p[1]), so);
+    Result<Child> c = Child::Spawn(EngineArgv(self, f, i, i >= w.engines, socket, p[1]), so);
     ::close(p[1]);
     if (!c.ok()) return Fail(c.status().ToString());
     engines[i].child = std::move(c).value();
     engines[i].fd = p[0];
   }
 
-  Tally tally;
+  Tally tally, hybrid_tally;
   const bool live = !f.no_progress && ::isatty(STDOUT_FILENO);
-  Progress progress(w.total_requests(), live,
+  Progress progress(total_requests, live,
                     live ? std::chrono::milliseconds(200) : std::chrono::milliseconds(2000));
   bool manager_died = false;
   for (;;) {
@@ -311,7 +353,7 @@ int RunDemo(const Flags& f, const std::string& self) {
         if (!fds[i].revents) continue;
         for (const std::string& l : ReadLines(*owners[i])) {
           EngineMessage m = DecodeLine(l);
-          if (m.record) tally.Add(*m.record);
+          if (m.record) (m.record->hybrid ? hybrid_tally : tally).Add(*m.record);
           if (m.done) owners[i]->done = true;
           if (!m.error.empty()) owners[i]->error = m.error;
         }
@@ -323,9 +365,9 @@ int RunDemo(const Flags& f, const std::string& self) {
       failure = "the Manager " + DescribeWaitStatus(st) + " during the run; see " + log_path;
       for (EngineProc& e : engines) e.child.Signal(SIGTERM);
     }
-    progress.Update(tally);
+    progress.Update(tally, hybrid_tally);
   }
-  progress.Finish(tally);
+  progress.Finish(tally, hybrid_tally);
   if (g_interrupted.load()) {
     std::fprintf(stderr, "orbitkv-demo: interrupted; stopping the engines and the Manager\n");
     for (EngineProc& e : engines) e.child.Stop(SIGTERM, std::chrono::seconds(5));
@@ -366,6 +408,9 @@ int RunDemo(const Flags& f, const std::string& self) {
   in.compute_tokens_per_s = f.compute_tokens_per_s;
   in.wall_seconds = wall;
   in.tally = &tally;
+  in.hybrid = f.hybrid_engines ? &hybrid_tally : nullptr;
+  in.hybrid_shape = fmt::format("{} hybrid engine(s) x {} users x {} rounds", f.hybrid_engines,
+                                w.users, w.rounds);
   in.metrics = metrics ? &*metrics : nullptr;
   in.metrics_error = metrics_error;
   PrintSummary(stdout, in);
@@ -382,15 +427,15 @@ int RunDemo(const Flags& f, const std::string& self) {
     }
   }
   std::fflush(stdout);
-  if (tally.mismatched) exit_code = kExitMismatch;
+  if (tally.mismatched || hybrid_tally.mismatched) exit_code = kExitMismatch;
   if (!failure.empty()) {
     std::fprintf(stderr, "orbitkv-demo: FAILED: %s\n", failure.c_str());
     if (exit_code == 0) exit_code = kExitFailure;
   }
-  if (tally.requests != w.total_requests() && exit_code == 0) {
+  if (tally.requests + hybrid_tally.requests != total_requests && exit_code == 0) {
     std::fprintf(stderr, "orbitkv-demo: FAILED: %llu of %llu requests reported\n",
-                 static_cast<unsigned long long>(tally.requests),
-                 static_cast<unsigned long long>(w.total_requests()));
+                 static_cast<unsigned long long>(tally.requests + hybrid_tally.requests),
+                 static_cast<unsigned long long>(total_requests));
     exit_code = kExitFailure;
   }
   return exit_code;
@@ -406,6 +451,12 @@ int Main(int argc, char** argv) {
       "rates, bytes by tier and restore throughput. Exit status: 0 ok, 1 a restored block had "
       "wrong bytes, 2 bad flags, 3 another failure."};
   app.add_option("--engines", w.engines, "Engine processes")->capture_default_str();
+  app.add_option("--hybrid-engines", f.hybrid_engines,
+                 "Engine processes of a hybrid model (full attention + sliding window + "
+                 "recurrent state checkpoints, registered with a model description), beside "
+                 "--engines, each with --users users")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 64));
   app.add_option("--users", w.users, "Users (conversations) per engine")->capture_default_str();
   app.add_option("--rounds", w.rounds, "Rounds per conversation")->capture_default_str();
   app.add_option("--system-prompt-tokens", w.system_prompt_tokens,
@@ -445,6 +496,7 @@ int Main(int argc, char** argv) {
   app.add_flag("--no-progress", f.no_progress,
                "No live progress line; print a plain progress line every 2 s");
   app.add_flag("--engine-role", f.engine_role)->group("");
+  app.add_option("--hybrid-role", f.hybrid_role)->group("");
   app.add_option("--engine-index", f.engine_index)->group("");
   app.add_option("--socket", f.socket)->group("");
   app.add_option("--report-fd", f.report_fd)->group("");
@@ -459,7 +511,7 @@ int Main(int argc, char** argv) {
   }
   if (f.engine_role) {
     signal(SIGPIPE, SIG_IGN);
-    if (f.report_fd < 0 || f.engine_index >= w.engines || f.socket.empty()) {
+    if (f.report_fd < 0 || f.engine_index >= w.engines + f.hybrid_engines || f.socket.empty()) {
       std::fprintf(stderr,
                    "orbitkv-demo: --engine-role needs --engine-index, --socket and "
                    "--report-fd\n");
@@ -468,6 +520,7 @@ int Main(int argc, char** argv) {
     EngineOptions o;
     o.workload = w;
     o.index = f.engine_index;
+    o.hybrid = f.hybrid_role;
     o.socket_path = f.socket;
     o.report_fd = f.report_fd;
     o.compute_tokens_per_s = f.compute_tokens_per_s;

@@ -16,6 +16,13 @@ std::string EncodeRecord(const RequestRecord& r) {
             {"published", r.published},   {"stored", r.stored},
             {"skipped", r.skipped}};
   if (!r.first_error.empty()) j["first_error"] = r.first_error;
+  if (r.hybrid) {
+    j["hybrid"] = true;
+    j["prefix_tokens"] = r.prefix_tokens;
+    j["pieces"] = r.pieces;
+    j["checkpoint_bytes"] = r.checkpoint_bytes;
+    j["not_needed_bytes"] = r.not_needed_bytes;
+  }
   return j.dump() + "\n";
 }
 
@@ -57,6 +64,11 @@ EngineMessage DecodeLine(const std::string& line) {
   r.stored = j.value("stored", uint64_t{0});
   r.skipped = j.value("skipped", uint64_t{0});
   r.first_error = j.value("first_error", std::string());
+  r.hybrid = j.value("hybrid", false);
+  r.prefix_tokens = j.value("prefix_tokens", uint64_t{0});
+  r.pieces = j.value("pieces", uint64_t{0});
+  r.checkpoint_bytes = j.value("checkpoint_bytes", uint64_t{0});
+  r.not_needed_bytes = j.value("not_needed_bytes", uint64_t{0});
   m.record = r;
   return m;
 }

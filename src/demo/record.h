@@ -26,6 +26,11 @@ struct RequestRecord {
   uint64_t stored = 0;           // accepted by the Manager
   uint64_t skipped = 0;          // already cached or refused for room
   std::string first_error;       // first failed block's status, if any
+  // A hybrid engine's request: the recovery plan's prefix P and pieces
+  // restored, of their bytes (restore_bytes) those of checkpoints, and the
+  // bytes of [0, P) recovery did not read (QueryResult.not_needed_bytes).
+  bool hybrid = false;
+  uint64_t prefix_tokens = 0, pieces = 0, checkpoint_bytes = 0, not_needed_bytes = 0;
 };
 
 std::string EncodeRecord(const RequestRecord& r);

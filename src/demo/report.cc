@@ -18,6 +18,10 @@ void Tally::Add(const RequestRecord& r) {
   computed_tokens += r.computed_tokens;
   stored += r.stored;
   skipped += r.skipped;
+  prefix_tokens += r.prefix_tokens;
+  pieces += r.pieces;
+  checkpoint_bytes += r.checkpoint_bytes;
+  not_needed_bytes += r.not_needed_bytes;
   if (r.restore_ns) restore_ms.push_back(double(r.restore_ns) / 1e6);
   if (first_error.empty() && !r.first_error.empty()) first_error = r.first_error;
 }
@@ -25,21 +29,23 @@ void Tally::Add(const RequestRecord& r) {
 Progress::Progress(uint64_t total, bool live, std::chrono::milliseconds period)
     : total_(total), line_(live, period) {}
 
-std::string Progress::Line(const Tally& t) const {
+std::string Progress::Line(const Tally& t, const Tally& h) const {
   const double secs = line_.Elapsed();
   return fmt::format(
-      "[{:5.1f} s] requests {}/{} | hit {:.1f}% (DRAM {:.1f}%, SSD {:.1f}%) | restored {}{}", secs,
-      t.requests, total_, 100 * t.HitRate(), Percent(t.hit_dram, t.queried),
-      Percent(t.hit_ssd, t.queried), Bytes(double(t.restore_bytes)),
-      t.mismatched ? fmt::format(" | MISMATCHES {}", t.mismatched) : "");
+      "[{:5.1f} s] requests {}/{} | hit {:.1f}% (DRAM {:.1f}%, SSD {:.1f}%) | restored {}{}{}",
+      secs, t.requests + h.requests, total_, 100 * t.HitRate(), Percent(t.hit_dram, t.queried),
+      Percent(t.hit_ssd, t.queried), Bytes(double(t.restore_bytes + h.restore_bytes)),
+      h.requests ? fmt::format(" | hybrid: {} not read", Bytes(double(h.not_needed_bytes))) : "",
+      t.mismatched + h.mismatched ? fmt::format(" | MISMATCHES {}", t.mismatched + h.mismatched)
+                                  : "");
 }
 
-void Progress::Update(const Tally& t, bool force) {
-  if (force || line_.Due()) line_.Show(Line(t));
+void Progress::Update(const Tally& t, const Tally& h, bool force) {
+  if (force || line_.Due()) line_.Show(Line(t, h));
 }
 
-void Progress::Finish(const Tally& t) {
-  Update(t, /*force=*/true);
+void Progress::Finish(const Tally& t, const Tally& h) {
+  Update(t, h, /*force=*/true);
   line_.Finish();
 }
 
@@ -87,6 +93,23 @@ void PrintSummary(std::FILE* out, const SummaryInput& in) {
                   Quantile(t.restore_ms, 0.50), Quantile(t.restore_ms, 0.99),
                   Quantile(t.restore_ms, 1.0), t.restore_ms.size()));
 
+  if (in.hybrid) {
+    const Tally& h = *in.hybrid;
+    const double read = double(h.restore_bytes), skipped = double(h.not_needed_bytes);
+    line(fmt::format("  hybrid engines     {} requests ({}), each query a recovery plan",
+                     h.requests, in.hybrid_shape));
+    line(fmt::format(
+        "    prefix restored  {} of {} queried blocks ({:.1f} %), {} tokens as {} pieces",
+        Count(h.hits()), Count(h.queried), 100 * h.HitRate(), Count(h.prefix_tokens),
+        Count(h.pieces)));
+    line(fmt::format("    read             {} (of it recurrent checkpoints {})", Bytes(read),
+                     Bytes(double(h.checkpoint_bytes))));
+    line(fmt::format(
+        "    not needed       {} of [0, P) recovery did not read: window blocks before P - W, "
+        "older checkpoints ({:.1f} % of what a dense chain would read)",
+        Bytes(skipped), read + skipped > 0 ? 100 * skipped / (read + skipped) : 0.0));
+  }
+
   if (in.metrics) {
     const MetricsSnapshot& m = *in.metrics;
     line("  Manager /metrics");
@@ -116,11 +139,15 @@ void PrintSummary(std::FILE* out, const SummaryInput& in) {
     line("  Manager /metrics   unavailable: " + in.metrics_error);
   }
   const uint64_t restored = t.hits() + t.mismatched;
-  if (t.mismatched == 0) {
-    line(fmt::format("  verification       OK: {} restored blocks byte-exact", Count(restored)));
+  const uint64_t pieces = in.hybrid ? in.hybrid->pieces : 0;
+  const uint64_t bad = t.mismatched + (in.hybrid ? in.hybrid->mismatched : 0);
+  const std::string what = in.hybrid ? fmt::format("{} restored blocks and {} hybrid pieces",
+                                                   Count(restored), Count(pieces))
+                                     : fmt::format("{} restored blocks", Count(restored));
+  if (bad == 0) {
+    line(fmt::format("  verification       OK: {} byte-exact", what));
   } else {
-    line(fmt::format("  verification       FAILED: {} of {} restored blocks had wrong bytes",
-                     Count(t.mismatched), Count(restored)));
+    line(fmt::format("  verification       FAILED: {} of {} had wrong bytes", Count(bad), what));
   }
 }
 

@@ -139,11 +139,14 @@ class HybridTest : public ManagerTest {
   }
 };
 
-std::vector<QuerySource> Sources(std::initializer_list<std::tuple<uint32_t, uint64_t>> pieces,
-                                 Tier tier) {
-  const uint64_t bytes[] = {4096, 2048, 4000};
+// The plan's sources, all on `tier`: attn blocks [0, attn_end), swa blocks
+// [swa_first, swa_end), the gdn checkpoint at `checkpoint`.
+std::vector<QuerySource> Sources(uint64_t attn_end, uint64_t swa_first, uint64_t swa_end,
+                                 uint64_t checkpoint, Tier tier) {
   std::vector<QuerySource> out;
-  for (auto [g, i] : pieces) out.push_back({g, g, i, tier, bytes[g]});
+  for (uint64_t b = 0; b < attn_end; ++b) out.push_back({kAttn, kAttn, b, tier, 4096});
+  for (uint64_t b = swa_first; b < swa_end; ++b) out.push_back({kSwa, kSwa, b, tier, 2048});
+  out.push_back({kGdn, kGdn, checkpoint, tier, 4000});
   return out;
 }
 
@@ -152,19 +155,7 @@ TEST_F(HybridTest, ThePlanOfTheReadmeExampleRestoresByteExactFromDram) {
   InstanceId inst = PublishExample();
   QueryResult q = QueryChain(inst, 10);
   EXPECT_EQ(q.prefix_tokens, 128u);
-  EXPECT_EQ(q.pieces, Sources({{kAttn, 0},
-                               {kAttn, 1},
-                               {kAttn, 2},
-                               {kAttn, 3},
-                               {kAttn, 4},
-                               {kAttn, 5},
-                               {kAttn, 6},
-                               {kAttn, 7},
-                               {kSwa, 5},
-                               {kSwa, 6},
-                               {kSwa, 7},
-                               {kGdn, 128}},
-                              Tier::kDram));
+  EXPECT_EQ(q.pieces, Sources(/*attn*/ 8, /*swa*/ 5, 8, /*gdn at*/ 128, Tier::kDram));
   EXPECT_EQ(q.prefix, q.pieces.size());
   ASSERT_EQ(q.sources.size(), q.pieces.size());
   EXPECT_FALSE(q.budget_limited);
@@ -209,15 +200,7 @@ TEST_F(HybridTest, AMissingCheckpointShortensThePrefixToThePreviousOne) {
   mgr->Drain();                 // the writeback lane's pins are gone
   QueryResult q = QueryChain(inst, 10);
   EXPECT_EQ(q.prefix_tokens, 64u);
-  EXPECT_EQ(q.pieces, Sources({{kAttn, 0},
-                               {kAttn, 1},
-                               {kAttn, 2},
-                               {kAttn, 3},
-                               {kSwa, 1},
-                               {kSwa, 2},
-                               {kSwa, 3},
-                               {kGdn, 64}},
-                              Tier::kDram));
+  EXPECT_EQ(q.pieces, Sources(/*attn*/ 4, /*swa*/ 1, 4, /*gdn at*/ 64, Tier::kDram));
   EXPECT_EQ(mgr->gauges().dram.pinned_entries, 8u);
   RestoreAllAndCheck(inst, q);
   // No checkpoint at all: nothing is restorable, nothing is held.

@@ -13,18 +13,6 @@ Status Invalid(std::string_view field, std::string_view what) {
   return Status::InvalidArgument(fmt::format("{}: {}", field, what));
 }
 
-std::string_view KindName(GroupKind k) {
-  switch (k) {
-    case GroupKind::kFullAttention:
-      return "full attention";
-    case GroupKind::kSlidingWindow:
-      return "sliding window";
-    case GroupKind::kRecurrent:
-      return "recurrent";
-  }
-  return "unknown";
-}
-
 bool KnownKind(GroupKind k) {
   return k == GroupKind::kFullAttention || k == GroupKind::kSlidingWindow ||
          k == GroupKind::kRecurrent;
@@ -134,20 +122,20 @@ Status ValidateGroup(const ModelDescription& d, const GroupDescription& g, const
                                                        g.window_tokens, kMaxSequenceTokens));
     }
   } else if (g.window_tokens != 0) {
-    return Invalid(
-        f + ".window_tokens",
-        fmt::format("set on a {} group (only sliding-window groups have one)", KindName(g.kind)));
+    return Invalid(f + ".window_tokens",
+                   fmt::format("set on a {} group (only sliding-window groups have one)",
+                               GroupKindName(g.kind)));
   }
   if (g.kind == GroupKind::kRecurrent) return ValidateRecurrent(g, f);
   if (g.checkpoint_interval_tokens != 0) {
     return Invalid(f + ".checkpoint_interval_tokens",
                    fmt::format("set on a {} group (only recurrent groups have checkpoints)",
-                               KindName(g.kind)));
+                               GroupKindName(g.kind)));
   }
   if (!g.checkpoint_positions.empty()) {
     return Invalid(f + ".checkpoint_positions",
                    fmt::format("set on a {} group (only recurrent groups have checkpoints)",
-                               KindName(g.kind)));
+                               GroupKindName(g.kind)));
   }
   return Status::OK();
 }
@@ -169,6 +157,18 @@ class Writer {
 };
 
 }  // namespace
+
+std::string_view GroupKindName(GroupKind k) {
+  switch (k) {
+    case GroupKind::kFullAttention:
+      return "full attention";
+    case GroupKind::kSlidingWindow:
+      return "sliding window";
+    case GroupKind::kRecurrent:
+      return "recurrent";
+  }
+  return "unknown";
+}
 
 Status ValidateModelDescription(const ModelDescription& d, std::string_view field) {
   const std::string f(field);

@@ -31,6 +31,9 @@ namespace orbitkv::recovery {
 // ("model.groups[1].window_tokens: ..."), and says why.
 Status ValidateModelDescription(const ModelDescription& d, std::string_view field = "model");
 
+// "full attention", "sliding window", "recurrent" ("unknown" for another value).
+std::string_view GroupKindName(GroupKind k);
+
 // The canonical encoding (version 1), little-endian, groups sorted by name so
 // that group order does not matter:
 //   "OKVMODEL" u16 version=1 u64 key_block_tokens u32 group count, then per group:

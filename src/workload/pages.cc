@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "workload/workload.h"
+
 namespace orbitkv::demo {
 
 Result<Pages> Pages::Create(const InstanceLayout& layout) {
@@ -15,8 +17,20 @@ Result<Pages> Pages::Create(const InstanceLayout& layout) {
   return p;
 }
 
-void Pages::Poison(uint64_t page) {
-  for (uint32_t s = 0; s < slots(); ++s) std::memset(Slot(s, page), 0xA5, slot_bytes(s));
+void Pages::Poison(uint32_t group, uint64_t page) {
+  for (uint32_t s = 0; s < slots(group); ++s)
+    std::memset(Slot(group, s, page), 0xA5, slot_bytes(group, s));
+}
+
+void Pages::Fill(uint32_t group, const BlockKey& key, uint64_t page) {
+  for (uint32_t s = 0; s < slots(group); ++s)
+    FillBlockSlot(key, s, Slot(group, s, page), slot_bytes(group, s));
+}
+
+bool Pages::Check(uint32_t group, const BlockKey& key, uint64_t page) {
+  for (uint32_t s = 0; s < slots(group); ++s)
+    if (!CheckBlockSlot(key, s, Slot(group, s, page), slot_bytes(group, s))) return false;
+  return true;
 }
 
 }  // namespace orbitkv::demo

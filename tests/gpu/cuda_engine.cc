@@ -105,6 +105,15 @@ Args Parse(int argc, char** argv) {
   return a;
 }
 
+// One Restore call, its wall time in *ms; a failed call ends the process.
+RestoreResult TimedRestore(Client& c, const RestoreRequest& rr, double* ms) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Result<RestoreResult> res = c.Restore(rr, c.NewTicket());
+  *ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (!res.ok()) Die("restore: " + res.status().ToString());
+  return std::move(res).value();
+}
+
 // ---- --hybrid ---------------------------------------------------------------
 
 constexpr uint64_t kKeyTokens = 16, kWindow = 48, kInterval = 64;
@@ -205,13 +214,10 @@ int RunHybrid(const Args& a, Client& c) {
         Check(cudaMemset(slot_base[g][s] + a.blocks * bytes, 0xEE, a.blocks * bytes), "cudaMemset");
       }
     }
-    const auto t0 = std::chrono::steady_clock::now();
-    auto res = c.Restore(rr, c.NewTicket());
-    const double ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    if (!res.ok()) Die("restore: " + res.status().ToString());
+    double ms = 0;
+    const RestoreResult res = TimedRestore(c, rr, &ms);
     uint32_t failed = 0;
-    for (const BlockResult& b : res->blocks) {
+    for (const BlockResult& b : res.blocks) {
       if (!b.status.ok()) {
         std::printf("hybrid %s: block %u failed: %s\n", when, b.block, b.status.ToString().c_str());
         ++failed;
@@ -392,14 +398,11 @@ int main(int argc, char** argv) {
       rr.blocks.push_back(i);
       rr.pages.push_back(a.blocks + i);
     }
-    const auto t0 = std::chrono::steady_clock::now();
-    auto res = c.Restore(rr, c.NewTicket());
-    const double ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    if (!res.ok()) Die("restore: " + res.status().ToString());
+    double ms = 0;
+    const RestoreResult res = TimedRestore(c, rr, &ms);
     uint32_t failed = 0;
     std::string first_error;
-    for (const BlockResult& b : res->blocks) {
+    for (const BlockResult& b : res.blocks) {
       if (!b.status.ok()) {
         if (first_error.empty()) first_error = b.status.ToString();
         ++failed;

@@ -4,17 +4,15 @@
 # measured or n/a with a reason, the targets are reported; then fio missing
 # (the bench's io_uring probe measures the disk; with --disk-ceiling fio: n/a,
 # not a failure), a wrong byte (exit 1), a CUDA device where there is none
-# (exit 2), and the scale workload's figures.
+# (exit 2), the scale workload's figures, storage codecs, and a hybrid model
+# registered with its description (the plans skip what recovery does not need).
 # Takes seconds; files under $TMPDIR (default /var/tmp).
 # usage: bench_smoke_test.sh PATH/TO/orbitkv-bench PATH/TO/orbitkv-cache-manager
 set -u
 bench=${1:?usage: bench_smoke_test.sh BENCH MANAGER}
 manager=${2:?usage: bench_smoke_test.sh BENCH MANAGER}
-work=$(mktemp -d "${TMPDIR:-/var/tmp}/orbitkv-bench-XXXXXX")
-trap 'rm -rf "$work"' EXIT
-passed=0 failed=0
-ok() { echo "ok: $1"; passed=$((passed + 1)); }
-bad() { echo "FAIL: $1"; failed=$((failed + 1)); }
+# shellcheck source=smoke_common.sh
+source "$(dirname "$0")/smoke_common.sh"
 tiny=(--model tiny --engines 2 --users 2 --rounds 2 --system-prompt-tokens 256
       --history-tokens 256 --question-tokens 32 --answer-tokens 32 --latency-probes 8
       --ceiling-seconds 0.3 --fio-file-size 16mib --manager "$manager" --no-progress)
@@ -145,5 +143,63 @@ grep -q "verification       OK" "$work/codec-ans.txt" && ok "--storage-codec ans
 "$bench" --storage-codec zstd "${tiny[@]}" >/dev/null 2>&1 && rc=0 || rc=$?
 [[ $rc -eq 2 ]] && ok "--storage-codec zstd: exit 2" || bad "--storage-codec zstd: exit $rc"
 
-echo "$passed passed, $failed failed"
-[[ $failed -eq 0 ]]
+# 7. A hybrid model (tiny-hybrid: full attention, a 64-token window, GDN checkpoints at every
+#    block) registers its model description: every query is a recovery plan, the engines restore
+#    exactly its pieces (byte-exact) and the window blocks before P - W and older checkpoints are
+#    not read (not_needed_bytes > 0; a bench that registered the blocks as a dense chain reads
+#    them all and reports 0). The naive route is n/a with its reason. Then restore-only: the
+#    plans come from SSD through io_uring.
+hyb=(--model tiny-hybrid --engines 2 --users 2 --rounds 3 --system-prompt-tokens 256
+     --history-tokens 256 --question-tokens 32 --answer-tokens 32 --latency-probes 8
+     --ceiling-seconds 0.2 --fio-file-size 16mib --manager "$manager" --no-progress)
+"$bench" --workload multi-round-qa "${hyb[@]}" --routes dram,ssd-uring,naive \
+  --ssd-dir "$work/hybrid" --json "$work/hybrid.json" >"$work/hybrid.txt" 2>&1 && rc=0 || rc=$?
+hybrid=$(/usr/bin/python3 - "$work/hybrid.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+errors = []
+v = r["verification"]
+if not (v["passed"] and v["verified_blocks"] > 0):
+    errors.append(f"verification {v}")
+if not r["model"]["hybrid"] or [g["kind"] for g in r["model"]["recovery_groups"]["groups"]] != [
+        "full attention", "sliding window", "recurrent"]:
+    errors.append(f"model {r['model']}")
+routes = {x["route"]: x for x in r["points"][0]["routes"]}
+for name in ("dram", "ssd-uring"):
+    x = routes.get(name, {})
+    rec = x.get("recovery", {})
+    if x.get("status") != "ok":
+        errors.append(f"route {name} did not run")
+        continue
+    if not (rec["not_needed_bytes"] > 0 and rec["pieces"] > 0 and rec["prefix_tokens"] > 0
+            and rec["checkpoint_bytes"] > 0 and rec["restored_bytes"] > 0):
+        errors.append(f"route {name} recovery {rec}")
+    if x["hits"]["dram"] + x["hits"]["ssd"] <= 0 or not x["verification"]["ok"]:
+        errors.append(f"route {name} hits {x['hits']} verification {x['verification']}")
+    if x["verification"]["verified_blocks"] < rec["pieces"]:
+        errors.append(f"route {name}: {x['verification']['verified_blocks']} verified < {rec['pieces']} pieces")
+if routes.get("naive", {}).get("status") != "n/a" or "dense chains" not in routes["naive"].get("reason", ""):
+    errors.append(f"naive route {routes.get('naive')}")
+print("; ".join(errors) if errors else "OK")
+PY
+)
+[[ $rc -eq 0 && $hybrid == OK ]] \
+  && ok "hybrid multi-round-qa: plans restored byte-exact, not_needed_bytes > 0, naive n/a" \
+  || { bad "hybrid multi-round-qa (rc $rc: $hybrid)"; tail -30 "$work/hybrid.txt"; }
+grep -q "not needed" "$work/hybrid.txt" && grep -q "recovery     the model description" "$work/hybrid.txt" \
+  && ok "hybrid summary: the recovery table" || bad "hybrid summary lacks the recovery table"
+"$bench" --workload restore-only "${hyb[@]}" --routes ssd-uring --working-set 4mib \
+  --pool-size 16mib --blocks-per-request 8 --ssd-dir "$work/hybrid-ssd" \
+  --json "$work/hybrid-ssd.json" >"$work/hybrid-ssd.txt" 2>&1 && rc=0 || rc=$?
+hssd=$(/usr/bin/python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+x = r["points"][0]["routes"][0]
+print(x["restore"]["bytes"] > 0 and x["hits"]["ssd"] > 0 and x["hits"]["dram"] == 0
+      and x["recovery"]["not_needed_bytes"] > 0 and r["verification"]["passed"])' "$work/hybrid-ssd.json" 2>/dev/null)
+[[ $rc -eq 0 && $hssd == True ]] && ok "hybrid restore-only: plans from SSD, verified" \
+  || { bad "hybrid restore-only (rc $rc, $hssd)"; tail -20 "$work/hybrid-ssd.txt"; }
+"$bench" --workload scale --model tiny-hybrid --manager "$manager" >/dev/null 2>&1 && rc=0 || rc=$?
+[[ $rc -eq 2 ]] && ok "--workload scale --model tiny-hybrid: exit 2" || bad "scale with a hybrid model: exit $rc"
+
+finish

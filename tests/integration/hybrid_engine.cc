@@ -8,7 +8,8 @@
 // with 16-token keys, and runs one subcommand:
 //   publish         chain keys 0..N-1: attn and swa blocks 0..N-1 from pages
 //                   0..N-1, the gdn checkpoints at 64, 128, ... <= 16 N from page
-//                   position / 16 - 1 (--skip-checkpoint P leaves one out)
+//                   position / 16 - 1 (--skip-checkpoint P leaves one out):
+//                   workload/hybrid.h's ChainPieces and HybridLayout
 //   restore-verify  query the chain of N keys, check P (--expect-prefix-tokens),
 //                   that the plan lists exactly the pieces P needs, each source's
 //                   tier (--expect-source), restore every source into page
@@ -29,6 +30,7 @@
 #include "engine_common.h"
 #include "orbitkv/client.h"
 #include "testing/host_pages.h"
+#include "workload/hybrid.h"
 
 namespace orbitkv::integration {
 namespace {
@@ -46,24 +48,6 @@ ModelDescription Description() {
   gdn.checkpoint_interval_tokens = kInterval;
   d.groups = {attn, swa, gdn};
   return d;
-}
-
-InstanceLayout Layout() {
-  InstanceLayout l;
-  l.num_pages = kPages;
-  for (uint32_t g = 0; g < kSlots.size(); ++g) {
-    GroupLayout gl;
-    gl.group_id = g;
-    gl.num_slots = static_cast<uint32_t>(kSlots[g].size());
-    gl.slot_bytes = kSlots[g];
-    for (uint32_t s = 0; s < kSlots[g].size(); ++s) {
-      gl.slots.push_back(
-          {s, static_cast<uint32_t>(l.region_bytes.size()), 0, kSlots[g][s], kSlots[g][s]});
-      l.region_bytes.push_back(kPages * kSlots[g][s]);
-    }
-    l.groups.push_back(std::move(gl));
-  }
-  return l;
 }
 
 struct Options {
@@ -124,7 +108,8 @@ int Fail(const std::string& what) {
 }
 
 int Run(const Options& o) {
-  InstanceLayout layout = Layout();
+  const ModelDescription d = Description();
+  InstanceLayout layout = demo::HybridLayout(d, kSlots, kPages);
   testing::HostPages pages(layout);
   ClientConfig cc;
   cc.socket_path = o.socket;
@@ -137,7 +122,7 @@ int Run(const Options& o) {
   RegisterRequest rr;
   rr.ns = o.ns;
   rr.layout = layout;
-  rr.model = Description();
+  rr.model = d;
   Result<InstanceId> inst = (*c)->RegisterInstance(rr, pages.fds());
   if (!inst.ok()) {
     std::fprintf(stderr, "register: %s\n", inst.status().ToString().c_str());
@@ -159,15 +144,10 @@ int Run(const Options& o) {
       skipped += r->skipped;
       return true;
     };
-    for (uint64_t b = 0; b < o.keys; ++b) {
-      if (!publish(0, b, b, b) || !publish(1, b, b, b)) return kCallFailed;
-    }
-    for (uint64_t pos = kInterval; pos <= o.keys * kKeyTokens; pos += kInterval) {
+    for (const demo::ChainPiece& p : demo::ChainPieces(d, 0, o.keys * kKeyTokens)) {
       bool skip = false;
-      for (uint64_t s : o.skip_checkpoints) skip |= s == pos;
-      if (!skip && !publish(2, pos, pos / kKeyTokens - 1, pos / kKeyTokens - 1)) {
-        return kCallFailed;
-      }
+      for (uint64_t s : o.skip_checkpoints) skip |= p.group == 2 && s == p.index;
+      if (!skip && !publish(p.group, p.index, p.key_index, p.key_index)) return kCallFailed;
     }
     std::printf("@ publish sealed=%u skipped=%u\n", sealed, skipped);
     return kOk;
@@ -190,11 +170,9 @@ int Run(const Options& o) {
                 std::to_string(o.expect_prefix_tokens));
   }
   // Exactly what P needs: attn [0, P), swa covering [P - W, P), gdn at P.
-  std::vector<std::pair<uint32_t, uint64_t>> want;
-  for (uint64_t b = 0; b < p / 16; ++b) want.push_back({0, b});
-  for (uint64_t b = p > kWindow ? (p - kWindow) / 16 : 0; b < p / 16; ++b) want.push_back({1, b});
-  if (p > 0) want.push_back({2, p});
-  std::vector<std::pair<uint32_t, uint64_t>> got;
+  std::vector<std::pair<uint32_t, uint64_t>> want, got;
+  for (const demo::ChainPiece& piece : demo::RequiredPieces(d, p))
+    want.push_back({piece.group, piece.index});
   for (const QuerySource& s : q->pieces) got.push_back({s.group, s.index});
   if (got != want) return Fail("the plan's pieces are not exactly those P needs");
   for (Tier t : q->sources) {
