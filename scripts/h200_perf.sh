@@ -5,8 +5,9 @@
 #   On the build machine (a CUDA build: -DCMAKE_CUDA_ARCHITECTURES=90
 #   -DORBITKV_STATIC_URING=ON, targets orbitkv-bench orbitkv-cache-manager):
 #     scripts/h200_perf.sh bundle BUILD_DIR BUNDLE_DIR
-#   copies the two executables (stripped) and the shared libraries a bare CUDA
-#   host may lack (spdlog, fmt, ISA-L) into BUNDLE_DIR.
+#   copies the executables (stripped: orbitkv-bench, orbitkv-cache-manager,
+#   copy_latency_bench) and the shared libraries a bare CUDA host may lack
+#   (spdlog, fmt, ISA-L) into BUNDLE_DIR.
 #
 #   On the GPU host, from the repository root:
 #     scripts/h200_perf.sh run BUNDLE_DIR OUT_DIR [SSD_DIR]
@@ -18,7 +19,9 @@
 #   each next to pinned cudaMemcpy H2D/D2H measured in the same run; then
 #   restore-only on the SSD routes (the disk ceiling from the bench's io_uring
 #   probe where fio is absent) and the scale workload (tiny model, 1M objects,
-#   1..16 engines). Every restored block is verified. Summaries go to stdout and
+#   1..16 engines), and copy_latency_bench (one block's copy below the Manager:
+#   cudaMemcpy ceiling, per-slot copies, the platform's three movers). Every
+#   restored block is verified. Summaries go to stdout and
 #   OUT_DIR/*.txt, reports to OUT_DIR/*.json. Exit status: the first failing
 #   run's (1: wrong bytes), else 0.
 set -uo pipefail
@@ -28,7 +31,8 @@ case "${1:-}" in
     build=${2:?usage: h200_perf.sh bundle BUILD_DIR BUNDLE_DIR}
     out=${3:?usage: h200_perf.sh bundle BUILD_DIR BUNDLE_DIR}
     mkdir -p "$out" || exit 1
-    for b in "$build/src/bench/orbitkv-bench" "$build/src/server/orbitkv-cache-manager"; do
+    for b in "$build/src/bench/orbitkv-bench" "$build/src/server/orbitkv-cache-manager" \
+             "$build/src/gpu/tests/copy_latency_bench"; do
       cp "$b" "$out/" && strip "$out/$(basename "$b")" || exit 1
     done
     for b in "$out/orbitkv-bench" "$out/orbitkv-cache-manager"; do
@@ -72,6 +76,11 @@ case "${1:-}" in
       --pool-size 1gib --routes ssd-uring,naive
     # Costs against work: host pages, the tiny model.
     one scale --workload scale --model tiny --scale-objects 1000000 --scale-engines 16
+    # One block's copy below the Manager (issue 18's per-block latency target).
+    echo "=== copy_latency_bench"
+    "$dir/copy_latency_bench" --iters 1000 | tee "$out/copy_latency.txt"
+    st=${PIPESTATUS[0]}
+    ((rc == 0 && st != 0)) && rc=$st
     echo "=== h200_perf.sh: exit $rc"
     exit $rc
     ;;

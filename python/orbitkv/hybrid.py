@@ -96,6 +96,17 @@ class ModelDescription:
         return {"key_block_tokens": self.key_block_tokens,
                 "groups": [g.to_dict() for g in self.groups]}
 
+    @staticmethod
+    def from_dict(d: Dict[str, Any]) -> "ModelDescription":
+        """The inverse of :meth:`to_dict` (e.g. a description recorded in JSON)."""
+        return ModelDescription(int(d["key_block_tokens"]), [
+            GroupDescription(g["name"], GroupKind(int(g["kind"])), int(g["storage_group"]),
+                             int(g["block_tokens"]), int(g["bytes"]),
+                             int(g.get("window_tokens", 0)),
+                             int(g.get("checkpoint_interval_tokens", 0)),
+                             [int(p) for p in g.get("checkpoint_positions", [])])
+            for g in d["groups"]])
+
     def validate(self, field: str = "model") -> None:
         """Raises ValueError with the C++ message (field first) for a bad description."""
         err = _validate(self, field)

@@ -58,6 +58,15 @@ the references are dropped. A storage freed in place while registered
 before each publish/restore (its address or size changed) and raises
 ``RuntimeError`` instead of letting the Manager touch freed memory.
 
+**Storage codec.** ``register_tensors(..., storage_codec="ans", head_dim=128)``
+asks the Manager for the namespace's SSD storage codec (``none``, ``ans``,
+``fp8``, ``turboquant-4``, ``turboquant-3``; ``""`` takes the Manager's
+``--storage-codec``); the element dtype is the tensors' (bfloat16 ``bf16``,
+float16 ``fp16``, float8_e4m3fn ``fp8_e4m3fn``; other dtypes send none, which
+the lossy codecs refuse) and ``head_dim`` the elements of one (token, head)
+vector, the last dimension of a page. The codec is part of the namespace's
+identity: instances of one name under different codecs never share objects.
+
 Errors: ``TypeError`` for non-tensors, ``ValueError`` for a wrong device
 (mixed devices, CPU tensors not from host_tensors, meta tensors), a
 non-contiguous page dimension, overlapping pages, mismatched dtypes or page
@@ -85,6 +94,7 @@ from ._orbitkv import (
 __all__ = [
     "TensorLayout",
     "TensorRegistration",
+    "codec_dtype",
     "derive_layout",
     "host_tensors",
     "register_tensors",
@@ -433,7 +443,8 @@ class TensorRegistration:
     their memory) until unregister(). Methods mirror orbitkv.Client's, with
     the instance and group filled in; page indices are along page_dim."""
 
-    def __init__(self, client: Client, ns: str, rank: int, tl: TensorLayout, tensors):
+    def __init__(self, client: Client, ns: str, rank: int, tl: TensorLayout, tensors,
+                 storage_codec: str = "", head_dim: int = 0):
         self.client = client
         self.ns = ns
         self.rank = rank
@@ -448,8 +459,10 @@ class TensorRegistration:
         self._storages = [t.untyped_storage() for t in self.tensors]
         self._fingerprint = [(s.data_ptr(), s.nbytes()) for s in self._storages]
         self._host_regions = tl.host_regions  # keeps the memfds open
+        self.storage_codec = storage_codec
         self.instance = client.register_instance(
-            ns, rank, tl.device, tl.layout, tl.host_regions, tl.ipc_handles or None
+            ns, rank, tl.device, tl.layout, tl.host_regions, tl.ipc_handles or None,
+            storage_codec=storage_codec, kv_dtype=codec_dtype(tl.dtype), head_dim=int(head_dim),
         )
 
     @property
@@ -528,6 +541,17 @@ class TensorRegistration:
         )
 
 
+_CODEC_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+if hasattr(torch, "float8_e4m3fn"):
+    _CODEC_DTYPES[torch.float8_e4m3fn] = "fp8_e4m3fn"
+
+
+def codec_dtype(dtype: torch.dtype) -> str:
+    """The storage codecs' name of `dtype` ("bf16", "fp16", "fp8_e4m3fn"), or ""
+    for one they do not describe (float32, ...)."""
+    return _CODEC_DTYPES.get(dtype, "")
+
+
 def register_tensors(
     client: Client,
     ns: str,
@@ -535,10 +559,16 @@ def register_tensors(
     tensors: Union[torch.Tensor, Sequence[torch.Tensor]],
     page_dim: PageDim = 0,
     group_id: int = 0,
+    *,
+    storage_codec: str = "",
+    head_dim: int = 0,
 ) -> TensorRegistration:
     """Registers `tensors` as one instance (one storage group) of namespace
     `ns`: device cuda:N for CUDA tensors, host for tensors from host_tensors.
-    See the module docstring for the page/slot rules and lifetimes."""
+    storage_codec / head_dim: the namespace's SSD storage codec ("" = the
+    Manager's --storage-codec) and the elements of one head vector (the lossy
+    codecs need it); the dtype is the tensors'. See the module docstring for
+    the page/slot rules and lifetimes."""
     tensors = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
     tl = derive_layout(tensors, page_dim, group_id)
-    return TensorRegistration(client, ns, rank, tl, tensors)
+    return TensorRegistration(client, ns, rank, tl, tensors, storage_codec, head_dim)

@@ -136,7 +136,12 @@ class PrefixCache:
     num_pages: pages in the registered pool (one 16-token block each);
     chunk_tokens: prefill chunk (the same chunking from the first computed
     token on, whatever was restored); rank: the instance's rank;
-    ttl_ms: query lease time."""
+    ttl_ms: query lease time; storage_codec: the namespace's SSD storage
+    codec ("" = the Manager's --storage-codec; none, ans, fp8, turboquant-4,
+    turboquant-3: the lossy ones need a bf16/fp16 model), with the model's
+    head_dim and dtype. The Manager keeps a fresh publish raw in DRAM and
+    encodes the SSD copy, so a restore from SSD of a lossy codec gives the
+    decoded (approximate) KV."""
 
     def __init__(
         self,
@@ -148,6 +153,7 @@ class PrefixCache:
         rank: int = 0,
         ttl_ms: int = 30000,
         ns: Optional[str] = None,
+        storage_codec: str = "",
     ):
         self.model = model
         self.client = client
@@ -166,7 +172,9 @@ class PrefixCache:
             self.pages = orbitkv_torch.host_tensors(shape, self.dtype, count=self.layers)
         else:
             raise ValueError(f"model on {self.device}: only cuda:N and cpu are supported")
-        self.reg = orbitkv_torch.register_tensors(client, self.ns, rank, self.pages, page_dim=0)
+        self.reg = orbitkv_torch.register_tensors(client, self.ns, rank, self.pages, page_dim=0,
+                                                  storage_codec=storage_codec,
+                                                  head_dim=self.head_dim)
         self.num_pages = num_pages
         self.block_bytes = self.reg.page_bytes
         # Keys whose restore failed with Corruption: later prefills stop their

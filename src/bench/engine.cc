@@ -137,14 +137,18 @@ class EngineRun {
     for (uint32_t i = 0; i < o_.probes; ++i) {
       const BlockKey& key = keys[rng() % keys.size()];
       std::span<const BlockKey> one(&key, 1);
+      std::unique_lock<std::mutex> alone;
+      if (o_.probe_mu != nullptr) alone = std::unique_lock<std::mutex>(*o_.probe_mu);
       ORBITKV_ASSIGN_OR_RETURN(Backend::Lookup lookup, backend_.Query(one));
       if (lookup.prefix == 0) continue;
       if (o_.verify) pages_.Poison(0);
       const uint32_t block = 0;
       const uint64_t page = 0;
-      const double t0 = Now();
+      CallSample call;
+      call.start = Now();
       Result<std::vector<BlockResult>> res = backend_.Restore(lookup, one, {&block, 1}, {&page, 1});
-      const double t1 = Now();
+      call.end = Now();
+      call.timeline = backend_.last_timeline();
       if (!res.ok() || res->empty() || !(*res)[0].status.ok()) continue;
       ++out_.restored_blocks;
       if (o_.verify) {
@@ -156,7 +160,10 @@ class EngineRun {
           continue;
         }
       }
-      out_.probes.push_back({(*res)[0].source, t1 - t0});
+      call.tier = (*res)[0].source;
+      call.blocks = 1;
+      call.bytes = block_bytes_;
+      out_.probes.push_back(std::move(call));
     }
     return Status::OK();
   }

@@ -6,7 +6,9 @@
 // against the key's content (unless verification is off), writes the blocks it
 // did not restore ("prefill") and publishes them. After the plan's phases it
 // runs the per-block latency probes (single-block restores) in phase
-// plan.phases.size(). Failures abort the gate and come back as the status.
+// plan.phases.size(), one in flight across all engines at a time (the
+// target is the latency of a restore alone; scale measures it under load). Failures abort the gate
+// and come back as the status.
 #pragma once
 
 #include <atomic>
@@ -14,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "bench/backend.h"
@@ -38,7 +41,8 @@ struct EngineOptions {
   bool page_first = false;  // pages in a page-first layout (else split)
   uint32_t block_tokens = 16;
   bool verify = true;
-  uint32_t probes = 0;  // single-block restores after the plan
+  uint32_t probes = 0;             // single-block restores after the plan
+  std::mutex* probe_mu = nullptr;  // shared by the engines: held across each probe
   // Tests: every Nth restored block is overwritten before it is checked, so
   // verification must catch it (0: never).
   uint32_t corrupt_every = 0;

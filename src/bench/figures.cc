@@ -95,7 +95,7 @@ RouteFigures ComputeFigures(const RouteRunResult& run, uint64_t block_bytes, uin
   RouteFigures f;
   f.route = run.route;
   const Tier tier = Info(run.route).tier;
-  std::vector<const CallSample*> mine, other, pubs;
+  std::vector<const CallSample*> mine, other, pubs, probes;
   std::vector<double> request_s, probe_s, ttft_s, recompute_s;
   double restored_prefill_s = 0, restored_restore_s = 0, mover_cpu = 0;
   uint64_t ssd_kv_bytes = 0;
@@ -110,8 +110,11 @@ RouteFigures ComputeFigures(const RouteRunResult& run, uint64_t block_bytes, uin
       pubs.push_back(&c);
       mover_cpu += c.cpu;
     }
-    for (const ProbeSample& p : e.probes)
-      if (p.tier == tier) probe_s.push_back(p.seconds);
+    for (const CallSample& p : e.probes) {
+      if (p.tier != tier) continue;
+      probe_s.push_back(p.end - p.start);
+      probes.push_back(&p);
+    }
     for (const RequestSample& r : e.requests) {
       ++f.requests;
       f.queried += r.queried;
@@ -140,6 +143,7 @@ RouteFigures ComputeFigures(const RouteRunResult& run, uint64_t block_bytes, uin
   f.publish = Sum(pubs);
   f.request_ms = QuantilesMs(request_s);
   f.stages = Stages(mine);
+  f.probe_stages = Stages(probes);
   f.block_ms = QuantilesMs(probe_s);
   f.prefill_tokens_per_s = rate;
   f.ttft_ms = QuantilesMs(ttft_s);

@@ -51,9 +51,10 @@ struct RouteFigures {
   Throughput restore;        // restores through this route's tier
   Throughput restore_other;  // restores the run served from the other tier
   Throughput publish;
-  Quantiles block_ms;    // single-block restores (probes) through the route's tier
-  Quantiles request_ms;  // the workload's Restore calls through the route's tier
-  StageFigures stages;   // of those calls
+  Quantiles block_ms;         // single-block restores (probes) through the route's tier
+  Quantiles request_ms;       // the workload's Restore calls through the route's tier
+  StageFigures stages;        // of those calls
+  StageFigures probe_stages;  // of the single-block probes
   uint64_t requests = 0;
   uint64_t queried = 0, hit_dram = 0, hit_ssd = 0, failed = 0, missed = 0;
   // TTFT model: query + restore + prefill of the rest, against prefilling it all.

@@ -78,6 +78,16 @@ json QuantilesJson(const Quantiles& q) {
   return {{"n", q.n}, {"p50", q.p50}, {"p99", q.p99}, {"max", q.max}, {"mean", q.mean}};
 }
 
+json StagesJson(const StageFigures& t) {
+  return {{"calls", t.calls},
+          {"take", QuantilesJson(t.take)},
+          {"wait_for_io", QuantilesJson(t.wait)},
+          {"io", QuantilesJson(t.io)},
+          {"copy", QuantilesJson(t.copy)},
+          {"finish", QuantilesJson(t.finish)},
+          {"client_and_wire", QuantilesJson(t.client)}};
+}
+
 // mean p50/p99 of one stage, ms.
 std::string Stage(const Quantiles& q) {
   if (q.n == 0) return "-";
@@ -316,11 +326,15 @@ void PrintSummary(std::FILE* out, const BenchReport& r) {
     line(fmt::format("    {:<12} {:>6} {:>21} {:>21} {:>21} {:>21} {:>21} {:>21}", "route", "calls",
                      "take", "wait for I/O", "I/O", "copy", "finish", "client+wire"));
     for (const RouteFigures& f : p.routes) {
-      if (f.stages.calls == 0) continue;
-      const StageFigures& t = f.stages;
-      line(fmt::format("    {:<12} {:>6} {:>21} {:>21} {:>21} {:>21} {:>21} {:>21}",
-                       Info(f.route).name, t.calls, Stage(t.take), Stage(t.wait), Stage(t.io),
-                       Stage(t.copy), Stage(t.finish), Stage(t.client)));
+      // The workload's calls, then the one-block probes (the per-block latency target).
+      for (const auto& [t, suffix] :
+           {std::pair{&f.stages, ""}, std::pair{&f.probe_stages, " 1blk"}}) {
+        if (t->calls == 0) continue;
+        line(fmt::format("    {:<12} {:>6} {:>21} {:>21} {:>21} {:>21} {:>21} {:>21}",
+                         std::string(Info(f.route).name) + suffix, t->calls, Stage(t->take),
+                         Stage(t->wait), Stage(t->io), Stage(t->copy), Stage(t->finish),
+                         Stage(t->client)));
+      }
     }
 
     line("  publish");
@@ -476,13 +490,8 @@ json ToJson(const BenchReport& r) {
       jr["publish"]["ceiling"] = CeilingName(p, pc);
       jr["latency_ms"] = {{"per_block", QuantilesJson(f.block_ms)},
                           {"per_request", QuantilesJson(f.request_ms)}};
-      jr["timeline_ms"] = {{"calls", f.stages.calls},
-                           {"take", QuantilesJson(f.stages.take)},
-                           {"wait_for_io", QuantilesJson(f.stages.wait)},
-                           {"io", QuantilesJson(f.stages.io)},
-                           {"copy", QuantilesJson(f.stages.copy)},
-                           {"finish", QuantilesJson(f.stages.finish)},
-                           {"client_and_wire", QuantilesJson(f.stages.client)}};
+      jr["timeline_ms"] = StagesJson(f.stages);
+      jr["probe_timeline_ms"] = StagesJson(f.probe_stages);
       jr["hits"] = {{"requests", f.requests}, {"queried", f.queried}, {"dram", f.hit_dram},
                     {"ssd", f.hit_ssd},       {"failed", f.failed},   {"missed", f.missed}};
       jr["ttft"] = {{"prefill_tokens_per_s", f.prefill_tokens_per_s},

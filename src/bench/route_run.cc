@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <thread>
 
@@ -92,6 +93,7 @@ class Driver {
     gate_ = &gate;
     epoch_ = Clock::now();
     std::vector<EngineOptions> opts(engines);
+    std::mutex probe_mu;  // one latency probe in flight at a time
     std::vector<Status> statuses(engines);
     out_.engines.resize(engines);
     std::vector<std::thread> threads;
@@ -105,6 +107,7 @@ class Driver {
       o.block_tokens = c_.block_tokens;
       o.verify = c_.verify;
       o.probes = c_.probes_per_engine;
+      o.probe_mu = &probe_mu;
       o.corrupt_every = c_.corrupt_every;
       o.seed = c_.seed;
       o.epoch = epoch_;

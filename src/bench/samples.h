@@ -35,20 +35,14 @@ struct RequestSample {
   bool queried_cache = false;
 };
 
-// One single-block restore after the workload (per-block latency).
-struct ProbeSample {
-  Tier tier = Tier::kNone;
-  double seconds = 0;
-};
-
 struct EngineSamples {
   std::vector<CallSample> restores, publishes;  // measured phases only
   std::vector<RequestSample> requests;          // measured phases only
-  std::vector<ProbeSample> probes;
-  uint64_t verified_blocks = 0;  // restored blocks checked byte for byte (all phases)
-  uint64_t mismatched = 0;       // of those, wrong bytes
-  uint64_t restored_blocks = 0;  // all phases
-  uint64_t dropped = 0;          // publishes the store had no room for
+  std::vector<CallSample> probes;  // single-block restores after the workload (per-block latency)
+  uint64_t verified_blocks = 0;    // restored blocks checked byte for byte (all phases)
+  uint64_t mismatched = 0;         // of those, wrong bytes
+  uint64_t restored_blocks = 0;    // all phases
+  uint64_t dropped = 0;            // publishes the store had no room for
   std::string first_restore_error;
 };
 

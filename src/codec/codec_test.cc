@@ -187,5 +187,47 @@ TEST(CodecFrameTest, EncodeRejectsWhatDoesNotFit) {
   EXPECT_EQ(MaxEncodedSize(CodecId::kNone, {}, 300), 300u);
 }
 
+// The CPU encoders' exact bytes, pinned (size and CRC32C of each frame) on
+// hashed KV-like inputs with and without special values, every codec, both
+// 16-bit dtypes, head_dims 32 to 1024, odd element counts: a change to an
+// encoder (a faster loop, a SIMD path) must keep every byte, since the GPU
+// encoder and decoder are held to the CPU's (tests/gpu/codec_cuda_test.cc) and
+// frames on SSD outlive the binary. The TurboQuant codebook in the frame comes
+// from libm's exp/log1p in double, rounded to float.
+TEST(CodecBytesTest, EncodedFramesArePinned) {
+  struct Case {
+    CodecId id;
+    DType dtype;
+    uint32_t head_dim;
+    size_t elems;
+    uint64_t seed;
+    bool specials;
+    size_t frame_size;
+    uint32_t crc;
+  };
+  const Case cases[] = {
+      {CodecId::kAns, DType::kBf16, 128, 1048576, 1, false, 1478060, 0xac0b1fbeu},
+      {CodecId::kAns, DType::kBf16, 128, 65632, 2, true, 95076, 0x6c9c3666u},
+      {CodecId::kAns, DType::kFp16, 64, 100000, 3, true, 180760, 0x64c0f4a3u},
+      {CodecId::kFp8, DType::kBf16, 128, 65536, 4, true, 67616, 0x7e80c141u},
+      {CodecId::kFp8, DType::kFp16, 96, 28800, 5, true, 30032, 0x4f31cadeu},
+      {CodecId::kTurboQuant4, DType::kBf16, 128, 262144, 6, false, 139376, 0x3f2484f3u},
+      {CodecId::kTurboQuant4, DType::kFp16, 32, 16000, 7, true, 10112, 0x50b3e047u},
+      {CodecId::kTurboQuant4, DType::kBf16, 1024, 40960, 8, true, 20752, 0x20af8d8cu},
+      {CodecId::kTurboQuant3, DType::kBf16, 128, 262144, 9, false, 106576, 0xdf0f4fc6u},
+      {CodecId::kTurboQuant3, DType::kFp16, 64, 44800, 10, true, 19680, 0x5246bb60u},
+      {CodecId::kTurboQuant3, DType::kBf16, 256, 23040, 11, true, 9080, 0x9e813cceu},
+  };
+  for (const Case& c : cases) {
+    const auto raw = testing::HashedKvSegment(c.elems, c.dtype, c.head_dim, c.seed, c.specials);
+    const auto frame = EncodeOrDie(c.id, {c.dtype, c.head_dim}, raw);
+    EXPECT_EQ(frame.size(), c.frame_size) << CodecName(c.id) << " seed " << c.seed;
+    EXPECT_EQ(Crc32c(frame), c.crc) << CodecName(c.id) << " seed " << c.seed;
+    std::vector<uint8_t> back(raw.size());
+    ASSERT_TRUE(Decode(frame, back).ok()) << CodecName(c.id) << " seed " << c.seed;
+    if (CodecIsLossless(c.id)) EXPECT_EQ(back, raw) << "seed " << c.seed;
+  }
+}
+
 }  // namespace
 }  // namespace orbitkv::codec

@@ -33,6 +33,36 @@ inline std::vector<uint8_t> KvLikeSegment(size_t elems, DType dtype, uint32_t he
   return out;
 }
 
+// KV-like elements from an integer hash only (no <random> distributions, whose
+// output may differ between standard libraries): each value a sum of four
+// uniforms in (-1, 1) times a per-channel scale in [1/16, 4), every 29th channel
+// 20x, and with `specials` one element in 97 NaN, +-Inf, a denormal or +-0. The
+// same bytes on every host, so encoded frames can be pinned (codec_test).
+inline std::vector<uint8_t> HashedKvSegment(size_t elems, DType dtype, uint32_t head_dim,
+                                            uint64_t seed, bool specials) {
+  const bool bf16 = dtype == DType::kBf16;
+  std::vector<uint8_t> out(elems * 2);
+  for (size_t i = 0; i < elems; ++i) {
+    const uint64_t c = i % head_dim;
+    const uint64_t hc = SplitMix64(seed * 0x100000001b3ull + c);
+    float scale = 0.0625f + static_cast<float>(hc >> 40) * (3.9375f / 16777216.0f);
+    if (c % 29 == 0) scale *= 20.0f;
+    const uint64_t h = SplitMix64(seed ^ (0xa0761d6478bd642full * (i + 1)));
+    float v = 0;
+    for (int k = 0; k < 4; ++k) {
+      v += static_cast<float>((h >> (16 * k)) & 0xffff) * (2.0f / 65536.0f) - 1.0f;
+    }
+    uint16_t bits = FloatToHalf16(v * scale, bf16);
+    if (specials && h % 97 == 0) {
+      const uint16_t special[2][6] = {{0x7fc0, 0x7f80, 0xff80, 0x0001, 0x0000, 0x8000},
+                                      {0x7e00, 0x7c00, 0xfc00, 0x0001, 0x0000, 0x8000}};
+      bits = special[bf16 ? 0 : 1][(h >> 8) % 6];
+    }
+    Store16(out.data() + 2 * i, bits);
+  }
+  return out;
+}
+
 inline std::vector<uint8_t> RandomBytes(size_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::vector<uint8_t> out(n);

@@ -6,6 +6,7 @@
 // nearest centroid of the Lloyd-Max codebook for the coordinate distribution.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <string>
@@ -84,29 +85,172 @@ const Codebook& CachedCodebook(uint32_t dim, uint32_t bits) {
   return it->second;  // map nodes are stable
 }
 
+// Eight floats (the GCC/Clang vector extension: two SSE registers on x86-64
+// by default, one AVX2 register in the avx2 clones below; NEON on arm64).
+// Element-wise operations on them round exactly as the scalar ones do, so the
+// vector loops give the scalar reference's bytes (and the CUDA kernels',
+// which follow the same operation order); no FMA is ever formed
+// (-ffp-contract=off, and the clones do not enable it).
+using F8 = float __attribute__((vector_size(32)));
+using I8 = int32_t __attribute__((vector_size(32)));
+using U8 = uint32_t __attribute__((vector_size(32)));
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(ORBITKV_CODEC_NO_CLONES)
+// An AVX2 and a baseline version, chosen at load time by the CPU (ifunc);
+// -DORBITKV_CODEC_NO_CLONES builds the baseline alone (to compare bytes).
+#define OKV_TQ_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define OKV_TQ_CLONES
+#endif
+
+// Internal, inlined helpers: the 32-byte vector ABI note (-Wpsabi) does not apply.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+template <typename V, typename T>
+inline V LoadV(const T* p) {
+  V v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+template <typename V, typename T>
+inline void StoreV(T* p, const V& v) {
+  std::memcpy(p, &v, sizeof v);
+}
+
 // In-place unnormalised Walsh-Hadamard transform; the butterfly order is the
-// CUDA decoder's (each stage's a + b, a - b on the same operands).
-void Fwht(float* v, uint32_t d) {
-  for (uint32_t h = 1; h < d; h *= 2) {
+// CUDA decoder's (each stage's a + b, a - b on the same operands). d is a
+// power of two >= 32: stages h = 1, 2, 4 run inside each group of eight (the
+// operands shuffled into place), later ones eight butterflies at once.
+inline __attribute__((always_inline)) void Fwht(float* v, uint32_t d) {
+  for (uint32_t i = 0; i < d; i += 8) {
+    F8 x = LoadV<F8>(v + i);
+    F8 a = __builtin_shufflevector(x, x, 0, 0, 2, 2, 4, 4, 6, 6);
+    F8 b = __builtin_shufflevector(x, x, 1, 1, 3, 3, 5, 5, 7, 7);
+    x = __builtin_shufflevector(a + b, a - b, 0, 9, 2, 11, 4, 13, 6, 15);
+    a = __builtin_shufflevector(x, x, 0, 1, 0, 1, 4, 5, 4, 5);
+    b = __builtin_shufflevector(x, x, 2, 3, 2, 3, 6, 7, 6, 7);
+    x = __builtin_shufflevector(a + b, a - b, 0, 1, 10, 11, 4, 5, 14, 15);
+    a = __builtin_shufflevector(x, x, 0, 1, 2, 3, 0, 1, 2, 3);
+    b = __builtin_shufflevector(x, x, 4, 5, 6, 7, 4, 5, 6, 7);
+    StoreV(v + i, __builtin_shufflevector(a + b, a - b, 0, 1, 2, 3, 12, 13, 14, 15));
+  }
+  for (uint32_t h = 8; h < d; h *= 2) {
     for (uint32_t i = 0; i < d; i += 2 * h) {
-      for (uint32_t j = i; j < i + h; ++j) {
-        const float a = v[j], b = v[j + h];
-        v[j] = a + b;
-        v[j + h] = a - b;
+      for (uint32_t j = i; j < i + h; j += 8) {
+        const F8 a = LoadV<F8>(v + j), b = LoadV<F8>(v + j + h);
+        StoreV(v + j, a + b);
+        StoreV(v + j + h, a - b);
       }
     }
   }
 }
 
-// The sign bits of one round, hashed once per frame.
-std::vector<uint8_t> Signs(uint32_t d, uint64_t seed, uint32_t round) {
-  std::vector<uint8_t> neg(d);
-  for (uint32_t k = 0; k < d; ++k) neg[k] = TurboQuantSignNegative(seed, round, k);
+// The sign bits of one round, hashed once per frame, as float sign masks
+// (0x80000000 where the coordinate is negated).
+std::vector<uint32_t> Signs(uint32_t d, uint64_t seed, uint32_t round) {
+  std::vector<uint32_t> neg(d);
+  for (uint32_t k = 0; k < d; ++k)
+    neg[k] = TurboQuantSignNegative(seed, round, k) ? 0x80000000u : 0;
   return neg;
 }
 
-void ApplySigns(float* v, const std::vector<uint8_t>& neg) {
-  for (size_t k = 0; k < neg.size(); ++k) v[k] = FlipSign(v[k], neg[k] != 0);
+// FlipSign of each coordinate (d a multiple of 8).
+inline __attribute__((always_inline)) void ApplySigns(float* v, const uint32_t* neg, uint32_t d) {
+  for (uint32_t k = 0; k < d; k += 8) StoreV(v + k, LoadV<U8>(v + k) ^ LoadV<U8>(neg + k));
+}
+
+// Packs d indices of `bits` bits, little-endian bit order: index k occupies
+// bits [k * bits, (k + 1) * bits) of dst (dst zeroed for the generic form).
+void PackIndices(const uint8_t* q, uint32_t d, uint32_t bits, uint8_t* dst) {
+  if (bits == 4) {
+    for (uint32_t k = 0; k < d; k += 2) dst[k / 2] = static_cast<uint8_t>(q[k] | q[k + 1] << 4);
+  } else if (bits == 3) {
+    for (uint32_t k = 0; k < d; k += 8) {  // eight indices, three bytes
+      uint32_t w = 0;
+      for (uint32_t j = 0; j < 8; ++j) w |= uint32_t{q[k + j]} << (3 * j);
+      uint8_t* o = dst + k / 8 * 3;
+      o[0] = static_cast<uint8_t>(w);
+      o[1] = static_cast<uint8_t>(w >> 8);
+      o[2] = static_cast<uint8_t>(w >> 16);
+    }
+  } else {
+    for (uint32_t k = 0; k < d; ++k) {
+      const uint32_t bit = k * bits;
+      // An index straddles at most two bytes (bits <= 8).
+      const uint32_t word = uint32_t{q[k]} << (bit % 8);
+      dst[bit / 8] |= static_cast<uint8_t>(word);
+      if ((bit % 8) + bits > 8) dst[bit / 8 + 1] |= static_cast<uint8_t>(word >> 8);
+    }
+  }
+}
+
+// Encodes `vectors` head vectors of d elements at x: norms (fp32) and packed
+// indices (zeroed by the caller). One function per target (OKV_TQ_CLONES).
+OKV_TQ_CLONES void EncodeVectors(const uint8_t* x, uint64_t vectors, uint32_t d, uint32_t bits,
+                                 bool bf16, const std::vector<float>& boundary,
+                                 const uint32_t* neg0, const uint32_t* neg1, uint8_t* norms,
+                                 uint8_t* packed) {
+  const size_t vec_bytes = size_t{d} * bits / 8;
+  const F8 scale = F8{} + 1.0f / static_cast<float>(d);
+  std::vector<float> v(d);
+  std::vector<uint8_t> q(d);
+  for (uint64_t n = 0; n < vectors; ++n, x += 2 * size_t{d}) {
+    for (uint32_t k = 0; k < d; ++k) v[k] = Half16ToFloat(Load16(x + 2 * k), bf16);
+    double ss = 0;  // in element order: the norm's bits depend on it
+    for (uint32_t k = 0; k < d; ++k) ss += double(v[k]) * double(v[k]);
+    float norm = static_cast<float>(std::sqrt(ss));
+    if (!std::isfinite(norm)) norm = std::numeric_limits<float>::quiet_NaN();
+    Store32(norms + 4 * n, FloatToBits(norm));
+    if (norm > 0 && std::isfinite(norm)) {
+      const F8 nv = F8{} + norm;
+      for (uint32_t k = 0; k < d; k += 8) StoreV(&v[k], LoadV<F8>(&v[k]) / nv);
+    } else {
+      std::fill(v.begin(), v.end(), 0.0f);
+    }
+    ApplySigns(v.data(), neg0, d);
+    Fwht(v.data(), d);
+    ApplySigns(v.data(), neg1, d);
+    Fwht(v.data(), d);
+    // The index is the number of boundaries below y / d (NaN: none).
+    for (uint32_t k = 0; k < d; k += 8) {
+      const F8 y = LoadV<F8>(&v[k]) * scale;
+      I8 idx = {};
+      for (float b : boundary) idx -= y > (F8{} + b);  // true is -1
+      for (uint32_t j = 0; j < 8; ++j) q[k + j] = static_cast<uint8_t>(idx[j]);
+    }
+    PackIndices(q.data(), d, bits, packed + n * vec_bytes);
+  }
+}
+
+// Decodes `vectors` head vectors into out (bf16 or fp16): centroid c[index],
+// the inverse rotation, times norm / d.
+OKV_TQ_CLONES void DecodeVectors(const uint8_t* packed, const uint8_t* norms, uint64_t vectors,
+                                 uint32_t d, uint32_t bits, bool bf16, const float* c,
+                                 const uint32_t* neg0, const uint32_t* neg1, uint8_t* out) {
+  const size_t vec_bytes = size_t{d} * bits / 8;
+  const float inv_d = 1.0f / static_cast<float>(d);
+  const uint32_t mask = (1u << bits) - 1;
+  std::vector<float> v(d);
+  for (uint64_t n = 0; n < vectors; ++n) {
+    const uint8_t* src = packed + n * vec_bytes;
+    for (uint32_t k = 0; k < d; ++k) {
+      const uint32_t bit = k * bits;
+      uint32_t word = src[bit / 8];
+      if ((bit % 8) + bits > 8) word |= uint32_t{src[bit / 8 + 1]} << 8;
+      v[k] = c[(word >> (bit % 8)) & mask];
+    }
+    Fwht(v.data(), d);
+    ApplySigns(v.data(), neg1, d);
+    Fwht(v.data(), d);
+    const float norm = BitsToFloat(Load32(norms + 4 * n));
+    uint8_t* dst = out + n * d * 2;
+    for (uint32_t k = 0; k < d; ++k) {
+      const float u = BitsToFloat(FloatToBits(v[k]) ^ neg0[k]) * inv_d;
+      Store16(dst + 2 * k, FloatToHalf16(u * norm, bf16));
+    }
+  }
 }
 
 size_t FrameSize(uint32_t bits, uint64_t vectors, uint32_t dim) {
@@ -180,40 +324,11 @@ Result<size_t> TurboQuantEncode(uint32_t bits, const SegmentInfo& info,
 
   uint8_t* norms = o + kTqCodebookOffset + 4 * levels;
   uint8_t* packed = norms + 4 * vectors;
-  const size_t vec_bytes = size_t{d} * bits / 8;
-  std::fill(packed, packed + vectors * vec_bytes, 0);
-  const float inv_d = 1.0f / static_cast<float>(d);
-  const std::vector<uint8_t> neg0 = Signs(d, options.turboquant_seed, 0);
-  const std::vector<uint8_t> neg1 = Signs(d, options.turboquant_seed, 1);
-  std::vector<float> v(d);
-  for (uint64_t n = 0; n < vectors; ++n) {
-    const uint8_t* x = raw.data() + n * d * 2;
-    double ss = 0;
-    for (uint32_t k = 0; k < d; ++k) {
-      v[k] = Half16ToFloat(Load16(x + 2 * k), bf16);
-      ss += double(v[k]) * double(v[k]);
-    }
-    float norm = static_cast<float>(std::sqrt(ss));
-    if (!std::isfinite(norm)) norm = std::numeric_limits<float>::quiet_NaN();
-    Store32(norms + 4 * n, FloatToBits(norm));
-    const bool scale = norm > 0 && std::isfinite(norm);
-    for (uint32_t k = 0; k < d; ++k) v[k] = scale ? v[k] / norm : 0.0f;
-    ApplySigns(v.data(), neg0);
-    Fwht(v.data(), d);
-    ApplySigns(v.data(), neg1);
-    Fwht(v.data(), d);
-    uint8_t* dst = packed + n * vec_bytes;
-    for (uint32_t k = 0; k < d; ++k) {
-      const float y = v[k] * inv_d;
-      uint32_t idx = 0;
-      for (float b : boundary) idx += y > b ? 1 : 0;
-      const uint32_t bit = k * bits;
-      // An index straddles at most two bytes (bits <= 8).
-      const uint32_t word = idx << (bit % 8);
-      dst[bit / 8] |= static_cast<uint8_t>(word);
-      if ((bit % 8) + bits > 8) dst[bit / 8 + 1] |= static_cast<uint8_t>(word >> 8);
-    }
-  }
+  std::fill(packed, packed + vectors * (size_t{d} * bits / 8), 0);
+  const std::vector<uint32_t> neg0 = Signs(d, options.turboquant_seed, 0);
+  const std::vector<uint32_t> neg1 = Signs(d, options.turboquant_seed, 1);
+  EncodeVectors(raw.data(), vectors, d, bits, bf16, boundary, neg0.data(), neg1.data(), norms,
+                packed);
   return size;
 }
 
@@ -237,31 +352,10 @@ Status TurboQuantDecode(uint32_t bits, const FrameInfo& fi, std::span<const uint
   for (uint32_t k = 0; k < levels; ++k) c[k] = BitsToFloat(Load32(f + kTqCodebookOffset + 4 * k));
   const uint8_t* norms = f + kTqCodebookOffset + 4 * levels;
   const uint8_t* packed = norms + 4 * vectors;
-  const size_t vec_bytes = size_t{d} * bits / 8;
   const bool bf16 = fi.dtype == DType::kBf16;
-  const float inv_d = 1.0f / static_cast<float>(d);
-  const uint32_t mask = levels - 1;
-  const std::vector<uint8_t> neg0 = Signs(d, seed, 0);
-  const std::vector<uint8_t> neg1 = Signs(d, seed, 1);
-  std::vector<float> v(d);
-  for (uint64_t n = 0; n < vectors; ++n) {
-    const uint8_t* src = packed + n * vec_bytes;
-    for (uint32_t k = 0; k < d; ++k) {
-      const uint32_t bit = k * bits;
-      uint32_t word = src[bit / 8];
-      if ((bit % 8) + bits > 8) word |= uint32_t{src[bit / 8 + 1]} << 8;
-      v[k] = c[(word >> (bit % 8)) & mask];
-    }
-    Fwht(v.data(), d);
-    ApplySigns(v.data(), neg1);
-    Fwht(v.data(), d);
-    const float norm = BitsToFloat(Load32(norms + 4 * n));
-    uint8_t* dst = out.data() + n * d * 2;
-    for (uint32_t k = 0; k < d; ++k) {
-      const float u = FlipSign(v[k], neg0[k] != 0) * inv_d;
-      Store16(dst + 2 * k, FloatToHalf16(u * norm, bf16));
-    }
-  }
+  const std::vector<uint32_t> neg0 = Signs(d, seed, 0);
+  const std::vector<uint32_t> neg1 = Signs(d, seed, 1);
+  DecodeVectors(packed, norms, vectors, d, bits, bf16, c, neg0.data(), neg1.data(), out.data());
   return Status::OK();
 }
 

@@ -87,6 +87,12 @@ class Instance {
   // Runs `ops` on the H2D (to_device) or D2H stream and waits for this job's
   // own event. OK at once when ops is empty.
   Status CopyAndWait(bool to_device, std::span<const gpu::CopyOp> ops) EXCLUDES(h2d_mu_, d2h_mu_);
+  // D2H `ops`, then the CRC32C of each range of `crcs` (engine pages) into
+  // `out` (pinned or device memory, crcs.size() entries), on the D2H stream;
+  // waits for both (one event). Publish's batches: the segment CRCs on the
+  // GPU, not the CPU.
+  Status CopyToHostWithCrcs(std::span<const gpu::CopyOp> ops, std::span<const gpu::CrcOp> crcs,
+                            uint32_t* out) EXCLUDES(d2h_mu_);
   // CRC32C of each slot's bytes of `page` (g.slots order) into pinned `out`,
   // computed on the D2H stream.
   Status PageCrcs(const GroupLayout& g, uint64_t page, uint32_t* out) EXCLUDES(d2h_mu_);

@@ -76,6 +76,9 @@ struct ManagerConfig {
   uint64_t read_staging_bytes = 0;
   // How long a Publish waits for writeback to free pool room before dropping.
   std::chrono::milliseconds publish_wait{2000};
+  // CUDA pages: Publish computes the segment CRCs on the GPU (off: on the CPU
+  // from the pool copy, as host pages always do; tests compare the two).
+  bool publish_gpu_crc = true;
   // Registers the pinned pool and staging with the GPU runtime (src/gpu's
   // HostMemoryHooks); empty on hosts without CUDA.
   std::function<Status(void*, uint64_t)> register_host_memory;

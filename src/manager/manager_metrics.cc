@@ -17,6 +17,13 @@ ManagerMetrics ManagerMetrics::Register(MetricsRegistry& m, bool ssd, bool cost_
   x.bytes_restore_ssd = route("restore_ssd_uring");
   x.bytes_writeback = route("writeback_ssd");
   x.bytes_prepare = route("prepare_ssd");
+  const char* crc =
+      "Published bytes whose segment CRC32C was computed, by where: the GPU (CUDA pages) or the "
+      "CPU (host pages, or a CUDA batch without pinned scratch or redone after a copy error).";
+  x.publish_crc_gpu_bytes =
+      m.GetCounter("orbitkv_publish_crc_bytes_total", crc, {{"where", "gpu"}});
+  x.publish_crc_cpu_bytes =
+      m.GetCounter("orbitkv_publish_crc_bytes_total", crc, {{"where", "cpu"}});
   x.publish_objects = m.GetCounter("orbitkv_publish_objects_total", "Objects sealed in DRAM.");
   x.publish_skipped = m.GetCounter("orbitkv_publish_skipped_total",
                                    "Published blocks already cached (DRAM or SSD).");

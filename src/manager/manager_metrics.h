@@ -16,6 +16,7 @@ struct ManagerMetrics {
   Counter *restore_blocks_ok, *restore_blocks_failed, *restore_cancelled, *queries_expired;
   Counter *budget_cuts_manager, *budget_cuts_session, *assemblies_aborted;
   Counter *gpu_write_fallbacks, *backend_fallbacks;
+  Counter *publish_crc_gpu_bytes, *publish_crc_cpu_bytes;
   Histogram *publish_seconds, *restore_seconds, *query_seconds;
   // Opt-in (ManagerOptions::cost_observations); null otherwise.
   Histogram *cost_uring = nullptr, *cost_cufile = nullptr;

@@ -4,6 +4,7 @@
 // their pages to SSD through cuFile (CufileRoute).
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <unordered_set>
 
 #include "manager/manager_impl.h"
@@ -101,7 +102,32 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
   // the objects before the one that fails are stored, as one copy per object
   // would have stored them.
   auto flush = [&]() -> Status {
-    Status copy_error = inst->CopyAndWait(/*to_device=*/false, ops);
+    // CUDA pages: the segment CRCs come from the GPU (the CRC32C kernel over
+    // the same page bytes, after the D2H on its stream) into pinned scratch
+    // of the pool, so the CPU never reads the payload. No scratch, a CRC
+    // launch that fails, or a batch redone object by object: the CPU CRCs
+    // the pool copy as before.
+    const size_t per_object = slots.size();
+    std::vector<gpu::CrcOp> crc_ops;
+    std::optional<DramView> crc_out;
+    if (inst->cuda() && !batch.empty() && x.config.publish_gpu_crc) {
+      Result<DramView> scratch =
+          x.dram->AllocateScratch(batch.size() * per_object * sizeof(uint32_t));
+      if (scratch.ok()) {
+        crc_out = *scratch;
+        crc_ops.reserve(batch.size() * per_object);
+        for (const Pending& p : batch) {
+          for (const SlotLayout* sl : slots) {
+            crc_ops.push_back({inst->DevicePage(*sl, p.page), sl->bytes_per_page});
+          }
+        }
+      }
+    }
+    Status copy_error =
+        crc_out ? inst->CopyToHostWithCrcs(ops, crc_ops, reinterpret_cast<uint32_t*>(crc_out->data))
+                : inst->CopyAndWait(/*to_device=*/false, ops);
+    const uint32_t* gpu_crcs = nullptr;
+    if (crc_out && copy_error.ok()) gpu_crcs = reinterpret_cast<const uint32_t*>(crc_out->data);
     size_t copied_ok = batch.size();
     if (!copy_error.ok()) {
       copy_error = Status::OK();
@@ -124,12 +150,16 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
         x.dram->AbortAssembly(p.view);
         continue;
       }
-      // This call's slots' payload CRCs, from the pool copy (what SSD gets).
-      for (const SlotLayout* sl : slots) {
+      // This call's slots' payload CRCs: of the page bytes the pool copy
+      // holds (what SSD gets), from the GPU or from the pool copy.
+      for (size_t j = 0; j < per_object; ++j) {
+        const SlotLayout* sl = slots[j];
         const SegmentPos& seg = shape.segments[sl->slot_id];
-        SetSegmentCrc({p.view.data, shape.header_bytes}, sl->slot_id,
-                      Crc32c({p.view.data + seg.offset, seg.size}));
+        SetSegmentCrc(
+            {p.view.data, shape.header_bytes}, sl->slot_id,
+            gpu_crcs ? gpu_crcs[k * per_object + j] : Crc32c({p.view.data + seg.offset, seg.size}));
       }
+      (gpu_crcs ? x.m.publish_crc_gpu_bytes : x.m.publish_crc_cpu_bytes)->Inc(p.copied);
       x.m.bytes_publish->Inc(p.copied);
       const uint8_t* dram_header = p.view.data;  // stays: a sealed entry waits for its writeback
       Result<bool> sealed = x.dram->CompleteParts(p.view, parts);
@@ -150,6 +180,7 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
       }
       if (x.ssd) x.writeback->Queue(p.id, inst->codec);
     }
+    if (crc_out) x.dram->ReleaseScratch(*crc_out);
     return st.ok() ? copy_error : st;
   };
   for (size_t i = 0; i < req.keys.size() && failed.ok(); ++i) {

@@ -49,7 +49,8 @@ class HoldingOracle final : public recovery::PresenceOracle {
 }  // namespace
 
 Tier QueryTable::HoldSource(QueryBlock& b, SessionId session, Clock::TimePoint deadline) {
-  if (std::optional<DramView> v = dram_->Pin(b.id)) {
+  // A probe: the planner may not keep it; the plan's pieces count as used below.
+  if (std::optional<DramView> v = dram_->Pin(b.id, DramCache::PinUse::kProbe)) {
     b.tier = Tier::kDram;
     b.dram = *v;
     b.size = v->size;
@@ -124,6 +125,11 @@ Result<QueryResult> QueryTable::OpenPlanned(const Lookup& in, const ModelDescrip
     (b.tier == Tier::kDram ? m_.hits_dram : m_.hits_ssd)->Inc();
   }
   for (auto& [k, b] : held) ReleaseSource(b);  // asked, but not part of the plan
+  std::vector<EntryId> used;
+  for (const QueryBlock& b : q.blocks) {
+    if (b.tier == Tier::kDram) used.push_back(b.dram.id);
+  }
+  if (!used.empty()) dram_->NoteUse(used);
   res.prefix = static_cast<uint32_t>(q.blocks.size());
   res.prefix_tokens = plan.prefix_tokens;
   res.not_needed_bytes = plan.not_needed_bytes;

@@ -14,6 +14,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "common/intrusive_list.h"
 #include "orbitkv/logging.h"
 #include "orbitkv/units.h"
 
@@ -114,13 +115,11 @@ struct Entry {
   bool inserting = false;
   // In the LRU (sealed, unpinned, admitted, not writeback-pending): an
   // intrusive list, so a pin and its unpin allocate nothing.
-  bool in_lru = false;
-  Entry* lru_prev = nullptr;
-  Entry* lru_next = nullptr;
-  // A checkpoint (DramCache::SetCheckpointGroups): while in the LRU, also in ckpt_lru_.
+  ListHook<Entry> lru;
+  // A checkpoint (DramCache::SetCheckpointGroups): while in the LRU, also in
+  // the checkpoint LRU (intrusive too).
   bool checkpoint = false;
-  bool in_ckpt_lru = false;
-  std::list<Entry*>::iterator ckpt_lru_it;
+  ListHook<Entry> ckpt_lru;
   // Position in assembling_ (assembling, not detached, not inserting).
   bool in_assembling = false;
   std::list<Entry*>::iterator assembling_it;
@@ -132,6 +131,9 @@ struct Scratch {
 };
 
 }  // namespace
+
+using Lru = IntrusiveList<Entry, &Entry::lru>;
+using CheckpointLru = IntrusiveList<Entry, &Entry::ckpt_lru>;
 
 // All state behind one mutex. Methods named *Locked REQUIRE mu_ held.
 struct DramCache::Impl {
@@ -172,8 +174,8 @@ struct DramCache::Impl {
     std::optional<uint64_t> offset;
     if (len <= capacity_) offset = alloc_.Allocate(len);
     if (!offset && len <= capacity_ && alloc_.free_bytes() + evictable_bytes_ >= len) {
-      while (!offset && lru_head_ != nullptr) {
-        Entry* victim = lru_head_;
+      while (!offset && !lru_.empty()) {
+        Entry* victim = lru_.front();
         ++evictions_;
         evicted_bytes_ += victim->capacity;
         FreeEntryLocked(*victim);
@@ -219,15 +221,11 @@ struct DramCache::Impl {
   }
 
   void LruRemoveLocked(Entry& e) {
-    if (!e.in_lru) return;
-    (e.lru_prev ? e.lru_prev->lru_next : lru_head_) = e.lru_next;
-    (e.lru_next ? e.lru_next->lru_prev : lru_tail_) = e.lru_prev;
-    e.lru_prev = e.lru_next = nullptr;
-    e.in_lru = false;
+    if (!Lru::Linked(e)) return;
+    lru_.Remove(e);
     evictable_bytes_ -= e.capacity;
-    if (e.in_ckpt_lru) {
-      ckpt_lru_.erase(e.ckpt_lru_it);
-      e.in_ckpt_lru = false;
+    if (CheckpointLru::Linked(e)) {
+      ckpt_lru_.Remove(e);
       ckpt_lru_bytes_ -= e.capacity;
     }
   }
@@ -235,8 +233,7 @@ struct DramCache::Impl {
   // A checkpoint joined the LRU: the least recently used checkpoints leave
   // until the rest fit checkpoint_capacity (possibly `e` itself).
   void AdmitCheckpointLocked(Entry& e) {
-    e.ckpt_lru_it = ckpt_lru_.insert(ckpt_lru_.end(), &e);
-    e.in_ckpt_lru = true;
+    ckpt_lru_.PushBack(e);
     ckpt_lru_bytes_ += e.capacity;
     while (ckpt_lru_bytes_ > options_.checkpoint_capacity && !ckpt_lru_.empty()) {
       Entry* victim = ckpt_lru_.front();
@@ -246,16 +243,19 @@ struct DramCache::Impl {
     }
   }
 
-  // Pin's work: the sealed entry of `id`, pinned (a use for LRU and kReuse), or null.
+  // Pin's work: the sealed entry of `id`, pinned, or null. Not yet a use (UseLocked).
   Entry* PinSealedLocked(const ObjectId& id) {
     Entry* e = LookupLocked(id);
     if (e == nullptr || e->state != EntryState::kSealed) return nullptr;
-    if (options_.admission == AdmissionPolicy::kReuse) {
-      GhostTouchLocked(id);
-      e->admitted = true;  // a use while present is reuse
-    }
     PinLocked(*e);  // leaves the LRU; rejoins at the MRU end on the last unpin
     return e;
+  }
+
+  // A use of a pinned entry: under kReuse, a use while present is reuse.
+  void UseLocked(Entry& e) {
+    if (options_.admission != AdmissionPolicy::kReuse) return;
+    GhostTouchLocked(e.object);
+    e.admitted = true;
   }
 
   void PinLocked(Entry& e) {
@@ -290,11 +290,7 @@ struct DramCache::Impl {
       FreeEntryLocked(e);
       return;
     }
-    e.lru_prev = lru_tail_;
-    e.lru_next = nullptr;
-    (lru_tail_ ? lru_tail_->lru_next : lru_head_) = &e;
-    lru_tail_ = &e;
-    e.in_lru = true;
+    lru_.PushBack(e);
     evictable_bytes_ += e.capacity;
     if (e.checkpoint) AdmitCheckpointLocked(e);  // may free `e`
   }
@@ -377,11 +373,10 @@ struct DramCache::Impl {
   EntryId next_id_ = 1;
   std::unordered_map<EntryId, Entry> entries_;  // owns every entry, detached ones too
   std::unordered_map<ObjectId, Entry*, ObjectIdHash> directory_;  // live (not detached)
-  Entry* lru_head_ = nullptr;  // evictable, least recently used first
-  Entry* lru_tail_ = nullptr;
+  Lru lru_;                       // evictable, least recently used first
   std::list<Entry*> assembling_;  // by start time (the clock is monotonic)
   std::unordered_map<EntryId, Scratch> scratch_;
-  std::list<Entry*> ckpt_lru_;                          // the checkpoints of lru_, in its order
+  CheckpointLru ckpt_lru_;                              // the checkpoints of lru_, in its order
   std::unordered_map<uint64_t, uint64_t> ckpt_groups_;  // ns -> checkpoint storage groups
   std::list<ObjectId> ghost_;                           // kReuse: recently used ids, oldest first
   std::unordered_map<ObjectId, std::list<ObjectId>::iterator, ObjectIdHash> ghost_index_;
@@ -441,12 +436,23 @@ DramCache::DramCache(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 DramCache::~DramCache() = default;
 
-std::optional<DramView> DramCache::Pin(const ObjectId& id) {
+std::optional<DramView> DramCache::Pin(const ObjectId& id, PinUse use) {
   Impl& m = *impl_;
   std::lock_guard<std::mutex> lock(m.mu_);
   Entry* e = m.PinSealedLocked(id);
   if (e == nullptr) return std::nullopt;
+  if (use == PinUse::kUse) m.UseLocked(*e);
   return m.ViewOf(*e);
+}
+
+void DramCache::NoteUse(std::span<const EntryId> ids) {
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.mu_);
+  for (EntryId id : ids) {
+    Entry* e = m.FindLocked(id);
+    assert(e != nullptr && e->pins > 0 && "DramCache::NoteUse: entry not pinned");
+    if (e != nullptr) m.UseLocked(*e);
+  }
 }
 
 size_t DramCache::PinRun(std::span<const ObjectId> ids,
@@ -460,6 +466,7 @@ size_t DramCache::PinRun(std::span<const ObjectId> ids,
       m.UnpinLocked(*e);
       return n;
     }
+    m.UseLocked(*e);
   }
   return ids.size();
 }

@@ -12,7 +12,8 @@
 // bounded ghost list of recent ids), others are dropped once written back;
 // with no SSD tier (writeback_on_seal off) they are dropped at their last
 // unpin, so a first-time object is not kept at all and its second publish
-// is. Pinning an unadmitted entry counts as reuse and admits it.
+// is. A use of an unadmitted entry (a kUse pin, a kept PinRun pin, NoteUse)
+// counts as reuse and admits it; a refused or probing pin does not.
 // Checkpoints (objects of the storage groups SetCheckpointGroups names: a
 // hybrid model's recurrent state, tens of MiB each) may hold at most
 // checkpoint_capacity bytes of the LRU: when one more settles there, the least
@@ -100,15 +101,22 @@ class DramCache {
   // REQUIRES: nothing pinned, no scratch outstanding (the arena is unmapped).
   ~DramCache();
 
-  // Lookup + pin of a sealed entry (also counts as a use for LRU and kReuse).
-  std::optional<DramView> Pin(const ObjectId& id);
+  // Lookup + pin of a sealed entry. kUse: the pin is a use of the object
+  // (kReuse admission: reuse; ghost list). kProbe: the caller may still let go
+  // of it unused (a recovery planner asking what is here); it counts as a use
+  // only through a later NoteUse. Every pin moves the entry out of the LRU and
+  // back to its MRU end at the last unpin.
+  enum class PinUse { kUse, kProbe };
+  std::optional<DramView> Pin(const ObjectId& id, PinUse use = PinUse::kUse);
   // Pin of ids[0], ids[1], ... under one lock, each view handed to
   // keep(index, view) under the cache's lock (it must not call into the
   // cache). Stops at the first id that is not sealed here (not touched) or
-  // whose keep() returns false (pinned, then unpinned again, as Pin and
-  // Unpin would). Returns how many stay pinned: ids[0, n).
+  // whose keep() returns false (pinned, then unpinned again, and not counted
+  // as a use). Returns how many stay pinned: ids[0, n), each counted as a use.
   size_t PinRun(std::span<const ObjectId> ids,
                 const std::function<bool(size_t index, const DramView& view)>& keep);
+  // Counts the pinned entries `ids` (from Pin(kProbe)) as used, under one lock.
+  void NoteUse(std::span<const EntryId> ids);
   void Unpin(EntryId id);
   // Unpin of each, under one lock.
   void UnpinMany(std::span<const EntryId> ids);

@@ -586,6 +586,49 @@ TEST_F(DramCacheTest, ReusePinDuringWritebackAdmits) {
   EXPECT_EQ(c->stats().admission_rejects, 0u);
 }
 
+// A query over budget pins a block in PinRun and lets go of it at once: that
+// was counted as reuse, so kReuse kept objects nobody had read.
+TEST_F(DramCacheTest, ReuseRefusedPinRunPinIsNotReuse) {
+  auto c = Make(kMiB, AdmissionPolicy::kReuse, /*writeback_on_seal=*/true);
+  Put(*c, 1);
+  Put(*c, 2);
+  const ObjectId ids[] = {Id(1), Id(2)};
+  std::vector<EntryId> kept;
+  EXPECT_EQ(c->PinRun(ids,
+                      [&](size_t i, const DramView& v) {
+                        if (i == 1) return false;  // over the query budget
+                        kept.push_back(v.id);
+                        return true;
+                      }),
+            1u);
+  c->UnpinMany(kept);
+  WriteBack(*c, 1);
+  WriteBack(*c, 2);
+  EXPECT_TRUE(c->Contains(Id(1)));   // kept by the query: reuse
+  EXPECT_FALSE(c->Contains(Id(2)));  // refused: not a use
+  EXPECT_EQ(c->stats().admission_rejects, 1u);
+}
+
+// The recovery planner pins pieces it may not keep (older checkpoints, blocks
+// before the window): those probes were counted as reuse.
+TEST_F(DramCacheTest, ReuseProbePinCountsOnlyThroughNoteUse) {
+  auto c = Make(kMiB, AdmissionPolicy::kReuse, /*writeback_on_seal=*/true);
+  Put(*c, 1);
+  Put(*c, 2);
+  auto p1 = c->Pin(Id(1), DramCache::PinUse::kProbe);
+  auto p2 = c->Pin(Id(2), DramCache::PinUse::kProbe);
+  ASSERT_TRUE(p1.has_value() && p2.has_value());
+  const EntryId used[] = {p1->id};
+  c->NoteUse(used);  // the plan kept piece 1 only
+  c->Unpin(p1->id);
+  c->Unpin(p2->id);
+  WriteBack(*c, 1);
+  WriteBack(*c, 2);
+  EXPECT_TRUE(c->Contains(Id(1)));
+  EXPECT_FALSE(c->Contains(Id(2)));
+  EXPECT_EQ(c->stats().admission_rejects, 1u);
+}
+
 TEST_F(DramCacheTest, ReuseGhostListIsBounded) {
   auto c = Make(kMiB, AdmissionPolicy::kReuse, /*writeback_on_seal=*/false, /*ghost_entries=*/2);
   for (uint64_t v = 1; v <= 3; ++v) Put(*c, v);  // ghost: 2, 3

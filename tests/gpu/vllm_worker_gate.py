@@ -10,6 +10,16 @@ by PyTorch's caching allocator (regions from real pointers, strides and IPC
 handles): the forward's rows are written on the GPU, saved through the
 Manager, restored into the planned blocks and compared byte for byte.
 
+The Mamba replay (tests/vllm/fixtures/worker_replay_mamba.json, recorded by
+test_mamba_prefix_hit_recorded_for_the_worker_gate: a full attention + Mamba
+model in vLLM's align mode) does the same for a hybrid KV cache on CUDA: per
+layer pair one buffer seen as block-first KV by the attention layer and as
+vLLM's raw state pages by the Mamba layer (a bf16 conv and an fp32 SSM state),
+registered with the model description; the states vLLM offered are saved as
+checkpoints, and the prefix hit restores attention blocks and the state after
+exactly the hit, compared byte for byte (and the recurrence the stand-in
+forward runs from the restored state checks every later state).
+
 With --model, the forward is a real transformers model's (the real-model
 gate's Qwen3: "tiny", fp32 on the CPU, or "qwen3-400m", bf16 on CUDA) over
 the recorded prompts: each recorded write gathers the request's KV from its
@@ -29,7 +39,7 @@ tolerance of a one-pass prefill of the whole prompt.
       --manager <build>/src/server/orbitkv-cache-manager [--device cuda:0] [--ssd-dir /var/tmp] \
       [--model tiny|qwen3-400m]
 
-Prints one PASS line per layout and exits 0; a wrong byte, logit or token or
+Prints one PASS line per layout (and one for the Mamba replay) and exits 0; a wrong byte, logit or token or
 a load error prints FAIL and exits 1; no CUDA device exits 77 (skip).
 """
 
@@ -260,11 +270,42 @@ def model_replay(rec: dict, model, refs: dict, first: int, layout: str, args, so
             f"rel_l2_vs_one_pass={worst:.2e}")
 
 
+def mamba_replay(path: str, device: str, sock: str, allocate, ready, log: Path) -> str:
+    """The Mamba hybrid recording on `device`; the PASS details, or AssertionError."""
+    from orbitkv.vllm.config import ConnectorConfig
+    from orbitkv.vllm.worker import WorkerCore
+
+    rec = json.loads(Path(path).read_text())
+    kv, layout, description = kvreplay.mamba_worker_inputs(rec, device, allocate)
+    core = WorkerCore(ConnectorConfig(socket_path=sock), rec["namespace"] + "|gate=mamba", 0,
+                      description=description)
+    core.register(layout)
+    if core._client is None:
+        raise AssertionError(f"registration failed (see {log})")
+    try:
+        result = kvreplay.replay(rec, core, kv, ready=ready)
+        stats = core.take_stats()
+    finally:
+        core.close()
+    restored = stats["restored_blocks_dram"] + stats["restored_blocks_ssd"]
+    if restored == 0 or stats["load_failed_blocks"] or result["load_steps"] == 0:
+        raise AssertionError(f"restored {restored} pieces, {stats['load_failed_blocks']} failed")
+    states = [s for s in layout.slots if s.group == 1]
+    return (f"layout=mamba_hybrid device={layout.device} regions={len(layout.region_bytes)} "
+            f"slots={len(layout.slots)} state_slots={len(states)} "
+            f"state_bytes={layout.block_bytes(1)} steps={result['steps']} "
+            f"checked_tokens={result['checked_tokens']} restored_pieces={restored} "
+            f"restored_bytes={stats['restored_bytes']} saved_pieces={stats['saved_blocks']}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--manager", required=True, help="orbitkv-cache-manager (a CUDA build)")
     ap.add_argument("--device", default="cuda:0", help="cuda:N, or host to check the script on CPU")
     ap.add_argument("--fixture", default=str(HERE.parent / "vllm" / "fixtures" / "worker_replay.json"))
+    ap.add_argument("--mamba-fixture",
+                    default=str(HERE.parent / "vllm" / "fixtures" / "worker_replay_mamba.json"),
+                    help="the full attention + Mamba recording ('' skips its replay)")
     ap.add_argument("--ssd-dir", default=os.environ.get("TMPDIR", "/var/tmp"))
     ap.add_argument("--model", choices=["tiny", "qwen3-400m"],
                     help="a real model's forward (real_model_gate.py's) instead of the stand-in")
@@ -337,6 +378,13 @@ def main(argv=None) -> int:
                 failed = True
             finally:
                 core.close()
+        if args.mamba_fixture:
+            try:
+                print("PASS " + mamba_replay(args.mamba_fixture, args.device, sock, allocate,
+                                             ready, log), flush=True)
+            except AssertionError as e:
+                print(f"FAIL layout=mamba_hybrid: {e}", flush=True)
+                failed = True
     finally:
         proc.send_signal(signal.SIGTERM)
         try:

@@ -96,6 +96,29 @@ def test_publish_restore_across_layouts(manager):
             assert torch.count_nonzero(b[0][:, 1]) == 0  # untouched page
 
 
+def test_storage_codec_reaches_the_manager(manager):
+    """register_tensors(storage_codec=, head_dim=) asks the Manager for the
+    codec with the tensors' dtype: a lossy codec over float32 is refused (no
+    codec dtype), over bf16 it registers, and the codec is part of the
+    namespace (a raw instance of the same name does not see its objects)."""
+    assert [okt.codec_dtype(d) for d in (torch.bfloat16, torch.float16, torch.float32)] == \
+        ["bf16", "fp16", ""]
+    with manager.client() as client:
+        f32 = okt.host_tensors((P, 2, B, H, D), torch.float32, count=L)
+        with pytest.raises(orbitkv.InvalidArgumentError, match="needs the KV element dtype"):
+            okt.register_tensors(client, "t/codec", 0, f32, storage_codec="fp8", head_dim=D)
+        a = okt.host_tensors((P, 2, B, H, D), torch.bfloat16, count=L)
+        b = okt.host_tensors((P, 2, B, H, D), torch.bfloat16, count=L)
+        fill(a, seed=4)
+        with okt.register_tensors(client, "t/codec", 0, a, storage_codec="fp8", head_dim=D) as ra, \
+                okt.register_tensors(client, "t/codec", 0, b) as raw:
+            assert ra.storage_codec == "fp8" and raw.storage_codec == ""
+            ks = keys("codec", range(2))
+            assert ra.publish(ks, [0, 1]).sealed == 2
+            assert raw.query(ks).prefix == 0
+            assert ra.query(ks).prefix == 2
+
+
 def test_registration_keeps_tensors_alive(manager):
     """Dropping every tensor while registered frees nothing; unregister
     releases the memory (the HostPages goes with its last tensor)."""

@@ -96,13 +96,54 @@ def test_real_model_gate_tiny_on_cpu(manager_binary, tmp_path):
     assert "REAL-MODEL GATE PASSED: dram, ssd-uring, restart, corrupt" in out.stdout
 
 
+def test_real_model_gate_codecs_tiny_on_cpu(manager_binary, tmp_path):
+    """The gate's codec phase on the CPU (tiny Qwen3 in bf16): per storage codec
+    the prefix is published through a Manager whose namespace uses it, evicted
+    from DRAM, restored from the encoded SSD copy in a fresh process; ans (and
+    none) give bit-identical logits over the greedy steps, the lossy codecs
+    perturb them (KL > 0, finite) but keep top-1 agreement, and the Manager's
+    encode counters give their compression ratio."""
+    import json
+
+    report = tmp_path / "codecs.json"
+    out = subprocess.run(
+        [sys.executable, str(GATE), "--device", "cpu", "--tiny", "--manager", manager_binary,
+         "--scenarios", "", "--codecs", "none,ans,fp8,turboquant-4,turboquant-3",
+         "--workdir", str(tmp_path / "gate"), "--json", str(report)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "REAL-MODEL GATE PASSED: codecs none,ans,fp8,turboquant-4,turboquant-3" in out.stdout
+    rows = {r["codec"]: r for r in json.loads(report.read_text())["codecs"]}
+    assert list(rows) == ["none", "ans", "fp8", "turboquant-4", "turboquant-3"]
+    for r in rows.values():
+        assert r["prompts"] == 2 and r["steps"] == 16, r
+    for c in ("none", "ans"):
+        assert rows[c]["identical"] and rows[c]["kl_max"] == 0 and rows[c]["top1"] == 1, rows[c]
+        assert rows[c]["kv_rel_mse"] == {"k": 0.0, "v": 0.0}, rows[c]
+    assert rows["none"]["encoded_in"] == 0 and rows["ans"]["ratio"] > 1.0, rows
+    # The lossy codecs' KV came back decoded (not the raw DRAM copy): logits
+    # move, and more at fewer bits.
+    for c, floor, ratio in (("fp8", 0.9, 1.8), ("turboquant-4", 0.75, 3.0), ("turboquant-3", 0.6, 3.8)):
+        r = rows[c]
+        assert not r["identical"] and 0 < r["kl_mean"] <= r["kl_max"] < float("inf"), r
+        assert 0 < r["kv_rel_mse"]["k"] and 0 < r["kv_rel_mse"]["v"], r
+        assert r["top1"] >= floor and r["ratio"] > ratio, r
+        assert r["encoded_in"] >= 16 * 32768, r  # the 16 prefix blocks of 32 KiB, encoded
+    assert rows["fp8"]["kl_mean"] < rows["turboquant-3"]["kl_mean"], rows
+    assert rows["fp8"]["kv_rel_mse"]["k"] < rows["turboquant-4"]["kv_rel_mse"]["k"] < \
+        rows["turboquant-3"]["kv_rel_mse"]["k"], rows
+
+
 def test_vllm_worker_gate_real_model_tiny_on_cpu(manager_binary, tmp_path, capsys):
     """tests/gpu/vllm_worker_gate.py --model tiny on host tensors (in this process,
     which has torch and transformers imported already): the recorded vLLM plans
     drive the connector's worker side with the real-model gate's tiny Qwen3 as
     the forward; the prefix saved by one worker instance and restored by
     another into fresh vLLM-layout tensors gives logits and greedy tokens
-    identical to computing it, in every vLLM KV layout."""
+    identical to computing it, in every vLLM KV layout; and the Mamba hybrid
+    recording's replay (stand-in forward) restores attention blocks and the
+    checkpoint byte for byte."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("vllm_worker_gate", VLLM_WORKER_GATE)
@@ -114,9 +155,10 @@ def test_vllm_worker_gate_real_model_tiny_on_cpu(manager_binary, tmp_path, capsy
     assert rc == 0, out
     passed = [line for line in out.splitlines() if line.startswith("PASS ")]
     assert [line.split()[1] for line in passed] == [
-        "layout=kv_first", "layout=block_first", "layout=hnd"], out
-    for line in passed:
+        "layout=kv_first", "layout=block_first", "layout=hnd", "layout=mamba_hybrid"], out
+    for line in passed[:3]:
         assert "model=tiny" in line and "logits=identical" in line and "restored_blocks=4" in line
+    assert "state_slots=4" in passed[3] and "restored_pieces=7" in passed[3], out
 
 
 def test_example_chat_restores_earlier_turns(manager_binary):

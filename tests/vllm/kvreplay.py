@@ -13,6 +13,17 @@ The tensors come in vLLM's layouts: "kv_first" is the older per-layer
 (2, num_blocks, block_size, heads, head_size); "block_first" is
 (num_blocks, 2, block_size, heads, head_size); "hnd" is kv_first whose memory
 is (2, num_blocks, heads, block_size, head_size) seen through permuted strides.
+
+Hybrid models (a list of per-group specs, ``forward_groups`` / ``check_load``):
+attention groups as above; a Mamba group (``"kind": "mamba"``) keeps per layer
+and block the states of ``state_bytes`` (conv, SSM: mixed dtypes, as bytes).
+Its stand-in forward is a real recurrence, as vLLM's in ``mamba_cache_mode
+"align"``: the state after `start` tokens is read from the block holding it
+(block ``(start - 1) // block_size``), advanced over the step's tokens, and
+the state after `end` tokens is written to block ``cdiv(end, block_size) - 1``.
+A state is the SHA-256 chain over the tokens (the first 32 bytes of each
+state), expanded per layer and state; so a state restored wrong, or not at
+all, makes every later state wrong.
 """
 
 from __future__ import annotations
@@ -110,6 +121,131 @@ def check_rows(spec: dict, kv_caches: Dict[str, object], tokens: Sequence[int],
             if row.contiguous().cpu().view(-1).view(torch.uint8).numpy().tobytes() != value]
 
 
+# ---- Mamba state (a recurrent KV cache group) ----------------------------------
+
+_ZERO = b"\0" * 32
+
+
+def _state_value(digest: bytes, layer: int, state: int, n: int) -> bytes:
+    tail = hashlib.sha256(digest + bytes([layer, state])).digest()
+    return (digest + tail * (n // 32 + 1))[:n]
+
+
+def _states(spec: dict, kv_caches: Dict[str, object], name: str, block: int):
+    """The (bytes,) uint8 views of layer `name`'s states in `block`."""
+    from orbitkv.vllm.layout import state_views
+
+    return [v[block] for v in state_views(kv_caches[name], spec["num_blocks"],
+                                          spec["state_bytes"], name)]
+
+
+def _state_block(spec: dict, block_ids: Sequence[int], tokens: int) -> int:
+    """The block holding the state after `tokens` (> 0) tokens."""
+    return block_ids[(tokens + spec["block_size"] - 1) // spec["block_size"] - 1]
+
+
+def write_state(spec: dict, kv_caches: Dict[str, object], tokens: Sequence[int],
+                block_ids: Sequence[int], start: int, end: int) -> None:
+    """The forward of positions [start, end) of a Mamba group."""
+    import torch
+
+    if end <= start:
+        return
+    if start == 0:
+        digest = _ZERO
+    else:
+        first = _states(spec, kv_caches, spec["layers"][0], _state_block(spec, block_ids, start))[0]
+        digest = first[:32].cpu().numpy().tobytes()
+    for t in tokens[start:end]:
+        digest = hashlib.sha256(digest + int(t).to_bytes(8, "little", signed=True)).digest()
+    dest = _state_block(spec, block_ids, end)
+    for li, name in zip(spec["layer_ids"], spec["layers"]):
+        for i, v in enumerate(_states(spec, kv_caches, name, dest)):
+            value = _state_value(digest, li, i, v.numel())
+            v.copy_(torch.frombuffer(bytearray(value), dtype=torch.uint8))
+
+
+def check_state(spec: dict, kv_caches: Dict[str, object], tokens: Sequence[int],
+                block_ids: Sequence[int], n: int) -> List[str]:
+    """The states of a Mamba group's block for the prefix of `n` tokens that
+    differ from the forward's (every layer, every state); [] if all match."""
+    block = _state_block(spec, block_ids, n)
+    if block == spec.get("null_block"):
+        return [f"state after {n} tokens: no block"]
+    digest = row_hashes(tokens[:n])[n - 1]
+    bad = []
+    for li, name in zip(spec["layer_ids"], spec["layers"]):
+        for i, v in enumerate(_states(spec, kv_caches, name, block)):
+            if v.cpu().numpy().tobytes() != _state_value(digest, li, i, v.numel()):
+                bad.append(f"{name} state {i} after {n} tokens (block {block})")
+    return bad
+
+
+def make_mamba_hybrid_caches(attn: dict, mamba: dict, page_bytes: int, device: str,
+                             allocate) -> Dict[str, object]:
+    """vLLM's hybrid allocator for full attention + Mamba: per pair of layers
+    (attn["layers"][i], mamba["layers"][i]) one buffer of num_blocks pages of
+    `page_bytes`, seen by the attention layer as block-first KV
+    (num_blocks, 2, block_size, heads, head_size) and by the Mamba layer as
+    vLLM 0.33's raw state view (num_blocks, 1, 1, sum(state_bytes)) int8."""
+    import torch
+
+    nb = attn["num_blocks"]
+    dtype = getattr(torch, attn["dtype"])
+    kv_bytes = 2 * attn["block_size"] * attn["num_kv_heads"] * attn["head_size"] * dtype.itemsize
+    content = sum(mamba["state_bytes"])
+    if max(kv_bytes, content) > page_bytes:
+        raise ValueError(f"page of {page_bytes} bytes < KV {kv_bytes} or state {content} bytes")
+    out = {}
+    for a, m in zip(attn["layers"], mamba["layers"]):
+        raw = allocate((nb * page_bytes,), torch.int8)
+        kv = raw.view(dtype).as_strided(
+            (nb, 2, attn["block_size"], attn["num_kv_heads"], attn["head_size"]),
+            (page_bytes // dtype.itemsize, kv_bytes // 2 // dtype.itemsize,
+             attn["num_kv_heads"] * attn["head_size"], attn["head_size"], 1))
+        out[a] = kv
+        out[m] = raw.as_strided((nb, 1, 1, content), (page_bytes, content, content, 1))
+    return out
+
+
+def forward_groups(specs: Sequence[dict], kv_caches: Dict[str, object], tokens: Sequence[int],
+                   group_block_ids: Sequence[Sequence[int]], start: int, end: int) -> None:
+    """The forward of [start, end) in every KV cache group of a hybrid model."""
+    for sp, ids in zip(specs, group_block_ids):
+        if sp.get("kind") == "mamba":
+            write_state(sp, kv_caches, tokens, ids, start, end)
+        else:
+            write_rows(sp, kv_caches, tokens, ids, start, end)
+
+
+def check_groups(specs: Sequence[dict], kv_caches: Dict[str, object], tokens: Sequence[int],
+                 group_block_ids: Sequence[Sequence[int]], start: int, end: int) -> List[str]:
+    """What differs from the forward after `end` tokens: attention rows of
+    [start, end) (a window's null blocks skipped), a Mamba group's state."""
+    bad = []
+    for sp, ids in zip(specs, group_block_ids):
+        if sp.get("kind") == "mamba":
+            bad += check_state(sp, kv_caches, tokens, ids, end) if end else []
+        else:
+            bad += check_rows(sp, kv_caches, tokens, ids, start, min(end, len(ids) * sp["block_size"]))
+    return bad
+
+
+def mamba_worker_inputs(recording: dict, device: str, allocate):
+    """(KV tensors, KVLayout, ModelDescription) of a full attention + Mamba
+    recording (spec "groups" [attention, mamba]): fresh tensors in vLLM's
+    layouts on `device`, registered as the connector's worker registers them."""
+    from orbitkv.hybrid import ModelDescription
+    from orbitkv.vllm.layout import describe_kv_caches
+
+    spec = recording["spec"]
+    attn, mamba = spec["groups"]
+    kv = make_mamba_hybrid_caches(attn, mamba, spec["page_bytes"], device, allocate)
+    groups = {n: g for g, sp in enumerate(spec["groups"]) for n in sp["layers"]}
+    layout = describe_kv_caches(kv, spec["num_blocks"], groups, {1: mamba["state_bytes"]})
+    return kv, layout, ModelDescription.from_dict(spec["description"])
+
+
 class Recording:
     """Steps of a scheduler-driven run, for replay without vLLM: per step the
     plan (JSON), the forward's writes, and the loads to check once finished."""
@@ -152,11 +288,18 @@ def replay(recording: dict, core, kv_caches: Dict[str, object], ready=None,
     from orbitkv.vllm.plan import StepPlan
 
     spec = dict(recording["spec"], **({"layout": layout} if layout else {}))
+    groups = spec.get("groups")  # a hybrid recording: per-group specs and block ids
     if forward is None:
         def forward(w):
-            write_rows(spec, kv_caches, w["tokens"], w["block_ids"], w["start"], w["end"])
+            if groups:
+                forward_groups(groups, kv_caches, w["tokens"], w["block_ids"], w["start"], w["end"])
+            else:
+                write_rows(spec, kv_caches, w["tokens"], w["block_ids"], w["start"], w["end"])
     if check is None:
         def check(c):
+            if groups:
+                return check_groups(groups, kv_caches, c["tokens"], c["block_ids"], c["start"],
+                                    c["end"])
             return check_rows(spec, kv_caches, c["tokens"], c["block_ids"], c["start"], c["end"])
     checked = restored_steps = 0
     received: set = set()  # loads may finish earlier than in the recorded run
@@ -182,6 +325,9 @@ def replay(recording: dict, core, kv_caches: Dict[str, object], ready=None,
         errors = core.take_load_errors()
         if errors:
             raise AssertionError(f"step {i}: load errors in blocks {sorted(errors)}")
+        failed = core.take_failed_loads(want)
+        if failed:
+            raise AssertionError(f"step {i}: the loads of {sorted(failed)} failed")
         for c in step["checks"]:
             bad = check(c)
             if bad:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import time
 from pathlib import Path
 
@@ -13,70 +12,11 @@ import pytest
 import harness
 import kvreplay
 import orbitkv
-from harness import BLOCK_SIZE, Engine, request
+from harness import BLOCK_SIZE, Engine, Gate, extra, gated_load, prompt, request
 from orbitkv.vllm.config import ConnectorConfig
 from vllm.v1.request import RequestStatus
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "worker_replay.json"
-
-
-def extra(manager, **kw):
-    cfg = {"socket_path": manager.socket_path, "retry_interval_s": 0.2, "query_timeout_ms": 300,
-           "model_id": "tiny-llama"}
-    cfg.update(kw)
-    return cfg
-
-
-def prompt(seed: int, n: int):
-    return [(seed * 7919 + i * 31) % 900 + 50 for i in range(n)]
-
-
-class Gate:
-    """Wraps a worker's orbitkv.Client: its load queries and/or publishes wait for open()."""
-
-    def __init__(self, core, query=False, publish=False):
-        self.event = threading.Event()
-        self.entered = threading.Event()
-        real_factory = core._client_factory
-        gate = self
-
-        class Gated:
-            def __init__(self):
-                self._c = real_factory()
-
-            def __getattr__(self, name):
-                return getattr(self._c, name)
-
-            def query(self, *a, **kw):
-                if query:
-                    gate.entered.set()
-                    gate.event.wait(30)
-                return self._c.query(*a, **kw)
-
-            def publish(self, *a, **kw):
-                if publish:
-                    gate.entered.set()
-                    gate.event.wait(30)
-                return self._c.publish(*a, **kw)
-
-        core._client_factory = Gated
-        core._failed("test: reconnect through the gate")
-        core._next_retry = 0.0
-
-    def open(self):
-        self.event.set()
-
-
-def gated_load(e, seed: int, tokens: int):
-    """Serves a prompt, then starts loading the same prompt as request "b" with
-    the worker's load query held at a Gate; returns (b, gate) once it waits."""
-    e.serve(request("a", prompt(seed, tokens)))
-    gate = Gate(e.worker_core, query=True)
-    b = e.add(request("b", prompt(seed, tokens)))
-    e.step()
-    assert b.status == RequestStatus.WAITING_FOR_REMOTE_KVS
-    assert gate.entered.wait(10)
-    return b, gate
 
 
 def test_prefix_hit_across_requests_restores_the_saved_blocks(manager, model_path):
@@ -173,15 +113,7 @@ def test_async_load_completes_only_when_the_worker_reports_it(manager, model_pat
 
 def test_abort_while_loading_keeps_blocks_until_the_load_ends(manager, model_path):
     e = Engine(harness.vllm_config(model_path, extra(manager)))
-    b, gate = gated_load(e, 5, 4 * BLOCK_SIZE + 1)
-    free_before = e.free_blocks()
-    e.scheduler.finish_requests("b", RequestStatus.FINISHED_ABORTED)
-    for _ in range(3):
-        e.step()
-    assert e.free_blocks() == free_before  # the Manager is still writing into them
-    gate.open()
-    e.run(until=lambda: not e.scheduler.requests)
-    e.assert_empty()
+    harness.abort_while_loading(e, 5)
     e.close()
 
 
@@ -189,25 +121,7 @@ def test_preemption_while_loading_and_saving(manager, model_path):
     """A decoding request is preempted (its saves in flight) while another loads;
     both finish with the right KV, and the preempted one reloads its own blocks."""
     e = Engine(harness.vllm_config(model_path, extra(manager)), num_blocks=14)
-    e.serve(request("a", prompt(6, 5 * BLOCK_SIZE)))
-    gate = Gate(e.worker_core, query=True)
-    b = e.add(request("b", prompt(6, 5 * BLOCK_SIZE)))  # loads a's 4 blocks (slowly)
-    e.step()
-    assert b.status == RequestStatus.WAITING_FOR_REMOTE_KVS
-    c = e.add(request("c", prompt(7, 6 * BLOCK_SIZE + 8), max_tokens=40))
-    d = e.add(request("d", prompt(8, 2 * BLOCK_SIZE), max_tokens=60))
-    preempted = set()
-    for _ in range(120):
-        r = e.step()
-        preempted |= set(r.so.preempted_req_ids or ())
-        if preempted and not gate.event.is_set():
-            gate.open()
-        if not e.scheduler.requests:
-            break
-    gate.open()
-    assert preempted, "the block budget should force a preemption"
-    e.run()
-    assert b.is_finished() and c.is_finished() and d.is_finished()
+    harness.preempt_while_loading(e, 6, steps=120)
     assert e.stats.get("load_failed_blocks", 0) == 0
     # Every planned block was restored (b's 4, and a preempted request's own saved blocks).
     assert e.stats["restored_blocks_dram"] == e.stats["load_blocks_planned"] >= 4, e.stats

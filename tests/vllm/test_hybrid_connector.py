@@ -7,17 +7,13 @@ request byte for byte (harness.Engine.check_running).
 
 from __future__ import annotations
 
-import hashlib
-import threading
 import time
 
 import pytest
 
-import orbitkv
-from harness import BLOCK_SIZE, Engine, request
+from harness import BLOCK_SIZE, Gate, flood_pool, gated_load, group_bytes, hybrid_engine, prompt, request
 from orbitkv.hybrid import GroupKind
 from orbitkv.vllm import OrbitKVConnector
-from test_connector import Gate, extra, prompt
 from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
 from vllm.distributed.kv_transfer.kv_connector.v1.base import supports_hma
 from vllm.v1.request import RequestStatus
@@ -28,11 +24,7 @@ WINDOW = 2 * BLOCK_SIZE + 1  # vLLM's sliding_window: the 32 tokens before the n
 
 
 def engine(manager, model_path, **kw):
-    return Engine(harness.vllm_config(model_path, extra(manager, **kw)), window=WINDOW)
-
-
-def group_bytes(e, g: int) -> int:
-    return e.worker_core._layout.block_bytes(g)
+    return hybrid_engine(manager, model_path, window=WINDOW, **kw)
 
 
 def test_connector_declares_hma_and_registers_one_storage_group_per_kv_cache_group(
@@ -137,42 +129,11 @@ def test_window_blocks_outside_the_window_are_not_read(manager, model_path):
 
 def test_hybrid_local_hit_plus_manager_hit_restores_only_beyond_it(manager, model_path):
     e = engine(manager, model_path)
-    e.serve(request("a", prompt(7, 6 * BLOCK_SIZE + 1)))
-    # vLLM's local cache holds 3 blocks of the prefix again (request c), the Manager all 6.
-    e.add(request("c", prompt(7, 3 * BLOCK_SIZE + 1)))
-    e.run()
-    before = dict(e.stats)
-    b = e.add(request("b", prompt(7, 6 * BLOCK_SIZE + 1)))
-    load = e.step().plan.loads[0]
-    assert load.skip_blocks == 3 and load.prefix_tokens == 6 * BLOCK_SIZE
-    e.run()
-    restored = e.stats["restored_bytes"] - before.get("restored_bytes", 0)
+    load, restored = harness.local_plus_manager_hit(e, 7)
     # Full attention 3..5; the window's blocks 4 and 5 (none of them local).
     assert restored == 3 * group_bytes(e, 0) + 2 * group_bytes(e, 1)
-    assert b.is_finished()
     e.assert_empty()
     e.close()
-
-
-def _evict_everything(m, block_bytes: int):
-    """Publishes unrelated blocks until the Manager's pool dropped everything else."""
-    lay = orbitkv.page_first_layout(64, [block_bytes])
-    pages = orbitkv.allocate_regions(lay)
-    with orbitkv.Client(m.socket_path) as c:
-        inst = c.register_instance("evict", 0, "host", lay, pages)
-        for i in range(0, 1024, 64):
-            keys = [hashlib.sha256(b"evict%d" % (i + j)).digest() for j in range(64)]
-            c.publish(inst, 0, keys, list(range(64)))
-
-
-def _gated_hybrid_load(e, seed: int, tokens: int):
-    e.serve(request("a", prompt(seed, tokens)))
-    gate = Gate(e.worker_core, query=True)
-    b = e.add(request("b", prompt(seed, tokens)))
-    e.step()
-    assert b.status == RequestStatus.WAITING_FOR_REMOTE_KVS
-    assert gate.entered.wait(10)
-    return b, gate
 
 
 def test_hybrid_failed_load_is_recomputed(start_manager, model_path):
@@ -180,15 +141,10 @@ def test_hybrid_failed_load_is_recomputed(start_manager, model_path):
     fails as a request (failed_recving), vLLM recomputes it, the KV is right."""
     m = start_manager(pool_size="1mib")
     e = engine(m, model_path)
-    b, gate = _gated_hybrid_load(e, 9, 4 * BLOCK_SIZE + 1)
-    _evict_everything(m, group_bytes(e, 0))
+    b, gate = gated_load(e, 9, 4 * BLOCK_SIZE + 1)
+    flood_pool(m, group_bytes(e, 0))
     gate.open()
-    failed = []
-    while not b.is_finished():
-        r = e.step()
-        failed += r.failed
-        assert not r.invalid  # never block ids: vLLM's hybrid scheduler refuses them
-    assert failed == ["b"]
+    assert harness.run_failed_load(e, b) == ["b"]
     assert e.stats["load_failed_blocks"] == 4 and e.stats["recompute_blocks"] == 4
     assert e.stats.get("restored_blocks_dram", 0) == 0
     e.run()
@@ -198,7 +154,7 @@ def test_hybrid_failed_load_is_recomputed(start_manager, model_path):
 
 def test_hybrid_manager_killed_gives_zero_hits_not_errors(manager, model_path):
     e = engine(manager, model_path)
-    b, gate = _gated_hybrid_load(e, 10, 3 * BLOCK_SIZE + 1)
+    b, gate = gated_load(e, 10, 3 * BLOCK_SIZE + 1)
     manager.kill()
     gate.open()
     c = e.add(request("c", prompt(10, 3 * BLOCK_SIZE + 1)))
@@ -219,32 +175,14 @@ def test_hybrid_finished_request_keeps_blocks_until_its_saves_complete(manager, 
     """request_finished_all_groups delays the free while a full-attention save
     is held (the window group's saves pass: the next forward waits for those)."""
     e = engine(manager, model_path)
-    core = e.worker_core
-    held = threading.Event()
-    real_factory = core._client_factory
-
-    class HoldFullAttention:
-        def __init__(self):
-            self._c = real_factory()
-
-        def __getattr__(self, name):
-            return getattr(self._c, name)
-
-        def publish(self, inst, group, *a, **kw):
-            if group == 0:
-                held.wait(30)
-            return self._c.publish(inst, group, *a, **kw)
-
-    core._client_factory = HoldFullAttention
-    core._failed("test: reconnect through the hold")
-    core._next_retry = 0.0
+    gate = Gate(e.worker_core, publish=True, publish_groups={0})
     a = e.add(request("a", prompt(13, 3 * BLOCK_SIZE + 1), max_tokens=2))
     e.run(until=lambda: a.is_finished())
     for _ in range(3):
         r = e.step()
         assert "a" in e.scheduler.requests and not r.sending  # blocks held
     assert e.free_blocks() < e.scheduler.kv_cache_manager.block_pool.num_gpu_blocks - 1
-    held.set()
+    gate.open()
     e.run(until=lambda: not e.scheduler.requests)
     e.assert_empty()
     assert e.stats["saved_blocks"] == 6  # 3 blocks in each group

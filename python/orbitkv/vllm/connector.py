@@ -13,17 +13,25 @@ step travels from one to the other inside :class:`OrbitKVConnectorMetadata`.
 Saves are published in ``wait_for_save`` once the step's forward is done
 (``save_kv_layer`` has nothing to do: the Manager takes whole blocks).
 
-Hybrid models (``SupportsHMA``: several KV cache groups of full attention and
-sliding-window layers) register one storage group per KV cache group under
-the model description :func:`orbitkv.hybrid.from_vllm_kv_cache_config` makes;
-the scheduler's hit is the recovery plan's ``prefix_tokens``, loads restore
-each piece into its group's blocks, a failed load is a failed request
-(``failed_recving``: vLLM's hybrid scheduler takes no block ids).
+Hybrid models (``SupportsHMA``: several KV cache groups of full attention,
+sliding-window and Mamba layers) register one storage group per KV cache group
+under the model description :func:`orbitkv.hybrid.from_vllm_kv_cache_config`
+makes; the scheduler's hit is the recovery plan's ``prefix_tokens``, loads
+restore each piece into its group's blocks, a failed load is a failed request
+(``failed_recving``: vLLM's hybrid scheduler takes no block ids). Mamba groups
+(``MambaSpec``, vLLM's prefix caching in ``mamba_cache_mode="align"``) store
+their state as recurrent checkpoints: each (group, block, boundary) that vLLM
+hands over in ``KVConnectorBlockState.boundary_state_offloads`` is published
+as the checkpoint after ``boundary`` tokens, and a hit restores the checkpoint
+at exactly the hit into the block vLLM allocated for it (block ``P / block_size
+- 1`` of the group). Models with Mamba groups are always hybrid, one group or
+several.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 import torch
@@ -88,10 +96,12 @@ class OrbitKVConnectorStats(KVConnectorStats):
         return not any(self.data.values())
 
 
-def _group_spec(kv_cache_config: "KVCacheConfig"):
-    """The spec of the first KV cache group; every group must be one the
-    connector stores, on one block size."""
-    from vllm.v1.kv_cache_interface import AttentionSpec
+def _group_spec(kv_cache_config: "KVCacheConfig", vllm_config: Optional["VllmConfig"] = None):
+    """The spec of the first attention KV cache group (else of group 0); every
+    group must be one the connector stores, on one block size. Mamba groups
+    need vLLM's prefix caching in mamba_cache_mode 'align' (vLLM keeps no
+    state per block otherwise), checked against `vllm_config` when given."""
+    from vllm.v1.kv_cache_interface import AttentionSpec, MambaSpec
 
     groups = kv_cache_config.kv_cache_groups
     if not groups:
@@ -99,15 +109,54 @@ def _group_spec(kv_cache_config: "KVCacheConfig"):
     first = groups[0].kv_cache_spec
     for i, g in enumerate(groups):
         spec = g.kv_cache_spec
-        if not isinstance(spec, AttentionSpec):
+        if isinstance(spec, MambaSpec):
+            _check_mamba(i, spec, vllm_config)
+        elif not isinstance(spec, AttentionSpec):
             raise ValueError(
-                f"OrbitKVConnector: KV cache group {i} is a {type(spec).__name__}; hybrid models "
-                "store attention groups (full attention, sliding window) only, not yet Mamba state")
+                f"OrbitKVConnector: KV cache group {i} is a {type(spec).__name__}; the connector "
+                "stores full-attention, sliding-window and Mamba groups")
         if spec.block_size != first.block_size:
             raise ValueError(
                 f"OrbitKVConnector: KV cache group {i} has block size {spec.block_size}, group 0 "
                 f"{first.block_size} (the connector needs one block size)")
-    return first
+    return next((g.kv_cache_spec for g in groups if isinstance(g.kv_cache_spec, AttentionSpec)),
+                first)
+
+
+def _check_mamba(i: int, spec: Any, vllm_config: Optional["VllmConfig"]) -> None:
+    """A Mamba group the connector can checkpoint, or ValueError saying what to set."""
+    cache = vllm_config.cache_config if vllm_config is not None else None
+    if cache is not None and not cache.enable_prefix_caching:
+        raise ValueError(
+            f"OrbitKVConnector: KV cache group {i} is Mamba state ({type(spec).__name__}) and "
+            "prefix caching is off: vLLM then keeps one running state per request and no state "
+            "per block, which nothing could restore (enable prefix caching; vLLM uses "
+            "--mamba-cache-mode align with it)")
+    mode = cache.mamba_cache_mode if cache is not None else spec.mamba_cache_mode
+    if mode != "align" or spec.mamba_cache_mode != "align":
+        raise ValueError(
+            f"OrbitKVConnector: KV cache group {i} is Mamba state with mamba_cache_mode "
+            f"{spec.mamba_cache_mode!r}; the connector stores Mamba state as checkpoints at "
+            "block boundaries, which vLLM keeps only in 'align' mode (--mamba-cache-mode align)")
+    if spec.num_speculative_blocks:
+        raise ValueError(
+            f"OrbitKVConnector: KV cache group {i} is Mamba state with "
+            f"{spec.num_speculative_blocks} speculative blocks (MTP/EAGLE): vLLM relocates "
+            "those blocks in place; speculative decoding with Mamba groups is not supported yet")
+
+
+def _is_mamba(spec: Any) -> bool:
+    from vllm.v1.kv_cache_interface import MambaSpec
+
+    return isinstance(spec, MambaSpec)
+
+
+def mamba_state_bytes(spec: Any) -> List[int]:
+    """Bytes of each state (conv, SSM, ...) a layer of a Mamba group keeps per block."""
+    from vllm.utils.torch_utils import get_dtype_size
+
+    return [math.prod(shape) * get_dtype_size(dtype)
+            for shape, dtype in zip(spec.shapes, spec.dtypes)]
 
 
 def layout_parts(kv_cache_config: "KVCacheConfig") -> List[str]:
@@ -121,9 +170,12 @@ def layout_parts(kv_cache_config: "KVCacheConfig") -> List[str]:
             fields.append(f"group{i}")
         fields.append(type(spec).__name__)
         for name in ("block_size", "num_kv_heads", "head_size", "head_size_v", "sliding_window",
-                     "attention_chunk_size", "kv_quant_mode", "page_size_padded"):
+                     "attention_chunk_size", "kv_quant_mode", "page_size_padded", "shapes",
+                     "mamba_type"):
             if hasattr(spec, name):
                 fields.append(f"{name}={getattr(spec, name)}")
+        if _is_mamba(spec):
+            fields.append("dtypes=" + ",".join(str(d).replace("torch.", "") for d in spec.dtypes))
     fields.append(f"kv_cache_layout={kv_cache_config.kv_cache_layout or 'NHD'}")
     return fields
 
@@ -131,11 +183,12 @@ def layout_parts(kv_cache_config: "KVCacheConfig") -> List[str]:
 def rank_namespaces(vllm_config: "VllmConfig", kv_cache_config: "KVCacheConfig",
                     cfg: ConnectorConfig) -> Dict[tuple, str]:
     """(tp_rank, pp_rank) -> namespace, for every rank of this engine."""
-    spec = _group_spec(kv_cache_config)
+    spec = _group_spec(kv_cache_config, vllm_config)
     par = vllm_config.parallel_config
     tp, pp = par.tensor_parallel_size, par.pipeline_parallel_size
     model = cfg.model_id or vllm_config.model_config.model
-    dtype = str(spec.dtype).replace("torch.", "")
+    # A model of Mamba groups only: its state dtypes are in the layout fingerprint.
+    dtype = str(spec.dtype).replace("torch.", "") if hasattr(spec, "dtype") else "state"
     fp = layout_fingerprint(layout_parts(kv_cache_config))
     return {
         (t, p): namespace(model, dtype, spec.block_size, fp, t, tp, p, pp)
@@ -161,8 +214,8 @@ def rank_group_slot_bytes(vllm_config: "VllmConfig", kv_cache_config: "KVCacheCo
                           pp_rank: int) -> List[List[int]]:
     """Per KV cache group, the slot sizes of one block on a rank of pipeline
     stage `pp_rank`, as the worker registers them (orbitkv.vllm.layout): a K
-    and a V slot per layer, or one slot per layer for MLA. Every instance of a
-    namespace must agree."""
+    and a V slot per layer, one slot per layer for MLA, one per state (conv,
+    SSM) per Mamba layer. Every instance of a namespace must agree."""
     from vllm.v1.kv_cache_interface import MLAAttentionSpec
 
     _group_spec(kv_cache_config)
@@ -171,7 +224,9 @@ def rank_group_slot_bytes(vllm_config: "VllmConfig", kv_cache_config: "KVCacheCo
         spec = group.kv_cache_spec
         layers = rank_layers(vllm_config, list(group.layer_names), pp_rank)
         page = spec.page_size_bytes
-        if isinstance(spec, MLAAttentionSpec):
+        if _is_mamba(spec):
+            out.append(mamba_state_bytes(spec) * len(layers))
+        elif isinstance(spec, MLAAttentionSpec):
             out.append([page] * len(layers))
         else:
             out.append([page // 2] * (2 * len(layers)))
@@ -181,14 +236,21 @@ def rank_group_slot_bytes(vllm_config: "VllmConfig", kv_cache_config: "KVCacheCo
 def rank_description(kv_cache_config: "KVCacheConfig", group_slot_bytes: List[List[int]],
                      block_size: int) -> Optional[ModelDescription]:
     """The model description a hybrid KV cache registers with on one rank (its
-    groups' bytes those of the rank's layers); None for one KV cache group."""
-    if len(kv_cache_config.kv_cache_groups) == 1:
+    groups' bytes those of the rank's layers); None for one attention group."""
+    if not is_hybrid(kv_cache_config):
         return None
     d = from_vllm_kv_cache_config(kv_cache_config, key_block_tokens=block_size)
     for g, sizes in zip(d.groups, group_slot_bytes):
         g.bytes = sum(sizes)
     d.validate()
     return d
+
+
+def is_hybrid(kv_cache_config: "KVCacheConfig") -> bool:
+    """Whether the KV cache registers with a model description: several KV
+    cache groups, or any Mamba group (its blocks are states, not positions)."""
+    groups = kv_cache_config.kv_cache_groups
+    return len(groups) > 1 or any(_is_mamba(g.kv_cache_spec) for g in groups)
 
 
 def _this_rank() -> tuple:
@@ -215,10 +277,12 @@ class OrbitKVConnector(KVConnectorBase_V1, SupportsHMA):
         )
         if kv_cache_config is None:
             raise ValueError("OrbitKVConnector needs the KV cache config (vLLM >= 0.33)")
-        spec = _group_spec(kv_cache_config)
+        spec = _group_spec(kv_cache_config, vllm_config)
         self._block_size = spec.block_size
         self._namespaces = rank_namespaces(vllm_config, kv_cache_config, self._cfg)
-        self._hybrid = len(kv_cache_config.kv_cache_groups) > 1
+        self._hybrid = is_hybrid(kv_cache_config)
+        self._mamba_groups = {i for i, g in enumerate(kv_cache_config.kv_cache_groups)
+                              if _is_mamba(g.kv_cache_spec)}
         if self._hybrid and self._cfg.load_policy == "sync":
             raise ValueError(
                 "OrbitKVConnector: load_policy 'sync' with several KV cache groups: vLLM's hybrid "
@@ -317,9 +381,13 @@ class OrbitKVConnector(KVConnectorBase_V1, SupportsHMA):
             for i, req_id in enumerate(cached.req_ids)
         ]
         spec = {r: len(t) for r, t in (so.scheduled_spec_decode_tokens or {}).items()}
+        # Mamba 'align' states: exact (group, block, boundary) hand-offs, never
+        # positional (vLLM nulls and relocates a Mamba group's blocks).
+        state = so.kv_connector_block_state
+        offers = dict(state.boundary_state_offloads) if state is not None else {}
         plan = self._sched.build_plan(
             new_reqs, cached_reqs, dict(so.num_scheduled_tokens), spec,
-            set(so.preempted_req_ids or ()),
+            set(so.preempted_req_ids or ()), state_offers=offers,
         )
         return OrbitKVConnectorMetadata(plan)
 
@@ -349,12 +417,13 @@ class OrbitKVConnector(KVConnectorBase_V1, SupportsHMA):
 
     def register_kv_caches(self, kv_caches: Dict[str, torch.Tensor]) -> None:
         assert self._worker is not None
-        groups = None
+        groups = states = None
         if self._hybrid:
-            groups = {n: g for g, group in enumerate(self._kv_cache_config.kv_cache_groups)
-                      for n in group.layer_names}
+            kv_groups = self._kv_cache_config.kv_cache_groups
+            groups = {n: g for g, group in enumerate(kv_groups) for n in group.layer_names}
             kv_caches = {n: t for n, t in kv_caches.items() if n in groups}
-        layout = describe_kv_caches(kv_caches, self._kv_cache_config.num_blocks, groups)
+            states = {g: mamba_state_bytes(kv_groups[g].kv_cache_spec) for g in self._mamba_groups}
+        layout = describe_kv_caches(kv_caches, self._kv_cache_config.num_blocks, groups, states)
         got = layout.group_slot_bytes()
         if not self._hybrid:
             got = [[b for g in got for b in g]]

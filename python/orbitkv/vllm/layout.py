@@ -9,6 +9,14 @@ dimension (``(num_blocks, ...)``, e.g. MLA) is one slot. A slot must be one
 dense byte range per block, in any stride order (vLLM's HND/NHD permutations
 pass; the namespace keeps the two apart).
 
+A Mamba layer (a recurrent KV cache group: conv and SSM state, one state per
+vLLM block) contributes one slot per state, whatever its dtype: vLLM 0.33
+hands the connector one raw page view per layer, ``(num_blocks, 1, 1, C)``
+int8 whose C bytes per block are the states packed in order (what
+``MambaBase.bind_kv_cache`` slices), and a list of state tensors
+``(num_blocks, *shape)`` (what the layer works on) is taken too; both give
+the same slots, byte views of each state in each block.
+
 Regions, offsets, strides and CUDA IPC handles come from
 :func:`orbitkv.torch.derive_layout` over views of the tensors in that
 canonical form (K/V dimension first, block dimension next, the rest in
@@ -37,7 +45,7 @@ def host_tensor(shape: Sequence[int], dtype):
 class SlotInfo:
     group: int  # the KV cache group (OrbitKV storage group) of the layer
     layer: str
-    index: Tuple[int, ...]  # (0,) K, (1,) V; () for a tensor without a K/V dimension
+    index: Tuple[int, ...]  # (0,) K, (1,) V; () without a K/V dimension; (i,) Mamba state i
     region: int
     offset: int  # bytes from the region base to block 0 of this slot
     page_stride: int
@@ -108,7 +116,8 @@ def _canonical(t, num_blocks: int):
 
 
 def describe_kv_caches(kv_caches: Mapping[str, object], num_blocks: int,
-                       layer_groups: Optional[Mapping[str, int]] = None) -> KVLayout:
+                       layer_groups: Optional[Mapping[str, int]] = None,
+                       group_states: Optional[Mapping[int, Sequence[int]]] = None) -> KVLayout:
     """The KVLayout of vLLM's per-layer KV cache tensors (layer name -> tensor,
     in the order vLLM gives them). All tensors must be on one device.
 
@@ -116,7 +125,11 @@ def describe_kv_caches(kv_caches: Mapping[str, object], num_blocks: int,
     OrbitKV group per KV cache group, its slots those of the group's layers.
     The groups may share tensors, as vLLM's hybrid allocator does (a layer of
     each group sees one tensor; a block id belongs to one group at a time):
-    regions are per allocation, whichever groups' slots lie in them."""
+    regions are per allocation, whichever groups' slots lie in them.
+
+    `group_states` (KV cache group -> the bytes of each state a layer of that
+    recurrent group packs in a block, in order: vLLM's ``MambaSpec`` shapes x
+    dtypes) makes each layer of such a group one slot per state."""
     if not kv_caches:
         raise ValueError("register_kv_caches: no KV cache tensors")
     if num_blocks <= 0:
@@ -132,20 +145,39 @@ def describe_kv_caches(kv_caches: Mapping[str, object], num_blocks: int,
         mine = [n for n in names if of[n] == g]
         if not mine:
             raise ValueError(f"KV cache group {g} has no KV cache tensor")
-        per_group.append((mine, _derive(kv_caches, mine, num_blocks)))
+        states = (group_states or {}).get(g)
+        per_group.append(_derive(kv_caches, mine, num_blocks, states))
     if layer_groups is None:
-        mine, tl = per_group[0]
-        slots = [SlotInfo(0, mine[ti], tuple(lead), s.region, s.offset, s.page_stride,
+        tl, owners = per_group[0]
+        slots = [SlotInfo(0, *_owner(owners, ti, lead), s.region, s.offset, s.page_stride,
                           s.bytes_per_page)
                  for (ti, lead), s in zip(tl.slot_ids, tl.layout.groups[0].slots)]
         return KVLayout(tl.device, num_blocks, slots, tl)
     return _merge(per_group, num_blocks)
 
 
-def _derive(kv_caches: Mapping[str, object], names: Sequence[str], num_blocks: int):
+def _owner(owners, ti: int, lead) -> Tuple[str, Tuple[int, ...]]:
+    """(layer, SlotInfo.index) of slot `lead` of the group's derived tensor `ti`."""
+    layer, state = owners[ti]
+    return layer, (tuple(lead) if state is None else (state,))
+
+
+def _derive(kv_caches: Mapping[str, object], names: Sequence[str], num_blocks: int,
+            states: Optional[Sequence[int]] = None):
+    """(TensorLayout, owners) of one group's layers; owners[i] is the (layer,
+    state index or None) of the i-th tensor derived."""
     from orbitkv.torch import derive_layout
 
-    views, dims = zip(*(_canonical(kv_caches[n], num_blocks) for n in names))
+    if states is None:
+        views, dims = zip(*(_canonical(kv_caches[n], num_blocks) for n in names))
+        owners = [(n, None) for n in names]
+    else:
+        views, owners = [], []
+        for n in names:
+            for i, v in enumerate(state_views(kv_caches[n], num_blocks, states, n)):
+                views.append(v)
+                owners.append((n, i))
+        dims = [0] * len(views)
     try:
         tl = derive_layout(list(views), list(dims))
     except ValueError as e:
@@ -154,7 +186,56 @@ def _derive(kv_caches: Mapping[str, object], names: Sequence[str], num_blocks: i
         raise ValueError(
             f"{len(tl.slot_ids)} KV slots per block > OrbitKV's {orbitkv.MAX_SLOTS_PER_GROUP}"
         )
-    return tl
+    return tl, owners
+
+
+def _block_bytes_view(t, num_blocks: int, what: str):
+    """`t` (num_blocks, ...) as a (num_blocks, bytes) uint8 view of the same
+    memory; ValueError when a block is not one dense byte range."""
+    import torch
+
+    if not isinstance(t, torch.Tensor):
+        raise ValueError(f"{what}: expected a tensor, got {type(t).__name__}")
+    if t.dim() < 1 or t.shape[0] != num_blocks:
+        raise ValueError(f"{what} of shape {tuple(t.shape)}: expected ({num_blocks}, ...)")
+    expected = 1
+    for n, st in reversed(list(zip(t.shape[1:], t.stride()[1:]))):
+        if n != 1 and st != expected:
+            raise ValueError(f"{what} strides {t.stride()}: a block's state is not one dense "
+                             "byte range")
+        expected *= n
+    # A dense inner part: the same memory as (num_blocks, elements), then bytes.
+    flat = t.as_strided((num_blocks, expected), (t.stride(0), 1))
+    return flat.view(torch.uint8)
+
+
+def state_views(t, num_blocks: int, state_bytes: Sequence[int], layer: str = "Mamba layer"):
+    """Per state, a (num_blocks, bytes) uint8 view of a Mamba layer's KV cache:
+    a raw page view whose blocks hold the states packed in order (vLLM 0.33's
+    ``(num_blocks, 1, 1, sum(state_bytes))`` int8), or a list of state tensors
+    ``(num_blocks, *shape)`` of any dtypes. ValueError names what does not fit."""
+    sizes = [int(b) for b in state_bytes]
+    if isinstance(t, (list, tuple)):
+        if len(t) != len(sizes):
+            raise ValueError(f"{layer}: {len(t)} state tensors, the KV cache spec has "
+                             f"{len(sizes)}")
+        out = []
+        for i, (s, n) in enumerate(zip(t, sizes)):
+            v = _block_bytes_view(s, num_blocks, f"{layer} state {i}")
+            if v.shape[1] != n:
+                raise ValueError(f"{layer} state {i}: {v.shape[1]} bytes per block, the KV "
+                                 f"cache spec {n}")
+            out.append(v)
+        return out
+    v = _block_bytes_view(t, num_blocks, layer)
+    if v.shape[1] != sum(sizes):
+        raise ValueError(f"{layer}: {v.shape[1]} bytes per block, the KV cache spec's states "
+                         f"{sizes} are {sum(sizes)}")
+    out, off = [], 0
+    for n in sizes:
+        out.append(v[:, off:off + n])
+        off += n
+    return out
 
 
 @dataclasses.dataclass
@@ -170,8 +251,8 @@ def _merge(per_group, num_blocks: int) -> KVLayout:
     """One instance layout of the groups' derived layouts: a region per
     allocation (regions of one allocation in several groups are one)."""
     keys, regions, region_bytes, slots, groups = {}, [], [], [], []
-    device = per_group[0][1].device
-    for g, (names, tl) in enumerate(per_group):
+    device = per_group[0][0].device
+    for g, (tl, owners) in enumerate(per_group):
         if tl.device != device:
             raise ValueError(f"KV cache group {g} is on {tl.device}, group 0 on {device}")
         remap = []
@@ -185,8 +266,8 @@ def _merge(per_group, num_blocks: int) -> KVLayout:
             remap.append(r)
         mine = []
         for (ti, lead), s in zip(tl.slot_ids, tl.layout.groups[0].slots):
-            info = SlotInfo(g, names[ti], tuple(lead), remap[s.region], s.offset, s.page_stride,
-                            s.bytes_per_page)
+            info = SlotInfo(g, *_owner(owners, ti, lead), remap[s.region], s.offset,
+                            s.page_stride, s.bytes_per_page)
             slots.append(info)
             mine.append(info)
         groups.append(orbitkv.GroupLayout(

@@ -18,7 +18,11 @@ description and a lookup is one query of the request's chain from block 0;
 its recovery plan's ``prefix_tokens`` is the hit (beyond vLLM's local hit, on
 vLLM's block grid). The load plan carries every group's blocks, the worker
 restores each piece into its own group; saves are per group and skip vLLM's
-null blocks (sliding-window blocks outside the window). The scheduler queries through "probe"
+null blocks (sliding-window blocks outside the window). A recurrent (Mamba)
+group's blocks are not positional: its saves are the exact (group, block,
+boundary) states vLLM offers each step (``state_offers``), each published as
+the checkpoint after ``boundary`` tokens (boundaries on the block grid only:
+a plan's prefix is on every attention group's grid). The scheduler queries through "probe"
 instances (one host page of the rank's slot sizes, never written: a memfd
 costs no memory until touched) registered in every rank's namespace; it releases
 each query at once (workers query again before they restore, so a hit that
@@ -61,6 +65,7 @@ class _Req:
     last_load: Optional[LoadSpec] = None  # the latest load, for its load errors
     saves_issued: bool = False
     no_loads: bool = False  # a hybrid load of it failed: no more Manager hits
+    state_floor: int = 0  # recurrent checkpoints at or below this many tokens are stored or loaded
 
     def sync_keys(self) -> List[bytes]:
         """One key per complete block: the hash at the block's last token."""
@@ -109,6 +114,8 @@ class SchedulerCore:
         self.cfg = config
         self.namespaces = [ns for ns, _ in probes]
         self.description = description
+        self._recurrent = {g.storage_group for g in (description.groups if description else ())
+                           if g.kind == GroupKind.RECURRENT}
         self.null_block = 0  # vLLM's null block (BlockPool.null_block); set by the connector
         # The Manager wants every instance of a namespace to have its slot sizes.
         if description is not None:
@@ -284,6 +291,8 @@ class SchedulerCore:
             log.warning("OrbitKV: vLLM took %d external blocks of %s, %d were offered", n, req_id, hits)
             n = hits
         if self.description is not None:
+            # The checkpoint the load brings is the Manager's: vLLM offers it again, no save.
+            st.state_floor = max(st.state_floor, (local + n) * self.block_size)
             spec = LoadSpec(req_id, st.keys[: local + n], [],
                             group_block_ids=[list(g) for g in block_ids],
                             skip_blocks=local, prefix_tokens=(local + n) * self.block_size,
@@ -303,10 +312,14 @@ class SchedulerCore:
         num_scheduled_tokens: Dict[str, int],
         num_spec_tokens: Dict[str, int],
         preempted: Set[str],
+        state_offers: Optional[Dict[str, Sequence[Tuple[int, int, int]]]] = None,
     ) -> StepPlan:
         """The step's plan. new_reqs: (req_id, block_ids, num_computed_tokens);
         cached_reqs: (req_id, new_block_ids or None, resumed, num_computed_tokens);
-        block ids are per KV cache group (vLLM's tuple of lists)."""
+        block ids are per KV cache group (vLLM's tuple of lists). state_offers:
+        req_id -> [(group, block id, boundary tokens)], the recurrent states
+        this step's forward leaves in those blocks (vLLM's
+        boundary_state_offloads)."""
         plan = StepPlan(sync_load=self.cfg.load_policy == "sync")
         plan.loads, self._pending_loads = self._pending_loads, []
         if self.cfg.load_policy == "sync":
@@ -334,6 +347,7 @@ class SchedulerCore:
             scheduled.append((st, req_id, computed))
         if self.cfg.save_policy == "off":
             return plan
+        self._plan_state_saves(plan, state_offers or {})
         for st, req_id, computed in scheduled:
             if st.load is not None:
                 continue  # its blocks are being written by the Manager
@@ -344,6 +358,8 @@ class SchedulerCore:
                 end = min(end, st.num_prompt_tokens // self.block_size)
             if end > st.saved:
                 for g, ids in enumerate(st.block_ids):
+                    if g in self._recurrent:
+                        continue  # not positional: saved from state_offers
                     # A null block left the window (or was never computed here).
                     blocks = [b for b in range(st.saved, end) if ids[b] != self.null_block]
                     if blocks:
@@ -354,6 +370,28 @@ class SchedulerCore:
                 st.saved = end
         return plan
 
+    def _plan_state_saves(self, plan: StepPlan,
+                          offers: Dict[str, Sequence[Tuple[int, int, int]]]) -> None:
+        """Saves of the recurrent states vLLM offers: one checkpoint each, under
+        the chain key of the prefix that ends at its boundary."""
+        for req_id, states in offers.items():
+            st = self._reqs.get(req_id)
+            if st is None or st.load is not None:
+                continue  # unknown, or its blocks are being written by a load
+            keys = st.sync_keys()
+            for group, block, boundary in sorted(states, key=lambda s: s[2]):
+                if group not in self._recurrent or boundary % self.block_size:
+                    continue  # off the block grid: no plan's prefix ends there
+                if boundary <= st.state_floor or boundary // self.block_size > len(keys):
+                    continue  # stored or loaded already, or no key for it yet
+                if self.cfg.save_policy == "prompt" and boundary > st.num_prompt_tokens:
+                    continue
+                plan.saves.append(SaveSpec(req_id, [keys[boundary // self.block_size - 1]],
+                                           [block], group=group))
+                self._stats.values["save_blocks_planned"] += 1
+                st.state_floor = boundary
+                st.saves_issued = True
+
     def on_output(self, finished_recving: Set[str], invalid_block_ids: Set[int],
                   failed_recving: Set[str] = frozenset()) -> None:
         """Worker results of a step: finished loads, blocks whose load failed,
@@ -362,6 +400,7 @@ class SchedulerCore:
             st = self._reqs.get(req_id)
             if st is not None and st.last_load is not None:
                 st.saved = min(st.saved, st.hit[0])
+                st.state_floor = min(st.state_floor, st.hit[0] * self.block_size)
                 st.no_loads = True  # its retry computes; a broken load is not retried
                 self._stats.values["recompute_blocks"] += st.hit[1]
         for st in self._reqs.values():

@@ -21,8 +21,12 @@ the recovery plan's pieces, each into its own group's block (attention
 blocks of vLLM's local hit are left alone); a load that cannot restore its
 whole plan fails as a whole (vLLM's hybrid scheduler takes failed requests,
 not block ids: :meth:`take_failed_loads`). Saves publish into the save's
-group. Before a step's forward the earlier saves of sliding-window groups are
-done: vLLM hands window blocks that left the window to other requests.
+group. Before a step's forward the earlier saves of sliding-window and
+recurrent (Mamba) groups are done: vLLM hands window blocks that left the
+window to other requests, and a Mamba state block holds the offered state only
+until the next forward (vLLM frees or rewrites it). A recurrent piece (the
+checkpoint after P tokens) is restored into block P / block_tokens - 1 of its
+group, the block vLLM allocates for the state a hit resumes from.
 """
 
 from __future__ import annotations
@@ -101,10 +105,12 @@ class WorkerCore:
         self._delayed: Set[str] = set()  # finished requests waiting for finished_sending
         self._load_errors: Set[int] = set()
         self._failed_loads: Set[str] = set()  # hybrid loads that failed (whole requests)
-        self._window_saves: List[futures.Future] = []  # saves of sliding-window groups
+        # Saves the next forward waits for: of groups whose blocks vLLM reuses
+        # after the step (sliding windows, recurrent state).
+        self._window_saves: List[futures.Future] = []
         self._window_groups: Set[int] = {
             g.storage_group for g in (description.groups if description else ())
-            if g.kind == GroupKind.SLIDING_WINDOW}
+            if g.kind in (GroupKind.SLIDING_WINDOW, GroupKind.RECURRENT)}
         self._stats = WorkerStats()
         self._step_loads: List[futures.Future] = []  # sync loads of the current step
         self._loader = futures.ThreadPoolExecutor(1, thread_name_prefix="orbitkv-load")
@@ -374,7 +380,8 @@ class WorkerCore:
     def handle_preemptions(self, plan: StepPlan) -> None:
         """Waits for the saves of the plan's preempted requests: vLLM hands their
         blocks to other requests in this step's forward; and for the saves of
-        sliding-window groups (vLLM frees blocks that left the window)."""
+        sliding-window and recurrent groups (vLLM frees blocks that left the
+        window, and frees or rewrites state blocks)."""
         with self._mu:
             pending = [f for r in plan.preempted for f in self._saves.get(r, ())]
             self._window_saves = [f for f in self._window_saves if not f.done()]

@@ -1,0 +1,176 @@
+// copy_latency_bench: where the time of a one-block DRAM -> HBM restore goes
+// below the Manager (issue 18's p50 <= 100 us target). One block as the pinned
+// pool holds it (a 4 KiB header, then --slots segments of --slot-bytes) is
+// copied into --slots device pages at scattered offsets, --iters times, by:
+//   memcpy-1      one cudaMemcpyAsync of the whole object + event sync (the ceiling)
+//   memcpy-slots  one cudaMemcpyAsync per slot + event sync (the naive baseline)
+//   platform/M    CudaDevice::CreateEvent + CopyAsync + Record + Wait, exactly the
+//                 Manager's Instance::CopyAndWait, with ORBITKV_GPU_COPY=M
+// printing p50/p99 of the wall time and, for the platform rows, of the
+// enqueue (CreateEvent + CopyAsync + Record) apart from the wait. Every
+// iteration's pages are checked against the object once at the end of each
+// row. A benchmark, not a test: run it on a CUDA host (h200_perf.sh runs it).
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gpu/copy_options.h"
+#include "gpu/cuda_platform.h"
+#include "gpu/host_memory_hooks.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using orbitkv::gpu::CopyOp;
+using orbitkv::gpu::DevPtr;
+
+double Us(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
+
+struct Quant {
+  double p50 = 0, p99 = 0;
+};
+Quant Q(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return {v[v.size() / 2], v[std::min(v.size() - 1, v.size() * 99 / 100)]};
+}
+
+#define CHECK_CUDA(x)                                                                   \
+  do {                                                                                  \
+    cudaError_t e_ = (x);                                                               \
+    if (e_ != cudaSuccess) {                                                            \
+      std::fprintf(stderr, "%s: %s (line %d)\n", #x, cudaGetErrorString(e_), __LINE__); \
+      std::exit(3);                                                                     \
+    }                                                                                   \
+  } while (0)
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  uint64_t slots = 64, slot_bytes = 32 << 10;
+  int iters = 500;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--slots") slots = std::strtoull(argv[i + 1], nullptr, 10);
+    if (a == "--slot-bytes") slot_bytes = std::strtoull(argv[i + 1], nullptr, 10);
+    if (a == "--iters") iters = std::atoi(argv[i + 1]);
+  }
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    std::fprintf(stderr, "copy_latency_bench: no CUDA device\n");
+    return 77;
+  }
+  CHECK_CUDA(cudaSetDevice(0));
+  const uint64_t header = 4096, object = header + slots * slot_bytes;
+  const uint64_t page_stride = 4 * slot_bytes;  // pages of a slot 4 apart, in random order
+  // Host memory registered as the Manager registers its pool (HostMemoryHooks:
+  // cudaHostRegister, and the range the platform classifies without a driver call).
+  const uint64_t host_bytes = (object + 4095) / 4096 * 4096;
+  auto* host = static_cast<uint8_t*>(std::aligned_alloc(4096, host_bytes));
+  const orbitkv::HostMemoryHooks hooks = orbitkv::GetHostMemoryHooks();
+  if (host == nullptr || !hooks.register_memory || !hooks.register_memory(host, host_bytes).ok()) {
+    std::fprintf(stderr, "copy_latency_bench: registering host memory failed\n");
+    return 3;
+  }
+  std::mt19937_64 rng(7);
+  for (uint64_t i = 0; i < object; ++i) host[i] = static_cast<uint8_t>(rng());
+  uint8_t* dev = nullptr;
+  CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&dev), slots * page_stride));
+  std::vector<uint64_t> order(slots);
+  for (uint64_t s = 0; s < slots; ++s) order[s] = s;
+  std::shuffle(order.begin(), order.end(), rng);
+  std::vector<CopyOp> ops;
+  for (uint64_t s = 0; s < slots; ++s) {
+    ops.push_back({reinterpret_cast<DevPtr>(dev + order[s] * page_stride),
+                   reinterpret_cast<DevPtr>(host + header + s * slot_bytes), slot_bytes});
+  }
+  auto verify = [&](const char* row) {
+    CHECK_CUDA(cudaDeviceSynchronize());
+    std::vector<uint8_t> back(slot_bytes);
+    for (uint64_t s = 0; s < slots; ++s) {
+      CHECK_CUDA(cudaMemcpy(back.data(), dev + order[s] * page_stride, slot_bytes,
+                            cudaMemcpyDeviceToHost));
+      if (std::memcmp(back.data(), host + header + s * slot_bytes, slot_bytes) != 0) {
+        std::fprintf(stderr, "copy_latency_bench: %s: WRONG BYTES in slot %llu\n", row,
+                     static_cast<unsigned long long>(s));
+        std::exit(1);
+      }
+    }
+    CHECK_CUDA(cudaMemset(dev, 0, slots * page_stride));
+    CHECK_CUDA(cudaDeviceSynchronize());
+  };
+  std::printf(
+      "copy_latency_bench: one block of %llu slots x %llu B (%.2f MiB) -> HBM, %d iterations\n",
+      static_cast<unsigned long long>(slots), static_cast<unsigned long long>(slot_bytes),
+      double(slots * slot_bytes) / (1 << 20), iters);
+  std::printf("  %-18s %10s %10s %14s %14s\n", "path", "p50 us", "p99 us", "enqueue p50",
+              "wait p50");
+
+  cudaStream_t st = nullptr;
+  cudaEvent_t ev = nullptr;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  CHECK_CUDA(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  for (const char* row : {"memcpy-1", "memcpy-slots"}) {
+    std::vector<double> wall;
+    for (int i = 0; i < iters; ++i) {
+      const auto t0 = Clock::now();
+      if (row[7] == '1') {
+        CHECK_CUDA(cudaMemcpyAsync(dev, host, object, cudaMemcpyHostToDevice, st));
+      } else {
+        for (const CopyOp& op : ops) {
+          CHECK_CUDA(cudaMemcpyAsync(reinterpret_cast<void*>(op.dst),
+                                     reinterpret_cast<const void*>(op.src), op.bytes,
+                                     cudaMemcpyHostToDevice, st));
+        }
+      }
+      CHECK_CUDA(cudaEventRecord(ev, st));
+      CHECK_CUDA(cudaEventSynchronize(ev));
+      wall.push_back(Us(Clock::now() - t0));
+    }
+    if (row[7] != '1') verify(row);
+    const Quant w = Q(wall);
+    std::printf("  %-18s %10.1f %10.1f %14s %14s\n", row, w.p50, w.p99, "-", "-");
+  }
+  CHECK_CUDA(cudaMemset(dev, 0, slots * page_stride));
+
+  for (const char* mode : {"staged", "engines", "kernel"}) {
+    ::setenv(orbitkv::gpu::kGpuCopyEnv, mode, 1);
+    auto platform = orbitkv::gpu::CreateCudaPlatform();
+    ::unsetenv(orbitkv::gpu::kGpuCopyEnv);
+    if (!platform.ok()) {
+      std::fprintf(stderr, "platform: %s\n", platform.status().ToString().c_str());
+      return 3;
+    }
+    auto device = (*platform)->device(0);
+    if (!device.ok()) return 3;
+    orbitkv::gpu::Device& d = **device;
+    auto stream = d.CreateStream();
+    if (!stream.ok()) return 3;
+    std::vector<double> wall, enq, wait;
+    for (int i = 0; i < iters; ++i) {
+      const auto t0 = Clock::now();
+      auto e = d.CreateEvent();
+      if (!e.ok() || !d.CopyAsync(ops, **stream).ok() || !d.Record(**e, **stream).ok()) {
+        std::fprintf(stderr, "platform/%s: enqueue failed\n", mode);
+        return 3;
+      }
+      const auto t1 = Clock::now();
+      if (!d.Wait(**e).ok()) return 3;
+      const auto t2 = Clock::now();
+      wall.push_back(Us(t2 - t0));
+      enq.push_back(Us(t1 - t0));
+      wait.push_back(Us(t2 - t1));
+    }
+    const std::string row = std::string("platform/") + mode;
+    verify(row.c_str());
+    const Quant w = Q(wall), a = Q(enq), b = Q(wait);
+    std::printf("  %-18s %10.1f %10.1f %14.1f %14.1f\n", row.c_str(), w.p50, w.p99, a.p50, b.p50);
+  }
+  return 0;
+}
