@@ -62,6 +62,12 @@ Result<std::unique_ptr<CudaDecoder>> CudaDecoder::Create(uint32_t max_frames) {
   return std::unique_ptr<CudaDecoder>(new CudaDecoder(std::move(b)));
 }
 
+uint64_t CudaDecoder::device_scratch_bytes() const {
+  return (sizeof(internal::KernelFrame) + sizeof(int32_t) + sizeof(uint32_t)) *
+             uint64_t{b_->max_frames} +
+         sizeof(Crc32cTables);
+}
+
 Status CudaDecoder::DecodeAsync(CodecId codec, std::span<const DeviceFrame> frames,
                                 uint32_t head_dim, cudaStream_t stream) {
   if (codec == CodecId::kNone || static_cast<int>(codec) >= kNumCodecs) {

@@ -50,6 +50,9 @@ class CudaDecoder {
   // DecodeAsync (Corruption naming the cause); a CUDA failure as the Status.
   Result<std::vector<Status>> Finish(cudaStream_t stream);
 
+  // The device memory its scratch holds (frame table, statuses, CRCs, tables).
+  uint64_t device_scratch_bytes() const;
+
  private:
   struct Buffers;
   explicit CudaDecoder(std::unique_ptr<Buffers> b);

@@ -205,6 +205,7 @@ class CudaDevice final : public Device {
   Status DeregisterStream(Stream& stream) override;
   Status ReadAsync(StorageFile& file, DevPtr buffer, AsyncIo* io, Stream& stream) override;
   Status WriteAsync(StorageFile& file, DevPtr buffer, AsyncIo* io, Stream& stream) override;
+  Result<std::unique_ptr<FrameDecoder>> CreateFrameDecoder(uint32_t max_frames) override;
 
  private:
   // kMappedHost: pinned host memory the device reads and writes at the same
@@ -265,12 +266,14 @@ class CudaDevice final : public Device {
 class CudaPlatform final : public Platform {
  public:
   CudaPlatform(int device_count, int runtime_version, int driver_version,
-               const GpuCopyOptions& copy)
+               const GpuCopyOptions& copy, FrameDecoderFactory decoders)
       : device_count_(device_count),
         runtime_version_(runtime_version),
         driver_version_(driver_version),
         copy_(copy),
+        decoders_(std::move(decoders)),
         devices_(device_count) {}
+  const FrameDecoderFactory& decoders() const { return decoders_; }
   ~CudaPlatform() override = default;
 
   std::string Describe() const override {
@@ -334,6 +337,7 @@ class CudaPlatform final : public Platform {
   const int runtime_version_;
   const int driver_version_;
   const GpuCopyOptions copy_;
+  const FrameDecoderFactory decoders_;
 
   std::mutex devices_mu_;
   std::vector<std::unique_ptr<CudaDevice>> devices_;  // guarded by devices_mu_
@@ -346,6 +350,14 @@ class CudaPlatform final : public Platform {
 };
 
 // ---- CudaDevice ------------------------------------------------------------
+
+Result<std::unique_ptr<FrameDecoder>> CudaDevice::CreateFrameDecoder(uint32_t max_frames) {
+  if (!platform_->decoders()) {
+    return Status::Unavailable("this CUDA platform was created without a frame decoder");
+  }
+  ORBITKV_RETURN_IF_ERROR(MakeCurrent());
+  return platform_->decoders()(ordinal_, max_frames);
+}
 
 Result<CudaStream*> CudaDevice::Own(Stream& stream) const {
   auto* s = dynamic_cast<CudaStream*>(&stream);
@@ -816,7 +828,12 @@ Status CudaDevice::WriteAsync(StorageFile& file, DevPtr buffer, AsyncIo* io, Str
 
 }  // namespace
 
-Result<std::unique_ptr<Platform>> CreateCudaPlatform() {
+void* CudaStreamHandle(Stream& stream) {
+  auto* s = dynamic_cast<CudaStream*>(&stream);
+  return s ? static_cast<void*>(s->get()) : nullptr;
+}
+
+Result<std::unique_ptr<Platform>> CreateCudaPlatform(FrameDecoderFactory decoders) {
   ORBITKV_ASSIGN_OR_RETURN(const int count, DeviceCount());
   if (count == 0) return Status::Unavailable("no CUDA device (or no driver) on this host");
   int runtime = 0;
@@ -824,7 +841,8 @@ Result<std::unique_ptr<Platform>> CreateCudaPlatform() {
   ORBITKV_CUDA_RETURN_IF_ERROR(cudaRuntimeGetVersion(&runtime));
   ORBITKV_CUDA_RETURN_IF_ERROR(cudaDriverGetVersion(&driver));
   ORBITKV_ASSIGN_OR_RETURN(const GpuCopyOptions copy, GpuCopyOptionsFromEnvironment());
-  return std::unique_ptr<Platform>(new CudaPlatform(count, runtime, driver, copy));
+  return std::unique_ptr<Platform>(
+      new CudaPlatform(count, runtime, driver, copy, std::move(decoders)));
 }
 
 }  // namespace orbitkv::gpu

@@ -58,6 +58,7 @@
 // Thread-safety: as Platform (every method thread-safe).
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include "gpu/platform.h"
@@ -65,8 +66,19 @@
 
 namespace orbitkv::gpu {
 
+// Makes a frame decoder on device `ordinal` (codec/cuda_frame_decoder.h's
+// CreateCudaFrameDecoder: the codec library builds on this one, so it is
+// passed in rather than linked).
+using FrameDecoderFactory =
+    std::function<Result<std::unique_ptr<FrameDecoder>>(int ordinal, uint32_t max_frames)>;
+
 // The CUDA platform. Unavailable when the host has no usable CUDA device or
 // driver (DeviceCount() == 0), or when the runtime fails to enumerate devices.
-Result<std::unique_ptr<Platform>> CreateCudaPlatform();
+// Device::CreateFrameDecoder calls `decoders` (Unavailable without one).
+Result<std::unique_ptr<Platform>> CreateCudaPlatform(FrameDecoderFactory decoders = {});
+
+// The cudaStream_t, as a pointer, of a stream a CUDA platform's device made;
+// nullptr for any other Stream.
+void* CudaStreamHandle(Stream& stream);
 
 }  // namespace orbitkv::gpu

@@ -268,6 +268,74 @@ void RunStorageIo(const std::shared_ptr<Shared>& shared, uint64_t file_id, DevPt
   io->bytes_done = static_cast<ssize_t>(done);
 }
 
+// The fake's frame decoder: the CPU codec on the stream's thread, with the
+// checks of the CUDA decoder (prefix and CRC before any output byte).
+class FakeFrameDecoder : public FrameDecoder {
+ public:
+  FakeFrameDecoder(int device, uint32_t max_frames) : device_(device), max_frames_(max_frames) {}
+  uint64_t scratch_bytes() const override { return 0; }
+
+  Status DecodeAsync(codec::CodecId codec, uint32_t head_dim, std::span<const DecodeOp> ops,
+                     Stream& stream) override {
+    auto* s = dynamic_cast<FakeStream*>(&stream);
+    if (s == nullptr || s->device() != device_) {
+      return Status::InvalidArgument(fmt::format(
+          "FrameDecoder::DecodeAsync: stream is not a FakePlatform stream of device {}", device_));
+    }
+    if (codec == codec::CodecId::kNone || static_cast<int>(codec) >= codec::kNumCodecs) {
+      return Status::InvalidArgument("FrameDecoder: no decoder for codec " +
+                                     std::string(codec::CodecName(codec)));
+    }
+    if (ops.size() > max_frames_) {
+      return Status::InvalidArgument(
+          fmt::format("FrameDecoder: {} frames, created for {}", ops.size(), max_frames_));
+    }
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (ops[i].frame % 16 != 0 || ops[i].out % 16 != 0 || ops[i].frame == 0 || ops[i].out == 0) {
+        return Status::InvalidArgument(
+            fmt::format("FrameDecoder: frame {}: input and output must be 16-byte aligned", i));
+      }
+    }
+    auto results = std::make_shared<std::vector<Status>>(ops.size());
+    results_ = results;
+    s->queue()->Enqueue(
+        [results, codec, head_dim, v = std::vector<DecodeOp>(ops.begin(), ops.end())] {
+          for (size_t i = 0; i < v.size(); ++i) (*results)[i] = DecodeOne(codec, head_dim, v[i], i);
+        });
+    return Status::OK();
+  }
+
+  Result<std::vector<Status>> Finish(Stream& stream) override {
+    auto* s = dynamic_cast<FakeStream*>(&stream);
+    if (s == nullptr || s->device() != device_) {
+      return Status::InvalidArgument("FrameDecoder::Finish: not a stream of this device");
+    }
+    s->queue()->WaitDone(s->queue()->Tail());
+    std::shared_ptr<std::vector<Status>> r = std::move(results_);
+    return r ? std::move(*r) : std::vector<Status>{};
+  }
+
+ private:
+  static Status DecodeOne(codec::CodecId codec, uint32_t head_dim, const DecodeOp& op, size_t i) {
+    const std::span<const uint8_t> frame{reinterpret_cast<const uint8_t*>(op.frame), op.frame_size};
+    const std::span<uint8_t> out{reinterpret_cast<uint8_t*>(op.out), op.out_size};
+    Result<codec::FrameInfo> info = codec::ParseFrame(frame);
+    Status st = info.status();
+    const bool tq = codec == codec::CodecId::kTurboQuant4 || codec == codec::CodecId::kTurboQuant3;
+    if (st.ok() && (info->codec != codec || info->decoded_size != op.out_size ||
+                    (tq && info->param != head_dim))) {
+      st = Status::Corruption("prefix does not match the expected codec and sizes");
+    }
+    if (st.ok()) st = codec::Decode(frame, out, codec);
+    if (st.ok()) return st;
+    return Status::Corruption(fmt::format("decode of frame {}: {}", i, st.message()));
+  }
+
+  const int device_;
+  const uint32_t max_frames_;
+  std::shared_ptr<std::vector<Status>> results_;
+};
+
 class FakeDevice : public Device {
  public:
   FakeDevice(std::shared_ptr<Shared> shared, int ordinal)
@@ -550,6 +618,11 @@ class FakeDevice : public Device {
   }
   Status WriteAsync(StorageFile& file, DevPtr buffer, AsyncIo* io, Stream& stream) override {
     return SubmitIo(file, buffer, io, stream, /*write=*/true);
+  }
+
+  Result<std::unique_ptr<FrameDecoder>> CreateFrameDecoder(uint32_t max_frames) override {
+    if (max_frames == 0) return Status::InvalidArgument("CreateFrameDecoder: 0 frames");
+    return std::unique_ptr<FrameDecoder>(std::make_unique<FakeFrameDecoder>(ordinal_, max_frames));
   }
 
  private:

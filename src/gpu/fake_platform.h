@@ -22,6 +22,9 @@
 //    count (short at end of file) or -errno in io->bytes_done: -EINVAL when
 //    buf_offset + size leaves the registered buffer, -EBADF when the file was
 //    deregistered before the operation ran.
+//  * CreateFrameDecoder: the CPU codec (codec/codec.h) on the stream's thread,
+//    with the CUDA decoder's checks (prefix against the op and the frame's
+//    CRC32C before any output byte); no device scratch.
 //
 // Stricter than CUDA where that catches bugs cheaply (each refusal is
 // FailedPrecondition unless noted): RegisterBuffer/RegisterStream/RegisterFile

@@ -81,6 +81,27 @@ class WrappedEvent : public Event {
   std::unique_ptr<Event> inner_;
 };
 
+// Forwards to the inner device's decoder with the inner stream.
+class WrappedFrameDecoder : public FrameDecoder {
+ public:
+  explicit WrappedFrameDecoder(std::unique_ptr<FrameDecoder> inner) : inner_(std::move(inner)) {}
+  uint64_t scratch_bytes() const override { return inner_->scratch_bytes(); }
+  Status DecodeAsync(codec::CodecId codec, uint32_t head_dim, std::span<const DecodeOp> ops,
+                     Stream& stream) override {
+    auto* s = dynamic_cast<WrappedStream*>(&stream);
+    if (s == nullptr) return Status::InvalidArgument("DecodeAsync: foreign stream");
+    return inner_->DecodeAsync(codec, head_dim, ops, s->inner());
+  }
+  Result<std::vector<Status>> Finish(Stream& stream) override {
+    auto* s = dynamic_cast<WrappedStream*>(&stream);
+    if (s == nullptr) return Status::InvalidArgument("Finish: foreign stream");
+    return inner_->Finish(s->inner());
+  }
+
+ private:
+  std::unique_ptr<FrameDecoder> inner_;
+};
+
 class WrappedFile : public StorageFile {
  public:
   explicit WrappedFile(std::unique_ptr<StorageFile> inner) : inner_(std::move(inner)) {}
@@ -247,6 +268,11 @@ class WrappedDevice : public Device {
   }
   Status WriteAsync(StorageFile& file, DevPtr buffer, AsyncIo* io, Stream& stream) override {
     return Submit(file, buffer, io, stream, /*write=*/true);
+  }
+  Result<std::unique_ptr<FrameDecoder>> CreateFrameDecoder(uint32_t max_frames) override {
+    std::unique_ptr<FrameDecoder> inner;
+    ORBITKV_ASSIGN_OR_RETURN(inner, inner_->CreateFrameDecoder(max_frames));
+    return std::unique_ptr<FrameDecoder>(std::make_unique<WrappedFrameDecoder>(std::move(inner)));
   }
 
  private:

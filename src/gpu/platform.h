@@ -35,7 +35,9 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
+#include "codec/codec.h"
 #include "orbitkv/status.h"
 
 namespace orbitkv::gpu {
@@ -85,6 +87,41 @@ struct CopyOp {
 struct CrcOp {
   DevPtr data = 0;
   uint64_t bytes = 0;
+};
+
+// One storage-codec frame (codec/codec.h) in device memory to decode into
+// device memory: [frame, +frame_size) into [out, +out_size). Both addresses
+// 16-byte aligned.
+struct DecodeOp {
+  DevPtr frame = 0;
+  uint64_t frame_size = 0;  // the segment's encoded size (object format)
+  DevPtr out = 0;
+  uint64_t out_size = 0;  // the decoded size the frame must have
+};
+
+// Decodes storage-codec frames that are in device memory straight into
+// device memory (CUDA: codec/codec_cuda.h's CudaDecoder; fake: the CPU
+// codec), giving the CPU decoder's bytes. Each frame's prefix is checked
+// against what the op expects (codec, frame size, decoded size) and its
+// CRC32C before a byte of its output is written: a frame failing there leaves
+// its output untouched. A frame malformed past that point is Corruption with
+// its output unspecified. One DecodeAsync then Finish at a time; not
+// thread-safe. REQUIRES: destroyed before its Platform.
+class FrameDecoder {
+ public:
+  virtual ~FrameDecoder() = default;
+  // Device scratch this decoder holds (a codec budget counts it).
+  virtual uint64_t scratch_bytes() const = 0;
+  // Enqueues, after the stream's earlier work, the check and decode of every
+  // op, all of codec `codec` (TurboQuant: head vectors of `head_dim`).
+  // InvalidArgument for kNone, misaligned addresses or more ops than the
+  // decoder was made for (nothing enqueued). Frames and outputs stay valid
+  // until Finish returns.
+  virtual Status DecodeAsync(codec::CodecId codec, uint32_t head_dim, std::span<const DecodeOp> ops,
+                             Stream& stream) = 0;
+  // Waits for the stream; one Status per op of the last DecodeAsync
+  // (Corruption naming the cause), or the stream's failure.
+  virtual Result<std::vector<Status>> Finish(Stream& stream) = 0;
 };
 
 // An engine allocation opened from its IPC handle.
@@ -149,6 +186,12 @@ class Device {
   // `buffer` is the base a RegisterBuffer call registered.
   virtual Status ReadAsync(StorageFile& file, DevPtr buffer, AsyncIo* io, Stream& stream) = 0;
   virtual Status WriteAsync(StorageFile& file, DevPtr buffer, AsyncIo* io, Stream& stream) = 0;
+
+  // A frame decoder on this device for batches of up to `max_frames` ops,
+  // used with this device's streams. Unavailable when the platform has none
+  // (a CUDA platform created without the codec library);
+  // ResourceExhausted when its scratch cannot be allocated.
+  virtual Result<std::unique_ptr<FrameDecoder>> CreateFrameDecoder(uint32_t max_frames) = 0;
 };
 
 // How the storage driver is opened (see gpu/cufile_loader.h for the policy).

@@ -94,9 +94,9 @@ bool CufileRoute::explicit_read() const {
 }
 
 bool CufileRoute::ServesReads(const Instance& inst) const {
-  // Encoded objects decode on the CPU behind the io_uring route (the GPU
-  // decode of cuFile-staged frames is not wired in yet).
-  if (!inst.cuda() || !inst.codec.raw()) return false;
+  // Encoded namespaces too: Submit declines the blocks the GPU decode path
+  // cannot stage (they go to the host reader).
+  if (!inst.cuda()) return false;
   if (o_.read_path) return *o_.read_path == SsdReadPath::kCufile;  // explicit: never switched
   return admit_.load();
 }
@@ -142,6 +142,9 @@ Result<SsdGpuWorker*> CufileRoute::Worker(Instance& inst) {
   o.clock = o_.clock;
   o.metrics = o_.series->Device(inst.device().ordinal());
   o.on_io_failure = [this](const Status& st) { OnFailure(st); };
+  o.codec_budget_bytes = o_.codec_budget_bytes;
+  o.codec_budget = o_.codec_budget;
+  o.codec_metrics = o_.codec_metrics;
   Result<std::unique_ptr<SsdGpuWorker>> w = SsdGpuWorker::Create(std::move(o));
   if (!w.ok()) {
     OKV_LOG_WARN("instance {}: creating its cuFile worker failed: {}", inst.id,
@@ -194,6 +197,23 @@ std::vector<RestoreBlock> CufileRoute::Submit(const std::shared_ptr<RestoreRec>&
     }
     return {};
   }
+  // Encoded namespaces: the GPU decode lane stages whole objects; what it
+  // cannot take goes to the host reader.
+  std::vector<RestoreBlock> declined;
+  if (!inst.codec.raw()) {
+    Result<uint64_t> capacity = (*worker)->EnableDecode();
+    if (!capacity.ok()) {
+      OKV_LOG_DEBUG("instance {}: encoded reads take the host reader: {}", inst.id,
+                    capacity.status().ToString());
+      return blocks;
+    }
+    std::erase_if(blocks, [&](RestoreBlock& b) {
+      if (EncodedFitsGpu(inst, b, *capacity)) return false;
+      declined.push_back(std::move(b));
+      return true;
+    });
+    if (blocks.empty()) return declined;
+  }
   r->SetSsdCost(o_.cost);
   GpuReadRequest req;
   auto taken = std::make_shared<std::vector<RestoreBlock>>();
@@ -210,14 +230,19 @@ std::vector<RestoreBlock> CufileRoute::Submit(const std::shared_ptr<RestoreRec>&
     it.ref = b.src.ref;
     it.id = b.src.id;  // checked with the payload CRCs before any scatter
     it.slot_bytes = shape.slot_bytes;
+    it.codec = inst.codec;
     for (const SlotLayout& s : g->slots) {
+      if (!inst.codec.raw()) {
+        it.decode.push_back({s.slot_id, inst.DevicePage(s, b.page)});
+        continue;
+      }
       it.scatter.push_back(
           {shape.segments[s.slot_id].offset, s.bytes_per_page, inst.DevicePage(s, b.page)});
     }
     req.items.push_back(std::move(it));
     taken->push_back(b);
   }
-  if (taken->empty()) return {};
+  if (taken->empty()) return declined;
   // One token for the job, returned with its last item.
   auto token = std::make_shared<LaneToken>(o_.lanes->Start());
   auto left = std::make_shared<std::atomic<size_t>>(taken->size());
@@ -241,14 +266,28 @@ std::vector<RestoreBlock> CufileRoute::Submit(const std::shared_ptr<RestoreRec>&
   Result<SsdGpuWorker::JobId> job = (*worker)->SubmitRead(std::move(req));
   if (job.ok()) {
     r->gpu_job.store(*job);
-    return {};
+    return declined;
   }
   for (RestoreBlock& b : *taken) {
     o_.ssd->catalog().Complete(b.src.lease);
     r->Finish(b.result, Tier::kSsd, job.status());
   }
   token->Release();
-  return {};
+  return declined;
+}
+
+bool CufileRoute::EncodedFitsGpu(const Instance& inst, const RestoreBlock& b,
+                                 uint64_t capacity) const {
+  if (b.src.ref.length > capacity) return false;
+  const GroupLayout* g = inst.groups.at(b.src.id.group);
+  const ObjectShape& shape = *inst.shapes.at(b.src.id.group);
+  for (const SlotLayout& s : g->slots) {
+    // The decoder writes whole slots into 16-byte aligned pages.
+    if (s.bytes_per_page != shape.slot_bytes[s.slot_id] || inst.DevicePage(s, b.page) % 16 != 0) {
+      return false;
+    }
+  }
+  return true;
 }
 
 uint32_t CufileRoute::Cancel(const std::shared_ptr<RestoreRec>& r) {

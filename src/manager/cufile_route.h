@@ -3,7 +3,12 @@
 // file registrations), cuFile admission and its auto fallback, and the lazy
 // per-instance SsdGpuWorker (created on first use, retired when the instance
 // unregisters). Reads: every SSD block of a restore goes to the worker, which
-// reads into GPU staging, verifies and scatters into the pages; each lease
+// reads into GPU staging, verifies and scatters into the pages (an encoded
+// namespace's blocks: assembled in the worker's GPU decode lane, CRC-checked
+// and decoded on the GPU into the pages; a block whose extent is larger than
+// the lane's arena, whose pages are not 16-byte aligned, or of an instance
+// whose lane the codec budget cannot hold, is declined to the host reader,
+// io_uring, which decodes on the CPU); each lease
 // stays held until its block's scatter completed; a block the worker finds
 // damaged (Corruption) has its extent dropped from the store. Under auto, a cuFile buffer
 // or I/O failure stops new cuFile admission until restart (counted once in
@@ -87,6 +92,12 @@ class CufileRoute final : public SsdRoute {
     Counter* bytes_restore = nullptr;    // restore_ssd_cufile
     Counter* cancelled = nullptr;
     Histogram* cost = nullptr;  // optional: ORBITKV_COST_OBSERVATIONS
+    // Encoded reads: each worker's GPU decode lane holds codec_budget_bytes
+    // (arena + decoder scratch) of `codec_budget` (null or 0: encoded
+    // namespaces read through io_uring).
+    CodecBudget* codec_budget = nullptr;
+    uint64_t codec_budget_bytes = 0;
+    const CodecMetrics* codec_metrics = nullptr;
   };
   // REQUIRES: options.selection.cufile.
   explicit CufileRoute(Options options);
@@ -126,6 +137,9 @@ class CufileRoute final : public SsdRoute {
   };
   // The instance's worker, created on first use.
   Result<SsdGpuWorker*> Worker(Instance& inst) EXCLUDES(mu_);
+  // Whether the GPU decode lane (arena `capacity`) takes an encoded block:
+  // its extent fits and every slot decodes whole into a 16-byte aligned page.
+  bool EncodedFitsGpu(const Instance& inst, const RestoreBlock& b, uint64_t capacity) const;
   // A cuFile buffer or I/O failure: under auto, stops new cuFile work.
   void OnFailure(const Status& st);
   bool explicit_read() const;

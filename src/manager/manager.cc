@@ -77,6 +77,7 @@ Result<std::unique_ptr<Manager>> Manager::Create(const ManagerConfig& config) {
   Impl& x = *impl;
   x.m = ManagerMetrics::Register(*config.metrics, ssd_on, o.cost_observations);
   x.codec_metrics = std::make_unique<CodecMetrics>(*config.metrics);
+  x.codec_budget = std::make_unique<CodecBudget>(o.codec_budget, x.codec_metrics->budget_used);
   x.cufile_series = std::make_unique<CufileSeries>(config.metrics, config.gpu);
   if (ssd_on) {
     Writeback::Options w;
@@ -126,6 +127,10 @@ Result<std::unique_ptr<Manager>> Manager::Create(const ManagerConfig& config) {
       c.bytes_restore = x.m.bytes_restore_cufile;
       c.cancelled = x.m.restore_cancelled;
       c.cost = x.m.cost_cufile;
+      c.codec_budget = x.codec_budget.get();
+      c.codec_budget_bytes =
+          GpuCodecShare(o.codec_budget, config.gpu ? config.gpu->device_count() : 1);
+      c.codec_metrics = x.codec_metrics.get();
       x.cufile = std::make_unique<CufileRoute>(std::move(c));
     }
   }

@@ -32,6 +32,7 @@ struct Manager::Impl {
   ManagerConfig config;
   ManagerMetrics m;
   std::unique_ptr<CodecMetrics> codec_metrics;
+  std::unique_ptr<CodecBudget> codec_budget;             // the GPU codec path's reservations
   codec::CodecId default_codec = codec::CodecId::kNone;  // --storage-codec
   std::atomic<uint64_t> next_id{1};  // sessions, namespaces, instances, queries, restores
 

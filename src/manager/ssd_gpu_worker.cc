@@ -16,7 +16,71 @@ void SsdGpuWorker::Impl::PieceDone(const std::shared_ptr<ReadJobState>& job, siz
   job->reported[item] = true;
   if (--job->items_left == 0) jobs.erase(job->id);
   Status s = job->status[item];
+  if (job->check[item].encoded) {
+    cbs->push_back([this, job, item, s] { FinishEncoded(job, item, s); });
+    return;
+  }
   cbs->push_back([job, item, s] { job->req.item_done(item, s); });
+}
+
+void SsdGpuWorker::Impl::FinishEncoded(const std::shared_ptr<ReadJobState>& job, size_t item,
+                                       Status st) {
+  const GpuReadItem& it = job->req.items[item];
+  gpu::DevPtr input = 0;
+  {
+    MutexLock l(mu);
+    input = std::exchange(job->check[item].input, 0);
+  }
+  if (st.ok() && input == 0) st = Status::Internal("encoded read finished without an arena range");
+  if (!st.ok()) {
+    // Every submitted piece completed (this is the item's last report), so
+    // no GPU work uses the range any more.
+    if (input != 0) decode->Give(input, it.ref.length);
+    job->req.item_done(item, st);
+    return;
+  }
+  // OK: every piece was read, header-checked and copied on the worker
+  // thread, which runs this callback (a piece dropped by Cancel or Close
+  // fails its item).
+  GpuDecodeLane::Task t;
+  t.input = input;
+  t.input_bytes = it.ref.length;
+  t.header = *job->check[item].header;
+  t.codec = it.codec;
+  for (const DecodeTarget& d : it.decode)
+    t.targets.push_back({d.slot, d.dst, it.slot_bytes[d.slot]});
+  t.done = [job, item](Status s) { job->req.item_done(item, std::move(s)); };
+  decode->Submit(std::move(t));
+}
+
+Result<uint64_t> SsdGpuWorker::EnableDecode() {
+  Impl& m = *impl_;
+  MutexLock l(m.decode_mu);
+  if (m.decode_outcome) return *m.decode_outcome;
+  GpuDecodeLaneOptions o;
+  o.device = m.o.device;
+  o.budget_bytes = m.o.codec_budget_bytes;
+  o.budget = m.o.codec_budget;
+  o.metrics = m.o.codec_metrics;
+  o.on_space = [&m] {
+    {
+      MutexLock g(m.mu);
+      m.arena_blocked = false;
+    }
+    m.cv.NotifyAll();
+  };
+  Result<std::unique_ptr<GpuDecodeLane>> lane =
+      m.o.codec_budget_bytes == 0 || !m.o.codec_budget || !m.o.codec_metrics
+          ? Result<std::unique_ptr<GpuDecodeLane>>(
+                Status::ResourceExhausted("no --codec-budget share for the GPU decode path"))
+          : GpuDecodeLane::Create(std::move(o));
+  if (!lane.ok()) {
+    m.decode_outcome = lane.status();
+  } else {
+    m.decode = std::move(lane).value();
+    m.decode_outcome = m.decode->capacity();
+  }
+  return *m.decode_outcome;
 }
 
 uint32_t SsdGpuWorker::Impl::DropPending(const std::function<bool(const Piece&)>& pred,
@@ -106,6 +170,7 @@ SsdGpuWorker::SsdGpuWorker(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) 
 
 SsdGpuWorker::~SsdGpuWorker() {
   Close();
+  impl_->decode.reset();  // its arena and budget share
   impl_->Release();
 }
 Result<SsdGpuWorker::JobId> SsdGpuWorker::SubmitRead(GpuReadRequest req) {
@@ -124,7 +189,8 @@ Result<SsdGpuWorker::JobId> SsdGpuWorker::SubmitRead(GpuReadRequest req) {
     }
     if (it.slot_bytes.empty() || it.slot_bytes.size() > kMaxSlotsPerGroup ||
         std::find(it.slot_bytes.begin(), it.slot_bytes.end(), 0u) != it.slot_bytes.end() ||
-        ObjectSize(it.slot_bytes) > it.ref.object_size) {
+        (it.codec.raw() && ObjectSize(it.slot_bytes) > it.ref.object_size) ||
+        ObjectHeaderSize(static_cast<uint32_t>(it.slot_bytes.size())) > it.ref.object_size) {
       return Status::InvalidArgument("read of shard " + std::to_string(it.ref.shard) +
                                      ": the item's slot sizes do not describe its " +
                                      std::to_string(it.ref.object_size) + "-byte object");
@@ -132,6 +198,21 @@ Result<SsdGpuWorker::JobId> SsdGpuWorker::SubmitRead(GpuReadRequest req) {
     if (ObjectHeaderSize(static_cast<uint32_t>(it.slot_bytes.size())) > m.o.slot_bytes) {
       return Status::InvalidArgument("an object header of " + std::to_string(it.slot_bytes.size()) +
                                      " slots does not fit a staging slot");
+    }
+    if (!it.codec.raw()) {
+      if (!m.decode || it.ref.length > m.decode->capacity() || !it.scatter.empty() ||
+          it.decode.empty()) {
+        return Status::InvalidArgument(
+            "encoded read: no GPU decode lane, an extent larger than its arena, or scatter "
+            "spans instead of decode targets");
+      }
+      for (const DecodeTarget& d : it.decode) {
+        if (d.slot >= it.slot_bytes.size() || d.dst == 0 || d.dst % 16 != 0) {
+          return Status::InvalidArgument("encoded read: decode target of slot " +
+                                         std::to_string(d.slot) +
+                                         " is outside the object or not 16-byte aligned");
+        }
+      }
     }
     for (const ScatterSpan& s : it.scatter) {
       if (s.bytes == 0 || s.object_offset > it.ref.object_size ||
@@ -156,6 +237,7 @@ Result<SsdGpuWorker::JobId> SsdGpuWorker::SubmitRead(GpuReadRequest req) {
   for (size_t i = 0; i < n; ++i) {
     const ExtentRef& ref = job->req.items[i].ref;
     ItemCheck& c = job->check[i];
+    c.encoded = !job->req.items[i].codec.raw();
     c.segments = SegmentLayout(job->req.items[i].slot_bytes);
     c.header_bytes = ObjectHeaderSize(static_cast<uint32_t>(c.segments.size()));
     for (uint64_t off = 0; off < ref.length; off += m.o.slot_bytes) {
@@ -165,7 +247,7 @@ Result<SsdGpuWorker::JobId> SsdGpuWorker::SubmitRead(GpuReadRequest req) {
       p.offset = off;
       p.length = std::min(m.o.slot_bytes, ref.length - off);
       p.file = SsdStore::FileRange(ref, off, p.length);
-      for (uint32_t k = 0; k < c.segments.size(); ++k) {
+      for (uint32_t k = 0; k < c.segments.size() && !c.encoded; ++k) {
         const uint64_t lo = std::max(c.segments[k].offset, off);
         const uint64_t hi = std::min(c.segments[k].offset + c.segments[k].size, off + p.length);
         if (lo < hi) p.frags.push_back({k, lo - c.segments[k].offset, hi - lo, 0});
@@ -265,6 +347,8 @@ void SsdGpuWorker::Close() {
   std::call_once(m.joined, [&] {
     if (m.thread.joinable()) m.thread.join();
   });
+  // The thread handed its last objects to the lane: they decode and report.
+  if (m.decode) m.decode->Close();
 }
 
 GpuWorkerStats SsdGpuWorker::stats() const {

@@ -35,6 +35,16 @@
 // cuFileWriteAsync; the object is published only after its last chunk wrote
 // in full; a failed or short chunk aborts the reservation.
 //
+// Encoded reads (GpuReadItem::codec, after EnableDecode): the pieces of an
+// encoded object are read into the slots as above, but, as the segments'
+// places come with the header, nothing is CRC-checked per piece: the first
+// piece takes a range of the GPU decode lane's arena (gpu_decode_lane.h; the
+// queue waits while none is free), its header is checked (id, slot count,
+// codec id and version), and each piece is copied to its place in the range.
+// Once all arrived the lane checks every segment's CRC32C on the GPU, decodes
+// the frames into the pages and reports the item, while this thread goes on
+// with its slots.
+//
 // Ownership: the caller keeps a read item's source lease and destination
 // pages until item_done ran for it, and a write's source pages and header
 // until its done ran. Close() stops unsubmitted work (Cancelled) and drains
@@ -54,7 +64,9 @@
 #include <memory>
 #include <vector>
 
+#include "codec/codec.h"
 #include "gpu/platform.h"
+#include "manager/storage_codec.h"
 #include "orbitkv/clock.h"
 #include "orbitkv/metrics.h"
 #include "orbitkv/status.h"
@@ -89,6 +101,12 @@ struct GpuWorkerOptions {
   Clock* clock = Clock::Real();  // the latency histograms
   // Called (on the worker thread) after a cuFile I/O failure, with the error.
   std::function<void(const Status&)> on_io_failure;
+  // Encoded reads (EnableDecode): the share of --codec-budget the worker's
+  // GPU decode lane holds (codec arena + decoder scratch), from
+  // `codec_budget`, counted on `codec_metrics`. 0: no GPU decode.
+  uint64_t codec_budget_bytes = 0;
+  CodecBudget* codec_budget = nullptr;
+  const CodecMetrics* codec_metrics = nullptr;
 };
 
 // Where the component bytes of one object go: object bytes
@@ -99,13 +117,28 @@ struct ScatterSpan {
   gpu::DevPtr dst = 0;
 };
 
+// An encoded item's slot `slot` decodes into device address dst (16-byte
+// aligned, slot_bytes[slot] bytes).
+struct DecodeTarget {
+  uint32_t slot = 0;
+  gpu::DevPtr dst = 0;
+};
+
 struct GpuReadItem {
   ExtentRef ref;  // the leased extent (data-region offset, 4 KiB aligned length)
-  // What the extent must hold: a raw object of this id with these slot sizes
+  // What the extent must hold: an object of this id with these slot sizes
   // (store/object_format.h), checked before anything is scattered.
   ObjectId id;
   std::vector<uint64_t> slot_bytes;
+  // Raw objects (codec.raw()): the object bytes each span receives.
   std::vector<ScatterSpan> scatter;
+  // Encoded objects: `codec` wrote the object (its id and version are
+  // checked against the header); its pieces are assembled in the GPU decode
+  // lane's arena, CRC-checked on the GPU and decoded into `decode`'s targets
+  // (scatter empty). REQUIRES: EnableDecode succeeded and ref.length is at
+  // most the capacity it returned.
+  NamespaceCodec codec;
+  std::vector<DecodeTarget> decode;
 };
 
 struct GpuReadRequest {
@@ -156,6 +189,11 @@ class SsdGpuWorker {
   // max_write_jobs are admitted (nothing reserved); the store's error when no
   // extent can be reserved; Cancelled after Close.
   Status SubmitWrite(GpuWriteRequest request);
+  // Creates the GPU decode lane for encoded reads, once (later calls return
+  // the first outcome's capacity or error): the largest encoded object it can
+  // stage. ResourceExhausted when the codec budget cannot hold its share
+  // (then encoded reads take the host reader); the platform's errors.
+  Result<uint64_t> EnableDecode();
   // Cancels the job's items of which no byte was submitted (item_done with
   // Cancelled runs for each before this returns). Returns how many.
   uint32_t CancelRead(JobId job);

@@ -23,6 +23,7 @@
 
 #include "common/mutex.h"
 #include "io/coalesce.h"
+#include "manager/gpu_decode_lane.h"
 #include "manager/ssd_gpu_worker.h"
 #include "store/object_format.h"
 
@@ -49,6 +50,12 @@ struct FragCrc {
 
 // Verification state of one item (worker thread only).
 struct ItemCheck {
+  // Encoded: no fragment CRCs (the segments' places come with the header);
+  // the pieces are copied into `input`, the item's decode-lane arena range
+  // (set under the worker's mu by TakeBatch, read under mu or on the worker
+  // thread), and checked and decoded there once all arrived.
+  bool encoded = false;
+  gpu::DevPtr input = 0;
   std::vector<SegmentPos> segments;  // where a raw object of the item's shape has them
   uint64_t header_bytes = 0;
   bool header_known = false;           // its first piece was checked (or failed)
@@ -155,7 +162,15 @@ struct SsdGpuWorker::Impl {
   uint64_t read_submissions GUARDED_BY(mu) = 0, write_submissions GUARDED_BY(mu) = 0;
   JobId next_job GUARDED_BY(mu) = 1;
   bool closing GUARDED_BY(mu) = false;
+  // The queue's head needs a decode-lane range that is not free: the thread
+  // sleeps until the lane gives one back (on_space) instead of polling.
+  bool arena_blocked GUARDED_BY(mu) = false;
   std::thread thread;
+  // EnableDecode's lane and outcome (set once under decode_mu; the lane is
+  // used by the worker thread only for items submitted after it existed).
+  Mutex decode_mu;
+  std::unique_ptr<GpuDecodeLane> decode;
+  std::optional<Result<uint64_t>> decode_outcome GUARDED_BY(decode_mu);
   std::once_flag joined;
 
   // ---- shared bookkeeping (ssd_gpu_worker.cc) --------------------------------
@@ -169,6 +184,10 @@ struct SsdGpuWorker::Impl {
   void WriteDone(const std::shared_ptr<WriteJobState>& w, Result<ExtentRef> r, Callbacks* cbs)
       REQUIRES(mu);
   void Release();  // frees the slots (no thread running)
+  // The final report of an encoded item (`st` its status so far): OK items
+  // go to the decode lane, whose done reports them; the rest give their arena
+  // range back and report. Runs with mu released.
+  void FinishEncoded(const std::shared_ptr<ReadJobState>& job, size_t item, Status st);
 
   // ---- the worker thread (ssd_gpu_worker_loop.cc) ------------------------------
   void Loop() EXCLUDES(mu);

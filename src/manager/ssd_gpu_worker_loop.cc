@@ -68,7 +68,7 @@ void SsdGpuWorker::Impl::Loop() {
       MutexLock l(mu);
       if (closing && idle) break;
       if (idle) {
-        while (!closing && pending.empty() && writes.empty()) cv.Wait(mu);
+        while (!closing && (pending.empty() || arena_blocked) && writes.empty()) cv.Wait(mu);
         continue;
       }
     }
@@ -91,7 +91,6 @@ bool SsdGpuWorker::Impl::TakeBatch(Slot& s) {
     return true;
   }
   if (!can_read) return false;
-  if (!writes.empty()) ++reads_since_write;
   s.is_write = false;
   s.pieces.clear();
   uint64_t bytes = 0, header_bytes = 0, frags = 0;
@@ -99,6 +98,18 @@ bool SsdGpuWorker::Impl::TakeBatch(Slot& s) {
          s.pieces.size() < max_reads &&
          header_bytes + pending.front().header_need() <= kVerifyHeaderBytes &&
          frags + pending.front().frags.size() <= kVerifyMaxFrags) {
+    Piece& head = pending.front();
+    ItemCheck& c = head.job->check[head.item];
+    if (c.encoded && c.input == 0) {
+      // An encoded object's first piece takes its arena range; none free:
+      // the queue waits for the decode lane to give one back.
+      std::optional<gpu::DevPtr> at = decode->TryTake(head.job->req.items[head.item].ref.length);
+      if (!at) {
+        arena_blocked = true;
+        break;
+      }
+      c.input = *at;
+    }
     bytes += pending.front().length;
     header_bytes += pending.front().header_need();
     frags += pending.front().frags.size();
@@ -106,6 +117,8 @@ bool SsdGpuWorker::Impl::TakeBatch(Slot& s) {
     s.pieces.push_back(std::move(pending.front()));
     pending.pop_front();
   }
+  if (s.pieces.empty()) return false;  // the head waits for arena space
+  if (!writes.empty()) ++reads_since_write;
   ++read_submissions;
   return true;
 }
@@ -300,6 +313,7 @@ bool SsdGpuWorker::Impl::ScatterVerified(Slot& s, Result<bool> ready) {
       ps = c.header_status;
       continue;
     }
+    if (c.encoded) continue;  // checked in the decode lane, once assembled
     if (!c.crc_done && c.pieces_checked == p.job->pieces_total[p.item]) {
       c.crc_done = true;
       c.crc_status = CheckItemCrcs(c);
@@ -310,6 +324,11 @@ bool SsdGpuWorker::Impl::ScatterVerified(Slot& s, Result<bool> ready) {
   for (size_t i = 0; i < s.pieces.size(); ++i) {
     const Piece& p = s.pieces[i];
     if (!s.piece_status[i].ok()) continue;
+    const ItemCheck& c = p.job->check[p.item];
+    if (c.encoded) {  // assembled in its arena range, at its place in the object
+      ops.push_back({c.input + p.offset, s.base + p.staging_offset, p.length});
+      continue;
+    }
     for (const ScatterSpan& sp : p.job->req.items[p.item].scatter) {
       const uint64_t lo = std::max(sp.object_offset, p.offset);
       const uint64_t hi = std::min(sp.object_offset + sp.bytes, p.offset + p.length);
@@ -393,11 +412,13 @@ void SsdGpuWorker::Impl::TakeVerifyResults(Slot& s, const Status& event) {
         Result<ParsedHeader> h =
             ParseObjectHeader({s.host + p.host_offset, c.header_bytes}, item.ref.object_size);
         Status m = h.ok() ? CheckObjectMatches(*h, item.id, item.slot_bytes) : h.status();
-        if (m.ok() && h->codec != kCodecRaw) {
-          // Routing keeps encoded namespaces off cuFile reads (CufileRoute::
-          // ServesReads); scattering a frame as raw bytes would be wrong bytes.
-          m = Status::Corruption("encoded object (codec " + std::to_string(h->codec) +
-                                 ") on the cuFile read route, which scatters raw segments");
+        const ObjectCodec want = item.codec.object_codec();
+        if (m.ok() && (h->codec != want.id || h->codec_version != want.version)) {
+          // Never a frame scattered as raw bytes, nor decoded as another codec.
+          m = Status::Corruption("object of codec " + std::to_string(h->codec) + " version " +
+                                 std::to_string(h->codec_version) + " where codec " +
+                                 std::to_string(want.id) + " version " +
+                                 std::to_string(want.version) + " was expected");
         }
         if (m.ok()) {
           c.header = std::move(h).value();

@@ -134,6 +134,25 @@ CodecMetrics::CodecMetrics(MetricsRegistry& m) {
                            "Codec buffers held now (CPU encode output; GPU codec arena).");
 }
 
+uint64_t GpuCodecShare(uint64_t codec_budget, int cuda_devices) {
+  return std::min(codec_budget / static_cast<uint64_t>(std::max(cuda_devices, 1)),
+                  kMaxGpuCodecShare);
+}
+
+bool CodecBudget::TryReserve(uint64_t bytes) {
+  uint64_t cur = reserved_.load();
+  do {
+    if (bytes > limit_ - std::min(cur, limit_)) return false;
+  } while (!reserved_.compare_exchange_weak(cur, cur + bytes));
+  if (used_gauge_) used_gauge_->Add(static_cast<int64_t>(bytes));
+  return true;
+}
+
+void CodecBudget::Release(uint64_t bytes) {
+  reserved_.fetch_sub(bytes);
+  if (used_gauge_) used_gauge_->Sub(static_cast<int64_t>(bytes));
+}
+
 Result<CodecBuffer> CodecBuffer::Allocate(uint64_t bytes, Gauge* budget_used) {
   const uint64_t cap = AlignUp(std::max<uint64_t>(bytes, 1), 4096);
   void* p = std::aligned_alloc(4096, cap);

@@ -12,6 +12,7 @@
 // Functions are pure apart from the counters; everything is thread-safe.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -68,6 +69,32 @@ class CodecMetrics {
  private:
   Series series_[codec::kNumCodecs];
 };
+
+// The --codec-budget reservations of the GPU codec path: each cuFile worker
+// that decodes holds its codec arena (retained encoded input) and decoder
+// scratch here for its life, shown on budget_used with the CPU encode
+// buffers. Thread-safe.
+class CodecBudget {
+ public:
+  CodecBudget(uint64_t limit, Gauge* budget_used) : limit_(limit), used_gauge_(budget_used) {}
+  uint64_t limit() const { return limit_; }
+  // False (nothing reserved) when `bytes` more would pass the limit.
+  bool TryReserve(uint64_t bytes);
+  void Release(uint64_t bytes);
+  uint64_t reserved() const { return reserved_.load(); }
+
+ private:
+  const uint64_t limit_;
+  Gauge* const used_gauge_;
+  std::atomic<uint64_t> reserved_{0};
+};
+
+// The share of --codec-budget one cuFile worker's GPU decode lane holds
+// (arena + decoder scratch): the budget split over the CUDA devices, at most
+// kMaxGpuCodecShare. An encoded object whose extent does not fit its arena
+// takes the host reader.
+inline constexpr uint64_t kMaxGpuCodecShare = uint64_t{64} << 20;
+uint64_t GpuCodecShare(uint64_t codec_budget, int cuda_devices);
 
 // A 4 KiB aligned, zero-initialised buffer (the SSD store writes from such),
 // counted on the codec budget gauge while it lives.

@@ -11,6 +11,7 @@
 #include <map>
 #include <mutex>
 
+#include "codec/cuda_frame_decoder.h"
 #include "gpu/cuda_device.h"
 #include "gpu/cuda_platform.h"
 #include "gpu/host_memory_hooks.h"
@@ -71,6 +72,9 @@ class LocalIpcDevice : public gpu::Device {
   Status WriteAsync(gpu::StorageFile& f, DevPtr b, gpu::AsyncIo* io, gpu::Stream& s) override {
     return d_->WriteAsync(f, b, io, s);
   }
+  Result<std::unique_ptr<gpu::FrameDecoder>> CreateFrameDecoder(uint32_t max_frames) override {
+    return d_->CreateFrameDecoder(max_frames);
+  }
   int open() const {
     std::lock_guard<std::mutex> l(*mu_);
     return open_;
@@ -127,7 +131,7 @@ class CudaGateEnv : public GateEnv {
       why_ = "no CUDA device";
       return;
     }
-    auto p = gpu::CreateCudaPlatform();
+    auto p = gpu::CreateCudaPlatform(codec::CreateCudaFrameDecoder);
     if (!p.ok()) {
       why_ = p.status().ToString();
       return;

@@ -9,19 +9,24 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <future>
+#include <random>
 #include <sstream>
 #include <thread>
 
 #include <gtest/gtest.h>
 
+#include "codec/codec.h"
 #include "gpu/fault_injecting_platform.h"
 #include "gpu_tier/gate_env.h"
 #include "manager/manager.h"
+#include "manager/storage_codec.h"
 #include "store/object_format.h"
 #include "store/shard_file.h"
 #include "testing/temp_dir.h"
@@ -77,6 +82,7 @@ class GpuTierGate : public ::testing::Test {
     env = testing::CreateGateEnv();
     if (std::string why = env->Unavailable(); !why.empty()) GTEST_SKIP() << why;
     faults = std::make_unique<FaultInjectingPlatform>(env->inner());
+    engines.reserve(8);  // tests hold references to engines while registering more
   }
 
   void TearDown() override {
@@ -97,6 +103,7 @@ class GpuTierGate : public ::testing::Test {
     EXPECT_EQ(g.gpu_ipc_mappings, 0u);
     EXPECT_EQ(Gauge("orbitkv_ssd_gpu_staging_bytes"), 0);
     EXPECT_EQ(Gauge("orbitkv_ssd_cufile_inflight_batches"), 0);
+    EXPECT_EQ(Plain("orbitkv_codec_budget_used_bytes"), 0);  // decode lanes gone with workers
     mgr.reset();
     for (Engine& e : engines) {
       for (auto& r : e.regions) env->Free(r);
@@ -104,8 +111,10 @@ class GpuTierGate : public ::testing::Test {
     EXPECT_EQ(env->Leaks(), "");
   }
 
-  void Start(const Options& o) {
+  void Start(const Options& o) { StartWithCodecBudget(o, 256u << 20); }
+  void StartWithCodecBudget(const Options& o, uint64_t codec_budget) {
     ManagerConfig c;
+    c.options.codec_budget = codec_budget;
     c.options.pool_size = o.pool;
     c.options.ssd_cache_path = dir.File("cache.bin");
     c.options.ssd_cache_capacity = o.capacity;
@@ -525,31 +534,124 @@ TEST_F(GpuTierGate, AWrongGpuCrcAtPublishIsCorruptionOnTheSsdRestore) {
 
 // ---- storage codecs (issue 17): encoded namespaces of CUDA pages ------------------
 
-// An ans namespace of CUDA pages: complete groups go D2H into the pool and are
-// encoded by the io_uring writeback (not written by cuFile); restores read the
-// encoded object through io_uring, check and decode it on the CPU and copy it
-// H2D, byte-exact, also under --ssd-read-path cufile (until the GPU decode of
-// cuFile-staged frames is wired in).
-class EncodedGate : public GpuTierGate {
- protected:
-  void RoundTrip(std::optional<SsdReadPath> path) {
-    Options o;
-    o.read_path = path;
-    ASSERT_NO_FATAL_FAILURE(Start(o));
-    Engine& e = Register(SplitLayout(16, {65536, 8192}), "model", {"ans", "bf16", 0});
-    FillAndPublish(e, 1, 0, 4);
-    const OnDisk d = Find(1);
-    auto parsed = ParseObjectHeader(ReadAt(d.path, d.offset, 1024), 1 << 20);
-    ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
-    EXPECT_EQ(parsed->codec, 1) << "not encoded on SSD";  // (the pattern is stored, not coded)
-    RestoreExact(e, 1, {8, 9, 10, 11});
-    EXPECT_EQ(Counter("orbitkv_ssd_cufile_read_bytes_total"), 0);
-    EXPECT_EQ(Counter("orbitkv_ssd_cufile_write_bytes_total"), 0);
-    EXPECT_GT(Plain("orbitkv_codec_bytes_out_total", {{"codec", "ans"}, {"op", "decode"}}), 0);
+// KV-like bf16 (a normal distribution; the codecs code it rather than store
+// it) for key `seed`'s slot `slot`.
+std::vector<uint8_t> KvBytes(uint64_t seed, uint32_t slot, uint64_t bytes) {
+  std::mt19937_64 rng(seed * 1000003 + slot);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<uint8_t> out(bytes);
+  for (uint64_t i = 0; i + 1 < bytes; i += 2) {
+    float f = normal(rng) * (slot + 1) * 0.5f;
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    const uint16_t b = static_cast<uint16_t>((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+    std::memcpy(&out[i], &b, 2);
   }
+  return out;
+}
+
+struct CodecCase {
+  const char* name;
+  uint32_t head_dim;  // 0: ans
+  double max_rel_mse;
+  friend void PrintTo(const CodecCase& c, std::ostream* os) { *os << c.name; }
 };
 
-TEST_F(EncodedGate, EncodedObjectsOfCudaPagesRoundTripThroughIoUring) { RoundTrip({}); }
+// An encoded namespace of CUDA pages (two slots of bf16 KV, head_dim 128 for
+// the lossy codecs). What a restore must give: for ans the published bytes,
+// for the lossy codecs exactly the CPU codec's round trip (the GPU decoder's
+// bytes are the CPU's), itself within the codec's known error.
+class EncodedGate : public GpuTierGate {
+ protected:
+  static constexpr uint64_t kSlot0 = 65536, kSlot1 = 16384;
+  CodecCase cc{"ans", 0, 0};
+  codec::SegmentInfo info;
+
+  Engine& RegisterEncoded(const CodecCase& c, const std::string& ns = "model") {
+    cc = c;
+    info.dtype = codec::DType::kBf16;
+    info.head_dim = c.head_dim ? c.head_dim : 128;
+    return Register(SplitLayout(16, {kSlot0, kSlot1}), ns, {c.name, "bf16", c.head_dim});
+  }
+  codec::CodecId id() const { return *codec::ParseCodecName(cc.name); }
+  void FillKv(const Engine& e, uint64_t page, uint64_t seed) {
+    for (const SlotLayout& s : e.layout.groups[0].slots) {
+      const std::vector<uint8_t> b = KvBytes(seed, s.slot_id, s.bytes_per_page);
+      env->Write(SlotPtr(e, s, page), b.data(), b.size());
+    }
+  }
+  void FillKvAndPublish(const Engine& e, uint64_t first_key, uint64_t first_page, uint64_t n) {
+    std::vector<uint64_t> pages;
+    for (uint64_t i = 0; i < n; ++i) {
+      FillKv(e, first_page + i, first_key + i);
+      pages.push_back(first_page + i);
+    }
+    EXPECT_EQ(Publish(e, first_key, pages).sealed, n);
+    mgr->Drain();
+  }
+  std::vector<uint8_t> Expected(uint64_t seed, uint32_t slot, uint64_t bytes) {
+    std::vector<uint8_t> raw = KvBytes(seed, slot, bytes);
+    if (codec::CodecIsLossless(id())) return raw;
+    std::vector<uint8_t> frame(codec::MaxEncodedSize(id(), info, bytes)), out(bytes);
+    Result<size_t> n = codec::Encode(id(), info, raw, frame);
+    EXPECT_TRUE(n.ok()) << n.status().ToString();
+    EXPECT_TRUE(codec::Decode({frame.data(), *n}, out).ok());
+    return out;
+  }
+  static double Bf16(const uint8_t* p) {
+    uint32_t u = uint32_t{uint16_t(p[0] | p[1] << 8)} << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  }
+  // The page holds Expected(seed) in every slot, and (lossy) that is within
+  // the codec's error of the published KV.
+  ::testing::AssertionResult HoldsKv(const Engine& e, uint64_t page, uint64_t seed) {
+    for (const SlotLayout& s : e.layout.groups[0].slots) {
+      std::vector<uint8_t> got(s.bytes_per_page);
+      env->Read(got.data(), SlotPtr(e, s, page), got.size());
+      const std::vector<uint8_t> want = Expected(seed, s.slot_id, got.size());
+      if (got != want) {
+        size_t i = 0;
+        while (got[i] == want[i]) ++i;
+        return ::testing::AssertionFailure()
+               << cc.name << ": page " << page << " slot " << s.slot_id << " byte " << i
+               << " differs from the CPU codec's round trip";
+      }
+      if (cc.max_rel_mse > 0) {
+        const std::vector<uint8_t> raw = KvBytes(seed, s.slot_id, got.size());
+        double err = 0, ref = 0;
+        for (size_t i = 0; i + 1 < raw.size(); i += 2) {
+          const double x = Bf16(&raw[i]), y = Bf16(&got[i]);
+          err += (x - y) * (x - y);
+          ref += x * x;
+        }
+        if (err / ref > cc.max_rel_mse) {
+          return ::testing::AssertionFailure() << cc.name << ": relative MSE " << err / ref;
+        }
+      }
+    }
+    return ::testing::AssertionSuccess();
+  }
+  void RestoreKv(const Engine& e, uint64_t first_key, const std::vector<uint64_t>& pages) {
+    for (uint64_t p : pages) Scribble(e, p);
+    QueryResult q = Query(e, first_key, pages.size());
+    ASSERT_EQ(q.prefix, pages.size());
+    std::vector<uint32_t> blocks;
+    for (uint32_t i = 0; i < pages.size(); ++i) blocks.push_back(i);
+    RestoreResult r = Restore(Req(e, q, blocks, pages));
+    ASSERT_EQ(r.blocks.size(), pages.size());
+    for (size_t i = 0; i < pages.size(); ++i) {
+      ASSERT_TRUE(r.blocks[i].status.ok()) << r.blocks[i].status.ToString();
+      EXPECT_TRUE(HoldsKv(e, pages[i], first_key + i));
+    }
+  }
+  double CufileReads() { return Counter("orbitkv_ssd_cufile_read_bytes_total"); }
+  double UringReads() { return Plain("orbitkv_bytes_total", {{"route", "restore_ssd_uring"}}); }
+  double Decoded() {
+    return Plain("orbitkv_codec_bytes_out_total", {{"codec", cc.name}, {"op", "decode"}});
+  }
+};
 
 // An encoded prefix read back from SSD stays in DRAM encoded; restoring it
 // again into CUDA pages decodes every block into pinned pool scratch before
@@ -573,27 +675,193 @@ TEST_F(EncodedGate, EncodedDramPrefixLargerThanThePoolsFreeRoomRestoresIntoCudaP
   RestoreExact(e, 1, Range(0, kBlocks), Tier::kDram);
   EXPECT_EQ(mgr->gauges().dram.scratch_bytes, 0u);
 }
-TEST_F(EncodedGate, EncodedObjectsStayOnIoUringUnderAForcedCufileReadPath) {
-  RoundTrip(SsdReadPath::kCufile);
+
+const CodecCase kAns{"ans", 0, 0};
+const CodecCase kFp8{"fp8", 128, 1e-3};
+const CodecCase kTq4{"turboquant-4", 128, 0.015};
+
+class EncodedCodecs : public EncodedGate, public ::testing::WithParamInterface<CodecCase> {};
+
+// The GPU decode path: the encoded object is read by cuFile into the slots,
+// assembled in the decode lane's arena, CRC-checked on the GPU and decoded
+// straight into the pages. Before, encoded namespaces never took cuFile reads.
+TEST_P(EncodedCodecs, EncodedObjectsRestoreThroughCufileDecodedOnTheGpu) {
+  ASSERT_NO_FATAL_FAILURE(Start({}));
+  Engine& e = RegisterEncoded(GetParam());
+  FillKvAndPublish(e, 1, 0, 4);
+  const OnDisk d = Find(1);
+  auto parsed = ParseObjectHeader(ReadAt(d.path, d.offset, 1024), 1 << 20);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(parsed->codec, static_cast<uint8_t>(id())) << "not encoded on SSD";
+  EXPECT_LT(parsed->segments[0].size, kSlot0) << "the KV was stored, not coded";
+  RestoreKv(e, 1, {8, 9, 10, 11});
+  EXPECT_GT(CufileReads(), 0);
+  EXPECT_EQ(UringReads(), 0);
+  EXPECT_GT(Decoded(), 0);
+  // The decode lane's arena and scratch are held on the codec budget.
+  EXPECT_EQ(Plain("orbitkv_codec_budget_used_bytes"),
+            GpuCodecShare(256u << 20, faults->device_count()));
 }
 
-// One flipped bit of an encoded object on disk, restored into CUDA pages:
-// payload -> the segment CRC, a segment's CRC or size -> the header CRC. Each
-// is Corruption with no byte copied into the page.
-TEST_F(GpuTierGate, AFlippedBitInAnEncodedObjectIsCorruptionForCudaPages) {
-  ASSERT_NO_FATAL_FAILURE(Start(Options{}));
-  Engine& e = Register(SplitLayout(16, {65536}), "model", {"ans", "", 0});
-  FillAndPublish(e, 1, 0, 4);
-  const uint64_t entry = kObjectHeaderFixedBytes;  // slot 0's table entry
-  Flip(Find(1), ObjectHeaderSize(1) + 100, 0x04);
+// The io_uring route reads the same objects and decodes them on the CPU: the
+// same bytes as the GPU route.
+TEST_P(EncodedCodecs, IoUringRouteGivesTheSameBytes) {
+  Options o;
+  o.read_path = SsdReadPath::kUring;
+  ASSERT_NO_FATAL_FAILURE(Start(o));
+  Engine& e = RegisterEncoded(GetParam());
+  FillKvAndPublish(e, 1, 0, 3);
+  RestoreKv(e, 1, {8, 9, 10});
+  EXPECT_EQ(CufileReads(), 0);
+  EXPECT_GT(UringReads(), 0);
+}
+
+// Recovery after DRAM eviction: objects first restored from DRAM (raw copy)
+// leave it under a raw namespace's publishes, then come back through cuFile.
+TEST_P(EncodedCodecs, RecoversThroughCufileAfterDramEviction) {
+  Options o;
+  o.admission = AdmissionPolicy::kAll;
+  ASSERT_NO_FATAL_FAILURE(Start(o));
+  Engine& e = RegisterEncoded(GetParam());
+  FillKvAndPublish(e, 1, 0, 2);
+  const std::vector<Tier> on_ssd{Tier::kSsd, Tier::kSsd};
+  auto sources = [&] {
+    QueryResult q = Query(e, 1, 2);
+    EXPECT_TRUE(mgr->ReleaseQuery(session, q.query).ok());
+    return q.sources;
+  };
+  ASSERT_EQ(sources(), (std::vector<Tier>{Tier::kDram, Tier::kDram}));
+  Engine& filler = Register(SplitLayout(4, {1u << 20}), "filler");
+  // More than the pool of other objects (a query would touch keys 1 and 2).
+  for (uint64_t k = 100; k < 100 + 48; ++k) {
+    Fill(filler, k % 4, k);
+    Publish(filler, k, {k % 4});
+    mgr->Drain();
+  }
+  ASSERT_EQ(sources(), on_ssd) << "never evicted from DRAM";
+  RestoreKv(e, 1, {8, 9});
+  EXPECT_GT(CufileReads(), 0);
+}
+
+// Recovery after re-registration: the namespace's objects (same codec) are
+// served to the new instance through cuFile.
+TEST_P(EncodedCodecs, RecoversThroughCufileAfterReRegistration) {
+  ASSERT_NO_FATAL_FAILURE(Start({}));
+  Engine& first = RegisterEncoded(GetParam());
+  FillKvAndPublish(first, 1, 0, 2);
+  ASSERT_TRUE(mgr->UnregisterInstance(session, first.id).ok());
+  first.id = 0;
+  Engine& again = RegisterEncoded(GetParam());
+  RestoreKv(again, 1, {4, 5});
+  EXPECT_GT(CufileReads(), 0);
+  EXPECT_EQ(UringReads(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Codecs, EncodedCodecs, ::testing::Values(kAns, kFp8, kTq4),
+                         [](const auto& info) {
+                           std::string n = info.param.name;
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
+
+// A codec budget whose share cannot stage one object selects the host reader
+// (io_uring, CPU decode), with the same bytes.
+TEST_F(EncodedGate, CodecBudgetTooSmallForAnObjectTakesTheHostReader) {
+  ASSERT_NO_FATAL_FAILURE(StartWithCodecBudget({}, 16u << 10));
+  Engine& e = RegisterEncoded(kAns);
+  FillKvAndPublish(e, 1, 0, 2);
+  RestoreKv(e, 1, {8, 9});
+  EXPECT_EQ(CufileReads(), 0);
+  EXPECT_GT(UringReads(), 0);
+  EXPECT_GT(Decoded(), 0);
+}
+
+// More objects than the arena holds at once: the queue waits for ranges the
+// decode lane gives back, and every block arrives.
+TEST_F(EncodedGate, ArenaSmallerThanARestoreDecodesItInTurns) {
+  ASSERT_NO_FATAL_FAILURE(StartWithCodecBudget({}, 1u << 20));  // a few objects at a time
+  Engine& e = RegisterEncoded(kTq4);
+  FillKvAndPublish(e, 1, 0, 16);
+  RestoreKv(e, 1, Range(0, 16));
+  EXPECT_GT(CufileReads(), 0);
+  EXPECT_EQ(UringReads(), 0);
+}
+
+// One flipped bit of an encoded object on disk, restored into CUDA pages
+// through cuFile (GPU CRC, then the GPU decoder) and through io_uring (CPU):
+// payload -> its segment CRC; a segment's CRC or size -> the header CRC; the
+// same two with the header resealed -> the segment CRC over the stored
+// bytes; a payload change whose segment CRC is resealed -> the frame's own
+// CRC in the decoder. Each is Corruption with no byte written into the page,
+// the damaged object dropped.
+class EncodedCorruption : public EncodedGate,
+                          public ::testing::WithParamInterface<std::optional<SsdReadPath>> {
+ protected:
+  void Reseal(const OnDisk& d, const std::function<void(std::vector<uint8_t>&)>& edit) {
+    std::vector<uint8_t> h = ReadAt(d.path, d.offset, ObjectHeaderSize(2));
+    edit(h);
+    SealObjectHeader(h);
+    Overwrite(d.path, d.offset, h);
+  }
+};
+
+TEST_P(EncodedCorruption, EveryDamagedEncodedObjectIsCorruptionNeverWrongBytes) {
+  Options o;
+  o.read_path = GetParam();
+  ASSERT_NO_FATAL_FAILURE(Start(o));
+  Engine& e = RegisterEncoded(kAns);
+  FillKvAndPublish(e, 1, 0, 7);
+  const uint64_t entry0 = kObjectHeaderFixedBytes, entry1 = entry0 + kObjectSlotEntryBytes;
+  auto seg = [&](uint64_t key, uint32_t slot) {
+    const OnDisk d = Find(key);
+    return ParseObjectHeader(ReadAt(d.path, d.offset, ObjectHeaderSize(2)), 1 << 20)
+        ->segments[slot];
+  };
+  Flip(Find(1), seg(1, 0).offset + 100, 0x04);
   ExpectCorruptRestore(e, 1, 8, "payload CRC32C");
   EXPECT_EQ(Plain("orbitkv_codec_crc_failures_total", {{"codec", "ans"}}), 1);
-  Flip(Find(2), entry + 16, 0x01);
+  Flip(Find(2), entry0 + 16, 0x01);  // slot 0's CRC
   ExpectCorruptRestore(e, 2, 8, "crc mismatch");
-  Flip(Find(3), entry + 8, 0x01);
+  Flip(Find(3), entry1 + 8, 0x01);  // slot 1's size
   ExpectCorruptRestore(e, 3, 8, "crc mismatch");
-  RestoreExact(e, 4, {9});
+  Reseal(Find(4), [&](std::vector<uint8_t>& h) { h[entry1 + 16] ^= 0x10; });
+  ExpectCorruptRestore(e, 4, 8, "payload CRC32C");
+  Reseal(Find(5), [&](std::vector<uint8_t>& h) { h[entry0 + 8] ^= 0x02; });  // size - 2
+  ExpectCorruptRestore(e, 5, 8, "payload CRC32C");
+  EXPECT_EQ(Plain("orbitkv_codec_crc_failures_total", {{"codec", "ans"}}), 3);
+  {
+    // A payload byte changed and its segment CRC made to match: the frame's
+    // own CRC32C (checked by the decoder before it writes) fails.
+    const OnDisk d = Find(6);
+    const SegmentPos s1 = seg(6, 1);
+    Flip(d, s1.offset + s1.size - 3, 0x20);
+    const std::vector<uint8_t> frame = ReadAt(d.path, d.offset + s1.offset, s1.size);
+    Reseal(d, [&](std::vector<uint8_t>& h) {
+      const uint32_t crc = codec::Crc32c(frame);
+      std::memcpy(&h[entry1 + 16], &crc, 4);
+    });
+  }
+  // The other slot's valid frame may decode (its bytes are the published
+  // ones); the damaged slot is never written.
+  ExpectCorruptRestore(e, 6, 8, "slot 1", /*untouched=*/GetParam() == SsdReadPath::kUring);
+  {
+    const SlotLayout& s1 = e.layout.groups[0].slots[1];
+    std::vector<uint8_t> b(s1.bytes_per_page);
+    env->Read(b.data(), SlotPtr(e, s1, 8), b.size());
+    EXPECT_EQ(std::count(b.begin(), b.end(), 0xC3), static_cast<ptrdiff_t>(b.size()));
+  }
+  EXPECT_GE(Plain("orbitkv_codec_failures_total", {{"codec", "ans"}, {"op", "decode"}}), 1);
+  RestoreKv(e, 7, {9});  // an intact object of the same namespace
+  if (GetParam() == SsdReadPath::kUring) {
+    EXPECT_EQ(CufileReads(), 0);
+  } else {
+    EXPECT_EQ(UringReads(), 0);
+  }
 }
+
+INSTANTIATE_TEST_SUITE_P(Routes, EncodedCorruption,
+                         ::testing::Values(std::nullopt, SsdReadPath::kUring),
+                         [](const auto& info) { return info.param ? "IoUring" : "Cufile"; });
 
 TEST_F(GpuTierGate, PublishWaitsForItsCufileWritesWhenALaterGroupFails) {
   ASSERT_NO_FATAL_FAILURE(Start({}));

@@ -1,0 +1,300 @@
+#include "manager/gpu_decode_lane.h"
+
+#include <chrono>
+#include <cstring>
+
+#include "codec/frame_layout.h"
+
+#include "orbitkv/logging.h"
+#include "orbitkv/units.h"
+
+namespace orbitkv {
+namespace {
+
+constexpr uint64_t kRangeAlign = 4096;
+// Pinned results: a CRC32C per segment, then a frame prefix per target.
+constexpr uint64_t kHostBytes = (sizeof(uint32_t) + codec::kFramePrefixBytes) * kMaxSlotsPerGroup;
+
+double Since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+}  // namespace
+
+// ---- RangeAllocator -------------------------------------------------------------
+
+RangeAllocator::RangeAllocator(uint64_t bytes) {
+  const uint64_t usable = bytes / kRangeAlign * kRangeAlign;
+  if (usable > 0) free_[0] = usable;
+}
+
+std::optional<uint64_t> RangeAllocator::Take(uint64_t bytes) {
+  const uint64_t need = AlignUp(std::max<uint64_t>(bytes, 1), kRangeAlign);
+  for (auto it = free_.begin(); it != free_.end(); ++it) {
+    if (it->second < need) continue;
+    const uint64_t at = it->first, left = it->second - need;
+    free_.erase(it);
+    if (left > 0) free_[at + need] = left;
+    return at;
+  }
+  return std::nullopt;
+}
+
+void RangeAllocator::Give(uint64_t offset, uint64_t bytes) {
+  uint64_t at = offset, size = AlignUp(std::max<uint64_t>(bytes, 1), kRangeAlign);
+  auto next = free_.lower_bound(at);
+  if (next != free_.end() && at + size == next->first) {
+    size += next->second;
+    next = free_.erase(next);
+  }
+  if (next != free_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == at) {
+      at = prev->first;
+      size += prev->second;
+      free_.erase(prev);
+    }
+  }
+  free_[at] = size;
+}
+
+uint64_t RangeAllocator::free_bytes() const {
+  uint64_t n = 0;
+  for (const auto& [at, size] : free_) n += size;
+  return n;
+}
+
+// ---- GpuDecodeLane -------------------------------------------------------------
+
+Result<std::unique_ptr<GpuDecodeLane>> GpuDecodeLane::Create(GpuDecodeLaneOptions o) {
+  if (!o.device || !o.budget || !o.metrics) {
+    return Status::InvalidArgument("GpuDecodeLane: device, budget and metrics are required");
+  }
+  std::unique_ptr<GpuDecodeLane> lane(new GpuDecodeLane());
+  GpuDecodeLane& l = *lane;
+  l.o_ = std::move(o);
+  gpu::Device& d = *l.o_.device;
+  Status st = [&]() -> Status {
+    ORBITKV_ASSIGN_OR_RETURN(l.decoder_, d.CreateFrameDecoder(kMaxSlotsPerGroup));
+    const uint64_t scratch = l.decoder_->scratch_bytes();
+    if (l.o_.budget_bytes < scratch + kRangeAlign) {
+      return Status::ResourceExhausted("codec budget share of " +
+                                       FormatByteSize(l.o_.budget_bytes) +
+                                       " leaves no GPU codec arena after the decoder's " +
+                                       FormatByteSize(scratch) + " of scratch");
+    }
+    if (!l.o_.budget->TryReserve(l.o_.budget_bytes)) {
+      return Status::ResourceExhausted(
+          "--codec-budget: " + FormatByteSize(l.o_.budget->reserved()) + " of " +
+          FormatByteSize(l.o_.budget->limit()) +
+          " already reserved, no room for a GPU codec arena of " +
+          FormatByteSize(l.o_.budget_bytes));
+    }
+    l.reserved_ = true;
+    l.arena_bytes_ = (l.o_.budget_bytes - scratch) / kRangeAlign * kRangeAlign;
+    ORBITKV_ASSIGN_OR_RETURN(l.arena_, d.Allocate(l.arena_bytes_));
+    ORBITKV_ASSIGN_OR_RETURN(l.stream_, d.CreateStream());
+    ORBITKV_ASSIGN_OR_RETURN(l.event_, d.CreateEvent());
+    uint8_t* host = nullptr;
+    ORBITKV_ASSIGN_OR_RETURN(host, d.AllocateHost(kHostBytes));
+    l.crcs_ = reinterpret_cast<uint32_t*>(host);
+    l.prefixes_ = host + sizeof(uint32_t) * kMaxSlotsPerGroup;
+    return Status::OK();
+  }();
+  if (!st.ok()) {
+    l.Free();
+    return st.WithContext("GPU decode lane on device " + std::to_string(d.ordinal()));
+  }
+  {
+    MutexLock g(l.mu_);
+    l.ranges_ = RangeAllocator(l.arena_bytes_);
+  }
+  GpuDecodeLane* p = lane.get();
+  l.thread_ = std::thread([p] { p->Loop(); });
+  return lane;
+}
+
+GpuDecodeLane::~GpuDecodeLane() {
+  Close();
+  Free();
+}
+
+void GpuDecodeLane::Free() {
+  gpu::Device& d = *o_.device;
+  if (stream_) d.Synchronize(*stream_).IgnoreError("decode lane teardown");
+  event_.reset();
+  decoder_.reset();
+  stream_.reset();
+  if (crcs_) {
+    d.FreeHost(reinterpret_cast<uint8_t*>(crcs_)).IgnoreError("decode lane teardown");
+    crcs_ = nullptr;
+  }
+  if (arena_) {
+    d.Free(arena_).IgnoreError("decode lane teardown");
+    arena_ = 0;
+  }
+  if (reserved_) {
+    o_.budget->Release(o_.budget_bytes);
+    reserved_ = false;
+  }
+}
+
+std::optional<gpu::DevPtr> GpuDecodeLane::TryTake(uint64_t bytes) {
+  MutexLock l(mu_);
+  std::optional<uint64_t> at = ranges_.Take(bytes);
+  if (!at) return std::nullopt;
+  return arena_ + *at;
+}
+
+void GpuDecodeLane::Give(gpu::DevPtr at, uint64_t bytes) {
+  {
+    MutexLock l(mu_);
+    ranges_.Give(at - arena_, bytes);
+  }
+  if (o_.on_space) o_.on_space();
+}
+
+void GpuDecodeLane::Submit(Task task) {
+  {
+    MutexLock l(mu_);
+    if (!closing_) {
+      queue_.push_back(std::move(task));
+      cv_.NotifyAll();
+      return;
+    }
+  }
+  Give(task.input, task.input_bytes);
+  task.done(Status::Cancelled("GPU decode lane closed"));
+}
+
+void GpuDecodeLane::Close() {
+  {
+    MutexLock l(mu_);
+    closing_ = true;
+  }
+  cv_.NotifyAll();
+  std::call_once(joined_, [&] {
+    if (thread_.joinable()) thread_.join();
+  });
+}
+
+void GpuDecodeLane::Loop() {
+  while (true) {
+    Task t;
+    {
+      MutexLock l(mu_);
+      while (queue_.empty() && !closing_) cv_.Wait(mu_);
+      if (queue_.empty()) return;  // closing, drained
+      t = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    Status st = Decode(t);
+    Give(t.input, t.input_bytes);
+    t.done(std::move(st));
+  }
+}
+
+Status GpuDecodeLane::CheckPrefix(const Task& t, const Target& tg, const uint8_t* p) {
+  using namespace codec;
+  auto u32 = [&](uint32_t at) {
+    uint32_t v;
+    std::memcpy(&v, p + at, 4);
+    return v;
+  };
+  auto u64 = [&](uint32_t at) {
+    uint64_t v;
+    std::memcpy(&v, p + at, 8);
+    return v;
+  };
+  const bool tq = t.codec.id == CodecId::kTurboQuant4 || t.codec.id == CodecId::kTurboQuant3;
+  const char* why = nullptr;
+  if (u32(0) != kFrameMagic) {
+    why = "no frame magic";
+  } else if (p[kPrefixCodec] != static_cast<uint8_t>(t.codec.id) ||
+             p[kPrefixVersion] != CodecFormatVersion(t.codec.id)) {
+    why = "another codec or format version";
+  } else if (p[kPrefixDType] != static_cast<uint8_t>(t.codec.info.dtype)) {
+    why = "another element dtype";
+  } else if (u64(kPrefixDecodedSize) != tg.bytes) {
+    why = "another decoded size";
+  } else if (u64(kPrefixFrameSize) != t.header.segments[tg.slot].size) {
+    why = "a frame size other than its segment's";
+  } else if (tq && u32(kPrefixParam) != t.codec.info.head_dim) {
+    why = "another head_dim";
+  }
+  if (why == nullptr) return Status::OK();
+  return Status::Corruption("slot " + std::to_string(tg.slot) +
+                            " of an encoded object: frame prefix: " + why);
+}
+
+Status GpuDecodeLane::Decode(const Task& t) {
+  const auto start = std::chrono::steady_clock::now();
+  const CodecMetrics::Series& series = o_.metrics->of(t.codec.id);
+  const ParsedHeader& h = t.header;
+  gpu::Device& d = *o_.device;
+  // Every segment's payload CRC32C on the GPU, and the target frames'
+  // prefixes to the host, before any frame is decoded.
+  crc_ops_.clear();
+  for (const SegmentPos& seg : h.segments) crc_ops_.push_back({t.input + seg.offset, seg.size});
+  std::vector<gpu::CopyOp> prefixes;
+  for (size_t i = 0; i < t.targets.size(); ++i) {
+    const SegmentPos& seg = h.segments[t.targets[i].slot];
+    if (seg.size < codec::kFramePrefixBytes) {
+      series.decode.failures->Inc();
+      return Status::Corruption("slot " + std::to_string(t.targets[i].slot) +
+                                " of an encoded object: " + std::to_string(seg.size) +
+                                " bytes are no codec frame");
+    }
+    prefixes.push_back({reinterpret_cast<gpu::DevPtr>(prefixes_ + i * codec::kFramePrefixBytes),
+                        t.input + seg.offset, codec::kFramePrefixBytes});
+  }
+  Status st = d.Crc32cAsync(crc_ops_, crcs_, *stream_);
+  if (st.ok()) st = d.CopyAsync(prefixes, *stream_);
+  if (st.ok()) st = d.Record(*event_, *stream_);
+  if (st.ok()) st = d.Wait(*event_);
+  if (!st.ok()) {
+    d.Synchronize(*stream_).IgnoreError("draining after a failed CRC check");
+    return st.WithContext("GPU CRC32C of an encoded object");
+  }
+  for (uint32_t k = 0; k < h.segments.size(); ++k) {
+    if (Status c = CheckSegmentCrc(h, k, crcs_[k]); !c.ok()) {
+      series.crc_failures->Inc();
+      return c;
+    }
+  }
+  for (size_t i = 0; i < t.targets.size(); ++i) {
+    const Target& tg = t.targets[i];
+    if (Status p = CheckPrefix(t, tg, prefixes_ + i * codec::kFramePrefixBytes); !p.ok()) {
+      series.decode.failures->Inc();
+      return p;
+    }
+  }
+  ops_.clear();
+  uint64_t frames_bytes = 0, raw_bytes = 0;
+  for (const Target& tg : t.targets) {
+    const SegmentPos& seg = h.segments[tg.slot];
+    ops_.push_back({t.input + seg.offset, seg.size, tg.dst, tg.bytes});
+    frames_bytes += seg.size;
+    raw_bytes += tg.bytes;
+  }
+  st = decoder_->DecodeAsync(t.codec.id, t.codec.info.head_dim, ops_, *stream_);
+  Result<std::vector<Status>> done =
+      st.ok() ? decoder_->Finish(*stream_) : Result<std::vector<Status>>(st);
+  if (!done.ok()) {
+    d.Synchronize(*stream_).IgnoreError("draining after a failed decode");
+    series.decode.failures->Inc();
+    return done.status().WithContext("GPU decode of an encoded object");
+  }
+  for (size_t i = 0; i < done->size(); ++i) {
+    if ((*done)[i].ok()) continue;
+    series.decode.failures->Inc();
+    return Status::Corruption("slot " + std::to_string(t.targets[i].slot) +
+                              " of an encoded object: " + std::string((*done)[i].message()));
+  }
+  series.decode.bytes_in->Inc(frames_bytes);
+  series.decode.bytes_out->Inc(raw_bytes);
+  series.decode.seconds->Observe(Since(start));
+  return Status::OK();
+}
+
+}  // namespace orbitkv
