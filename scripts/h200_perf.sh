@@ -83,13 +83,13 @@ case "${1:-}" in
     # The SSD routes against the disk ceiling (the io_uring probe without fio).
     one restore-only --workload restore-only --model llama-3.1-8b --device cuda:0 \
       --pool-size 1gib --routes ssd-uring,naive
-    # Costs against work: host pages, the tiny model.
-    one scale --workload scale --model tiny --scale-objects 1000000 --scale-engines 16
     # One block's copy below the Manager (issue 18's per-block latency target).
     echo "=== copy_latency_bench"
     "$dir/copy_latency_bench" --iters 1000 | tee "$out/copy_latency.txt"
     st=${PIPESTATUS[0]}
     ((rc == 0 && st != 0)) && rc=$st
+    # Costs against work: host pages, the tiny model.
+    one scale --workload scale --model tiny --scale-objects 1000000 --scale-engines 16
     echo "=== h200_perf.sh: exit $rc"
     exit $rc
     ;;
