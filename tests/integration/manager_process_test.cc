@@ -551,15 +551,24 @@ constexpr int kSmallKeys = 3000;
 const std::vector<std::string> kSmall = {"--ns",    "small", "--slots", "3000",
                                          "--pages", "3000",  "--seed",  "51"};
 
-TEST_F(ManagerProcessTest, CancelBeforeAndAfterSubmission) {
-  ASSERT_NO_FATAL_FAILURE(StartManager(kSlowReader));
-  std::vector<std::string> pub = kSmall;
-  for (const char* a : {"--keys", "0..3000", "--retry-ms", "60000"}) pub.push_back(a);
-  EngineRun p = Engine("publish", pub, 120s);
-  ASSERT_EQ(p.rc, 0) << p.out;
-  ASSERT_EQ(Field(p.out, "publish", "sealed"), kSmallKeys) << p.out;
-  // Objects awaiting writeback cannot be evicted; SSD reads need the pool for scratch.
-  ASSERT_TRUE(mgr_->GaugesReachZero({"orbitkv_pool_writeback_pending"}, 60s));
+class SlowReaderProcessTest : public ManagerProcessTest {
+ protected:
+  // A kSlowReader Manager holding kSmall's keys 0..kSmallKeys-1, published by an
+  // engine process and all written back (objects awaiting writeback cannot be
+  // evicted; SSD reads need the pool for scratch).
+  void StartWithSmallKeysOnSsd() {
+    ASSERT_NO_FATAL_FAILURE(StartManager(kSlowReader));
+    std::vector<std::string> pub = kSmall;
+    for (const char* a : {"--keys", "0..3000", "--retry-ms", "60000"}) pub.push_back(a);
+    EngineRun p = Engine("publish", pub, 120s);
+    ASSERT_EQ(p.rc, 0) << p.out;
+    ASSERT_EQ(Field(p.out, "publish", "sealed"), kSmallKeys) << p.out;
+    ASSERT_TRUE(mgr_->GaugesReachZero({"orbitkv_pool_writeback_pending"}, 60s));
+  }
+};
+
+TEST_F(SlowReaderProcessTest, CancelBeforeAndAfterSubmission) {
+  ASSERT_NO_FATAL_FAILURE(StartWithSmallKeysOnSsd());
 
   // This process is the second client: its own pages, the same namespace.
   std::unique_ptr<Client> c = Connect();
@@ -688,15 +697,8 @@ TEST_F(ManagerProcessTest, CancelBeforeAndAfterSubmission) {
 
 // ---- 7: a client SIGKILLed mid-restore ------------------------------------------------
 
-TEST_F(ManagerProcessTest, KilledClientMidRestoreReleasesEverything) {
-  ASSERT_NO_FATAL_FAILURE(StartManager(kSlowReader));
-  std::vector<std::string> pub = kSmall;
-  for (const char* a : {"--keys", "0..3000", "--retry-ms", "60000"}) pub.push_back(a);
-  EngineRun p = Engine("publish", pub, 120s);
-  ASSERT_EQ(p.rc, 0) << p.out;
-  ASSERT_EQ(Field(p.out, "publish", "sealed"), kSmallKeys) << p.out;
-  // Objects awaiting writeback cannot be evicted; SSD reads need the pool for scratch.
-  ASSERT_TRUE(mgr_->GaugesReachZero({"orbitkv_pool_writeback_pending"}, 60s));
+TEST_F(SlowReaderProcessTest, KilledClientMidRestoreReleasesEverything) {
+  ASSERT_NO_FATAL_FAILURE(StartWithSmallKeysOnSsd());
 
   // Client A: a long SSD restore (every other key, read one by one) on a
   // thread, plus a second query (recent keys, in DRAM) that it never restores.
@@ -762,14 +764,8 @@ TEST_F(ManagerProcessTest, KilledClientMidRestoreReleasesEverything) {
 // SSD restores finish on the Manager's restore lane, which sends the reply
 // itself. A client whose socket is full (it stopped reading) must not hold
 // that lane, and with it every other client's SSD restores, hostage.
-TEST_F(ManagerProcessTest, NonReadingClientDoesNotStallOtherClients) {
-  ASSERT_NO_FATAL_FAILURE(StartManager(kSlowReader));
-  std::vector<std::string> pub = kSmall;
-  for (const char* a : {"--keys", "0..3000", "--retry-ms", "60000"}) pub.push_back(a);
-  EngineRun p = Engine("publish", pub, 120s);
-  ASSERT_EQ(p.rc, 0) << p.out;
-  ASSERT_EQ(Field(p.out, "publish", "sealed"), kSmallKeys) << p.out;
-  ASSERT_TRUE(mgr_->GaugesReachZero({"orbitkv_pool_writeback_pending"}, 60s));
+TEST_F(SlowReaderProcessTest, NonReadingClientDoesNotStallOtherClients) {
+  ASSERT_NO_FATAL_FAILURE(StartWithSmallKeysOnSsd());
 
   // Client H: queries 500 SSD blocks, asks for their restore, then floods the
   // socket with requests and never reads a reply.
