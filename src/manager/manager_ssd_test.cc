@@ -59,56 +59,6 @@ TEST_F(ManagerTest, BadInputGetsAnErrorAndChangesNothing) {
   ExpectAllReleased();
 }
 
-TEST_F(ManagerTest, SsdReadFailureAndCorruptionAreBlockErrors) {
-  Start(1u << 20);
-  InstanceLayout l = SplitLayout(64, {65536});
-  HostPages pages(l);
-  InstanceId inst = Register(pages, l);
-  PublishOneByOne(inst, pages, 40);
-  faults.AddRule({IoOp::kRead, 1, ScriptedIoFaults::Fault::kError, EIO});
-  QueryResult q = Query(inst, {0});
-  ASSERT_EQ(q.sources[0], Tier::kSsd);
-  RestoreResult r = Restore(inst, q.query, {0}, {60});
-  EXPECT_EQ(r.blocks[0].status.code(), StatusCode::kIOError) << r.blocks[0].status.ToString();
-  // Corrupt every shard's data region: a restore must fail, not return junk.
-  for (const std::string& p : ShardPaths(dir.File("cache.bin"), 2)) {
-    std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
-    std::string junk(1 << 20, 'J');
-    f.seekp(kShardHeaderSize);
-    f.write(junk.data(), junk.size());
-  }
-  QueryResult q2 = Query(inst, {1});
-  ASSERT_EQ(q2.prefix, 1u);
-  RestoreResult r2 = Restore(inst, q2.query, {0}, {61});
-  EXPECT_EQ(r2.blocks[0].status.code(), StatusCode::kCorruption) << r2.blocks[0].status.ToString();
-  ExpectAllReleased();
-}
-
-TEST_F(ManagerTest, PrepareWarmsSsdObjectsIntoDram) {
-  Start(1u << 20);
-  InstanceLayout l = SplitLayout(64, {65536});
-  HostPages pages(l);
-  InstanceId inst = Register(pages, l);
-  PublishOneByOne(inst, pages, 40);
-  ASSERT_EQ(Query(inst, {0}).sources[0], Tier::kSsd);
-  mgr->CloseSession(session);
-  session = mgr->OpenSession(getpid());
-  inst = Register(pages, l);
-  auto n = mgr->Prepare(session, {inst, 0, {K(0), K(1)}});
-  ASSERT_TRUE(n.ok());
-  EXPECT_EQ(*n, 2u);
-  mgr->Drain();
-  QueryResult q = Query(inst, {0, 1});
-  ASSERT_EQ(q.prefix, 2u);
-  EXPECT_EQ(q.sources[0], Tier::kDram);
-  Restore(inst, q.query, {0, 1}, {62, 63});
-  EXPECT_TRUE(pages.Holds(0, 62, 0));
-  EXPECT_TRUE(pages.Holds(0, 63, 1));
-  ExpectAllReleased();
-}
-
-// ---- integrity (issue 10) ------------------------------------------------------
-
 // Where key v's object starts in the shard files (its header's magic and key).
 std::pair<std::string, uint64_t> FindObject(const std::string& base, uint32_t shards, uint64_t v) {
   const BlockKey key = K(v);
@@ -136,16 +86,73 @@ void FlipByte(const std::string& path, uint64_t at) {
   f.write(&c, 1);
 }
 
-TEST_F(ManagerTest, UringRestoreAndPrepareRefuseAFlippedPayloadByte) {
-  Start(1u << 20);
-  InstanceLayout l = SplitLayout(64, {65536});
-  HostPages pages(l);
-  InstanceId inst = Register(pages, l);
-  PublishOneByOne(inst, pages, 40);
-  for (uint64_t key : {0, 2}) {
-    auto [path, off] = FindObject(dir.File("cache.bin"), 2, key);
-    FlipByte(path, off + ObjectHeaderSize(1) + 4321);  // payload, not header
+// The SSD tests' start: a 1 MiB pool over the SSD cache, one instance of 64
+// pages of 64 KiB, and keys 0..n-1 published one by one from pages 0..n-1, so
+// the oldest keys are left on SSD only.
+class ManagerSsdTest : public ManagerTest {
+ protected:
+  void StartWithKeysOnSsd(uint64_t n = 40, Clock* clock = nullptr) {
+    Start(1u << 20, true, /*workers=*/1, 0, clock);
+    inst = Register(pages, l);
+    PublishOneByOne(inst, pages, n);
   }
+
+  // Flips a byte of key `key`'s object payload (`at` bytes past its header).
+  void FlipPayloadByte(uint64_t key, uint64_t at) {
+    auto [path, off] = FindObject(dir.File("cache.bin"), 2, key);
+    FlipByte(path, off + ObjectHeaderSize(1) + at);
+  }
+
+  InstanceLayout l = SplitLayout(64, {65536});
+  HostPages pages{l};
+  InstanceId inst = 0;
+};
+
+TEST_F(ManagerSsdTest, SsdReadFailureAndCorruptionAreBlockErrors) {
+  StartWithKeysOnSsd();
+  faults.AddRule({IoOp::kRead, 1, ScriptedIoFaults::Fault::kError, EIO});
+  QueryResult q = Query(inst, {0});
+  ASSERT_EQ(q.sources[0], Tier::kSsd);
+  RestoreResult r = Restore(inst, q.query, {0}, {60});
+  EXPECT_EQ(r.blocks[0].status.code(), StatusCode::kIOError) << r.blocks[0].status.ToString();
+  // Corrupt every shard's data region: a restore must fail, not return junk.
+  for (const std::string& p : ShardPaths(dir.File("cache.bin"), 2)) {
+    std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
+    std::string junk(1 << 20, 'J');
+    f.seekp(kShardHeaderSize);
+    f.write(junk.data(), junk.size());
+  }
+  QueryResult q2 = Query(inst, {1});
+  ASSERT_EQ(q2.prefix, 1u);
+  RestoreResult r2 = Restore(inst, q2.query, {0}, {61});
+  EXPECT_EQ(r2.blocks[0].status.code(), StatusCode::kCorruption) << r2.blocks[0].status.ToString();
+  ExpectAllReleased();
+}
+
+TEST_F(ManagerSsdTest, PrepareWarmsSsdObjectsIntoDram) {
+  StartWithKeysOnSsd();
+  ASSERT_EQ(Query(inst, {0}).sources[0], Tier::kSsd);
+  mgr->CloseSession(session);
+  session = mgr->OpenSession(getpid());
+  inst = Register(pages, l);
+  auto n = mgr->Prepare(session, {inst, 0, {K(0), K(1)}});
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, 2u);
+  mgr->Drain();
+  QueryResult q = Query(inst, {0, 1});
+  ASSERT_EQ(q.prefix, 2u);
+  EXPECT_EQ(q.sources[0], Tier::kDram);
+  Restore(inst, q.query, {0, 1}, {62, 63});
+  EXPECT_TRUE(pages.Holds(0, 62, 0));
+  EXPECT_TRUE(pages.Holds(0, 63, 1));
+  ExpectAllReleased();
+}
+
+// ---- integrity (issue 10) ------------------------------------------------------
+
+TEST_F(ManagerSsdTest, UringRestoreAndPrepareRefuseAFlippedPayloadByte) {
+  StartWithKeysOnSsd();
+  for (uint64_t key : {0, 2}) FlipPayloadByte(key, 4321);
   pages.Fill(0, 60, 77);
   QueryResult q = Query(inst, {0});
   ASSERT_EQ(q.sources[0], Tier::kSsd);
@@ -175,14 +182,9 @@ TEST_F(ManagerTest, UringRestoreAndPrepareRefuseAFlippedPayloadByte) {
 // Before, the damaged extent stayed in the SSD directory, so the next publish
 // of the key was skipped as "already present" and the key could not be cached
 // again until the Manager restarted.
-TEST_F(ManagerTest, KeyRepublishedAfterACorruptSsdRestoreIsStoredAndRestoresExactly) {
-  Start(1u << 20);
-  InstanceLayout l = SplitLayout(64, {65536});
-  HostPages pages(l);
-  InstanceId inst = Register(pages, l);
-  PublishOneByOne(inst, pages, 40);  // key 0 left DRAM; only its SSD copy is left
-  auto [path, off] = FindObject(dir.File("cache.bin"), 2, 0);
-  FlipByte(path, off + ObjectHeaderSize(1) + 999);
+TEST_F(ManagerSsdTest, KeyRepublishedAfterACorruptSsdRestoreIsStoredAndRestoresExactly) {
+  StartWithKeysOnSsd();  // key 0 left DRAM; only its SSD copy is left
+  FlipPayloadByte(0, 999);
   QueryResult q = Query(inst, {0});
   ASSERT_EQ(q.sources[0], Tier::kSsd);
   RestoreResult r = Restore(inst, q.query, {0}, {60});
@@ -208,19 +210,14 @@ TEST_F(ManagerTest, KeyRepublishedAfterACorruptSsdRestoreIsStoredAndRestoresExac
 // Only the SSD copy was damaged: a DRAM copy of the object stays and serves.
 // A query that leased the damaged extent before it was dropped reads it to
 // the end (Corruption) and releases it.
-TEST_F(ManagerTest, CorruptSsdCopyIsDroppedAndTheDramCopyStillServes) {
-  Start(1u << 20);
-  InstanceLayout l = SplitLayout(64, {65536});
-  HostPages pages(l);
-  InstanceId inst = Register(pages, l);
-  PublishOneByOne(inst, pages, 40);
+TEST_F(ManagerSsdTest, CorruptSsdCopyIsDroppedAndTheDramCopyStillServes) {
+  StartWithKeysOnSsd();
   QueryResult first = Query(inst, {0}), second = Query(inst, {0});
   ASSERT_EQ(first.sources[0], Tier::kSsd);
   ASSERT_EQ(second.sources[0], Tier::kSsd);
   RestoreResult r1 = Restore(inst, first.query, {0}, {60});  // promotes key 0 into DRAM
   ASSERT_TRUE(r1.blocks[0].status.ok()) << r1.blocks[0].status.ToString();
-  auto [path, off] = FindObject(dir.File("cache.bin"), 2, 0);
-  FlipByte(path, off + ObjectHeaderSize(1) + 5);
+  FlipPayloadByte(0, 5);
   RestoreResult r2 = Restore(inst, second.query, {0}, {61});
   EXPECT_EQ(r2.blocks[0].status.code(), StatusCode::kCorruption) << r2.blocks[0].status.ToString();
   EXPECT_EQ(metrics.Read("orbitkv_ssd_corrupt_objects_dropped_total"), 1);
@@ -228,12 +225,8 @@ TEST_F(ManagerTest, CorruptSsdCopyIsDroppedAndTheDramCopyStillServes) {
   ExpectAllReleased();
 }
 
-TEST_F(ManagerTest, UringRestoreOfAnExtentHoldingAnotherKeysObjectIsCorruption) {
-  Start(1u << 20);
-  InstanceLayout l = SplitLayout(64, {65536});
-  HostPages pages(l);
-  InstanceId inst = Register(pages, l);
-  PublishOneByOne(inst, pages, 40);
+TEST_F(ManagerSsdTest, UringRestoreOfAnExtentHoldingAnotherKeysObjectIsCorruption) {
+  StartWithKeysOnSsd();
   auto [p0, o0] = FindObject(dir.File("cache.bin"), 2, 0);
   auto [p1, o1] = FindObject(dir.File("cache.bin"), 2, 1);
   {
@@ -253,13 +246,9 @@ TEST_F(ManagerTest, UringRestoreOfAnExtentHoldingAnotherKeysObjectIsCorruption) 
   ExpectAllReleased();
 }
 
-TEST_F(ManagerTest, RestoreQueuedPastItsQueryTtlKeepsItsLease) {
+TEST_F(ManagerSsdTest, RestoreQueuedPastItsQueryTtlKeepsItsLease) {
   ManualClock& clock = manual_clock;  // the fixture's: it must outlive mgr
-  Start(1u << 20, true, /*workers=*/1, 0, &clock);
-  InstanceLayout l = SplitLayout(64, {65536});
-  HostPages pages(l);
-  InstanceId inst = Register(pages, l);
-  PublishOneByOne(inst, pages, 40);
+  StartWithKeysOnSsd(40, &clock);
   auto query = [&](uint64_t key) {
     auto r = mgr->Query(session, QueryRequest{inst, 0, {K(key)}, /*ttl_ms=*/1000});
     EXPECT_TRUE(r.ok()) << r.status().ToString();
@@ -291,12 +280,8 @@ TEST_F(ManagerTest, RestoreQueuedPastItsQueryTtlKeepsItsLease) {
   ExpectAllReleased();
 }
 
-TEST_F(ManagerTest, SecondManagerOnTheSsdPathRefusesToStartAndNamesTheHolder) {
-  Start(1u << 20);
-  InstanceLayout l = SplitLayout(64, {65536});
-  HostPages pages(l);
-  InstanceId inst = Register(pages, l);
-  PublishOneByOne(inst, pages, 40);
+TEST_F(ManagerSsdTest, SecondManagerOnTheSsdPathRefusesToStartAndNamesTheHolder) {
+  StartWithKeysOnSsd();
   MetricsRegistry other_metrics;
   ManagerConfig c = Config(1u << 20);
   c.metrics = &other_metrics;
@@ -344,13 +329,10 @@ TEST_F(ManagerTest, AdmissionReuseOptionSendsFirstSeenKeysToSsdOnly) {
 // ClearNamespace drops the namespace's objects from DRAM and SSD and nothing
 // of another namespace. Sources a query took before the clear still restore
 // exactly (and are not promoted back into DRAM), then are released.
-TEST_F(ManagerTest, ClearNamespaceDropsItsObjectsFromDramAndSsdAndNothingElse) {
-  Start(1u << 20);
-  InstanceLayout l = SplitLayout(64, {65536});
-  HostPages pages(l), other_pages(l);
-  InstanceId inst = Register(pages, l);
+TEST_F(ManagerSsdTest, ClearNamespaceDropsItsObjectsFromDramAndSsdAndNothingElse) {
+  StartWithKeysOnSsd(30);  // all on SSD, the newest in DRAM too
+  HostPages other_pages(l);
   InstanceId other = Register(other_pages, l, "model-b");
-  PublishOneByOne(inst, pages, 30);  // all on SSD, the newest in DRAM too
   other_pages.Fill(0, 5, 5);
   Publish(other, {5}, {5});
   mgr->Drain();

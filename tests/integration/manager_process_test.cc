@@ -75,6 +75,22 @@ int64_t ProcStatusField(pid_t pid, const std::string& field) {
   return -1;
 }
 
+// The Manager under test is built in the same tree, so with the same
+// ORBITKV_SANITIZE. Its RSS then says little about its own buffers: ASan adds
+// shadow memory and keeps freed chunks in a quarantine (up to 256 MiB) instead
+// of returning them, TSan's shadow grows with every byte touched.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitizedBuild = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+constexpr bool kSanitizedBuild = true;
+#else
+constexpr bool kSanitizedBuild = false;
+#endif
+#else
+constexpr bool kSanitizedBuild = false;
+#endif
+
 // SIGSTOP, then waits until every thread of `pid` is stopped (the signal is
 // asynchronous). False if that does not happen within 5 s.
 bool StopProcess(pid_t pid) {
@@ -535,15 +551,24 @@ constexpr int kSmallKeys = 3000;
 const std::vector<std::string> kSmall = {"--ns",    "small", "--slots", "3000",
                                          "--pages", "3000",  "--seed",  "51"};
 
-TEST_F(ManagerProcessTest, CancelBeforeAndAfterSubmission) {
-  ASSERT_NO_FATAL_FAILURE(StartManager(kSlowReader));
-  std::vector<std::string> pub = kSmall;
-  for (const char* a : {"--keys", "0..3000", "--retry-ms", "60000"}) pub.push_back(a);
-  EngineRun p = Engine("publish", pub, 120s);
-  ASSERT_EQ(p.rc, 0) << p.out;
-  ASSERT_EQ(Field(p.out, "publish", "sealed"), kSmallKeys) << p.out;
-  // Objects awaiting writeback cannot be evicted; SSD reads need the pool for scratch.
-  ASSERT_TRUE(mgr_->GaugesReachZero({"orbitkv_pool_writeback_pending"}, 60s));
+class SlowReaderProcessTest : public ManagerProcessTest {
+ protected:
+  // A kSlowReader Manager holding kSmall's keys 0..kSmallKeys-1, published by an
+  // engine process and all written back (objects awaiting writeback cannot be
+  // evicted; SSD reads need the pool for scratch).
+  void StartWithSmallKeysOnSsd() {
+    ASSERT_NO_FATAL_FAILURE(StartManager(kSlowReader));
+    std::vector<std::string> pub = kSmall;
+    for (const char* a : {"--keys", "0..3000", "--retry-ms", "60000"}) pub.push_back(a);
+    EngineRun p = Engine("publish", pub, 120s);
+    ASSERT_EQ(p.rc, 0) << p.out;
+    ASSERT_EQ(Field(p.out, "publish", "sealed"), kSmallKeys) << p.out;
+    ASSERT_TRUE(mgr_->GaugesReachZero({"orbitkv_pool_writeback_pending"}, 60s));
+  }
+};
+
+TEST_F(SlowReaderProcessTest, CancelBeforeAndAfterSubmission) {
+  ASSERT_NO_FATAL_FAILURE(StartWithSmallKeysOnSsd());
 
   // This process is the second client: its own pages, the same namespace.
   std::unique_ptr<Client> c = Connect();
@@ -672,15 +697,8 @@ TEST_F(ManagerProcessTest, CancelBeforeAndAfterSubmission) {
 
 // ---- 7: a client SIGKILLed mid-restore ------------------------------------------------
 
-TEST_F(ManagerProcessTest, KilledClientMidRestoreReleasesEverything) {
-  ASSERT_NO_FATAL_FAILURE(StartManager(kSlowReader));
-  std::vector<std::string> pub = kSmall;
-  for (const char* a : {"--keys", "0..3000", "--retry-ms", "60000"}) pub.push_back(a);
-  EngineRun p = Engine("publish", pub, 120s);
-  ASSERT_EQ(p.rc, 0) << p.out;
-  ASSERT_EQ(Field(p.out, "publish", "sealed"), kSmallKeys) << p.out;
-  // Objects awaiting writeback cannot be evicted; SSD reads need the pool for scratch.
-  ASSERT_TRUE(mgr_->GaugesReachZero({"orbitkv_pool_writeback_pending"}, 60s));
+TEST_F(SlowReaderProcessTest, KilledClientMidRestoreReleasesEverything) {
+  ASSERT_NO_FATAL_FAILURE(StartWithSmallKeysOnSsd());
 
   // Client A: a long SSD restore (every other key, read one by one) on a
   // thread, plus a second query (recent keys, in DRAM) that it never restores.
@@ -746,14 +764,8 @@ TEST_F(ManagerProcessTest, KilledClientMidRestoreReleasesEverything) {
 // SSD restores finish on the Manager's restore lane, which sends the reply
 // itself. A client whose socket is full (it stopped reading) must not hold
 // that lane, and with it every other client's SSD restores, hostage.
-TEST_F(ManagerProcessTest, NonReadingClientDoesNotStallOtherClients) {
-  ASSERT_NO_FATAL_FAILURE(StartManager(kSlowReader));
-  std::vector<std::string> pub = kSmall;
-  for (const char* a : {"--keys", "0..3000", "--retry-ms", "60000"}) pub.push_back(a);
-  EngineRun p = Engine("publish", pub, 120s);
-  ASSERT_EQ(p.rc, 0) << p.out;
-  ASSERT_EQ(Field(p.out, "publish", "sealed"), kSmallKeys) << p.out;
-  ASSERT_TRUE(mgr_->GaugesReachZero({"orbitkv_pool_writeback_pending"}, 60s));
+TEST_F(SlowReaderProcessTest, NonReadingClientDoesNotStallOtherClients) {
+  ASSERT_NO_FATAL_FAILURE(StartWithSmallKeysOnSsd());
 
   // Client H: queries 500 SSD blocks, asks for their restore, then floods the
   // socket with requests and never reads a reply.
@@ -1363,6 +1375,8 @@ class HardeningProcessTest : public ManagerProcessTest {
 
 // 40 connections announcing 64 MiB frames and sending 40 MiB of each took the
 // old Manager from 39 MB to 3.17 GB RSS, 547 MB of it kept after they closed.
+// The Manager's own accounting (orbitkv_protocol_buffered_bytes) is checked in
+// every build; its RSS, in the plain build only (kSanitizedBuild says why).
 TEST_F(HardeningProcessTest, PartialFramesStayUnderTheRequestBufferCap) {
   constexpr int64_t kCapMib = 128;
   ASSERT_NO_FATAL_FAILURE(
@@ -1413,7 +1427,9 @@ TEST_F(HardeningProcessTest, PartialFramesStayUnderTheRequestBufferCap) {
       static_cast<long long>(peak_kb / 1024), static_cast<long long>(grown_mib),
       static_cast<long long>(kCapMib));
   // The cap plus slack for the kernel's and allocator's own bookkeeping.
-  EXPECT_LE(grown_mib, kCapMib + 32) << "partial frames took more memory than the cap";
+  if (!kSanitizedBuild) {
+    EXPECT_LE(grown_mib, kCapMib + 32) << "partial frames took more memory than the cap";
+  }
   std::string err;
   std::optional<Metrics> m = mgr_->Scrape(&err);
   ASSERT_TRUE(m) << err;
@@ -1421,14 +1437,18 @@ TEST_F(HardeningProcessTest, PartialFramesStayUnderTheRequestBufferCap) {
   EXPECT_GE(m->Get("orbitkv_protocol_waiting_connections").value_or(-1), kConns - 2);
 
   conns.clear();
-  int64_t after_kb = 0;
-  for (auto deadline = Clock::now() + 10s; Clock::now() < deadline;) {
-    after_kb = ProcStatusField(pid, "VmRSS");
-    if ((after_kb - baseline_kb) / 1024 <= 16) break;
-    std::this_thread::sleep_for(50ms);
+  if (kSanitizedBuild) {
+    std::printf("  sanitizer build: Manager RSS not checked, its buffer accounting is\n");
+  } else {
+    int64_t after_kb = 0;
+    for (auto deadline = Clock::now() + 10s; Clock::now() < deadline;) {
+      after_kb = ProcStatusField(pid, "VmRSS");
+      if ((after_kb - baseline_kb) / 1024 <= 16) break;
+      std::this_thread::sleep_for(50ms);
+    }
+    std::printf("  after close: %lld MiB\n", static_cast<long long>(after_kb / 1024));
+    EXPECT_LE((after_kb - baseline_kb) / 1024, 16) << "memory not returned after close";
   }
-  std::printf("  after close: %lld MiB\n", static_cast<long long>(after_kb / 1024));
-  EXPECT_LE((after_kb - baseline_kb) / 1024, 16) << "memory not returned after close";
   ASSERT_TRUE(mgr_->GaugesReachZero({"orbitkv_protocol_buffered_bytes", "orbitkv_sessions"}, 10s));
   EXPECT_TRUE(Connect()) << "the Manager stopped serving";
 }
