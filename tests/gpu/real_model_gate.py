@@ -512,9 +512,12 @@ def summarize_codec(codec: str, rep: dict, enc: tuple, min_top1: float) -> dict:
     if codec in LOSSLESS:
         if any(mse.values()):
             fail(f"codec {codec}: the restored KV differs from the exact KV (relative MSE {mse})")
-        # none against the producer's references is exact on the CPU only (see
-        # codec_consumer); ans against none's restored logits everywhere.
-        strict = codec != "none" or rep.get("device", "cpu") == "cpu"
+        # Logits from bit-identical KV are bit-identical on the CPU. On the H200
+        # two computations over bit-identical restored KV in one process differed
+        # by up to 0.035 in bf16 logits (none against ans, KV relative MSE 0
+        # for both, 64/64 greedy tokens): there the lossless check is the KV's
+        # bytes, and the logits' difference is reported.
+        strict = rep.get("device", "cpu") == "cpu"
         if not row["identical"] and strict:
             fail(f"codec {codec}: logits differ from the baseline's (max |d| "
                  f"{row['max_abs_diff']:.3g}): a lossless codec must give bit-identical logits")
