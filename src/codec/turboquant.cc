@@ -104,18 +104,20 @@ using U8 = uint32_t __attribute__((vector_size(32)));
 #define OKV_TQ_CLONES
 #endif
 
-// Internal, inlined helpers: the 32-byte vector ABI note (-Wpsabi) does not apply.
+// Internal helpers, always inlined: a 32-byte vector passed or returned between
+// functions of different targets (the AVX2 and default clones) changes ABI
+// (-Wpsabi); an out-of-line LoadV in a -O0 build crashed the AVX2 clone.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wpsabi"
 #endif
 template <typename V, typename T>
-inline V LoadV(const T* p) {
+inline __attribute__((always_inline)) V LoadV(const T* p) {
   V v;
   std::memcpy(&v, p, sizeof v);
   return v;
 }
 template <typename V, typename T>
-inline void StoreV(T* p, const V& v) {
+inline __attribute__((always_inline)) void StoreV(T* p, const V& v) {
   std::memcpy(p, &v, sizeof v);
 }
 
