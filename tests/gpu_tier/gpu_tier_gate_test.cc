@@ -514,6 +514,8 @@ TEST_F(GpuTierGate, GpuAndCpuPublishCrcsWriteIdenticalHeaders) {
     mgr->Drain();
     ASSERT_TRUE(mgr->UnregisterInstance(session, e.id).ok());
     e.id = 0;
+    for (auto& r : e.regions) env->Free(r);  // TearDown frees only with a Manager left
+    e.regions.clear();
     mgr.reset();
     for (const std::string& path : ShardPaths(dir.File("cache.bin"), 1)) ::unlink(path.c_str());
   }
