@@ -96,9 +96,11 @@ using I8 = int32_t __attribute__((vector_size(32)));
 using U8 = uint32_t __attribute__((vector_size(32)));
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
-    !defined(ORBITKV_CODEC_NO_CLONES)
+    !defined(ORBITKV_CODEC_NO_CLONES) && !defined(__SANITIZE_THREAD__)
 // An AVX2 and a baseline version, chosen at load time by the CPU (ifunc);
 // -DORBITKV_CODEC_NO_CLONES builds the baseline alone (to compare bytes).
+// Not under TSan: its runtime is not up when the ifunc resolvers run at load,
+// and every binary linking the codec crashed before main.
 #define OKV_TQ_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define OKV_TQ_CLONES
