@@ -138,23 +138,18 @@ Status Instance::CopyToHostWithCrcs(std::span<const gpu::CopyOp> ops,
     MutexLock l(d2h_mu_);
     // The copies first: the staged mover takes a caller stream with nothing
     // pending; the CRC kernel then runs after them on the same stream.
-    ORBITKV_RETURN_IF_ERROR(device_->CopyAsync(ops, *d2h_));
+    if (!ops.empty()) ORBITKV_RETURN_IF_ERROR(device_->CopyAsync(ops, *d2h_));
     ORBITKV_RETURN_IF_ERROR(device_->Crc32cAsync(crcs, out, *d2h_));
     ORBITKV_RETURN_IF_ERROR(device_->Record(*ev, *d2h_));
   }
-  return device_->Wait(*ev).WithContext("D2H copy and CRC32C of engine pages");
+  return device_->Wait(*ev).WithContext(ops.empty() ? "CRC32C of engine pages"
+                                                    : "D2H copy and CRC32C of engine pages");
 }
 
 Status Instance::PageCrcs(const GroupLayout& g, uint64_t page, uint32_t* out) {
   std::vector<gpu::CrcOp> ops;
   for (const SlotLayout& s : g.slots) ops.push_back({DevicePage(s, page), s.bytes_per_page});
-  ORBITKV_ASSIGN_OR_RETURN(std::unique_ptr<gpu::Event> ev, device_->CreateEvent());
-  {
-    MutexLock l(d2h_mu_);
-    ORBITKV_RETURN_IF_ERROR(device_->Crc32cAsync(ops, out, *d2h_));
-    ORBITKV_RETURN_IF_ERROR(device_->Record(*ev, *d2h_));
-  }
-  return device_->Wait(*ev).WithContext("CRC32C of engine pages");
+  return CopyToHostWithCrcs({}, ops, out);
 }
 
 Status Instance::ObjectToPages(uint32_t group, std::span<const uint8_t> object, const ObjectId& id,
