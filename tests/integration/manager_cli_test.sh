@@ -42,22 +42,35 @@ err=$("$bin" --pool-size "8 gb" 2>&1) && rc=0 || rc=$?
 # 4. io_uring on a capacity larger than the free space starts and keeps running.
 avail=$(df --output=avail -B1 "$work" | tail -1)
 cap_gb=$(( avail * 2 / 1000000000 + 8 ))
-port=$(( 20000 + RANDOM % 20000 ))
-"$bin" --ssd-cache-path "$work/cache/cache.bin" --ssd-cache-capacity "${cap_gb}gb" \
-  --ssd-backend uring --ssd-shards 8 --metrics-port "$port" 2>"$work/log" &
-pid=$!
-sleep 2
-if kill -0 "$pid" 2>/dev/null; then
+# Wait for the "ready" line (not a fixed sleep: on a loaded 2-core CI machine the
+# start took longer than 2 s and /metrics was not up yet). A random port that is
+# taken makes the Manager exit at once; try another.
+for attempt in 1 2 3 4 5; do
+  port=$(( 20000 + RANDOM % 20000 ))
+  "$bin" --ssd-cache-path "$work/cache/cache.bin" --ssd-cache-capacity "${cap_gb}gb" \
+    --ssd-backend uring --ssd-shards 8 --metrics-port "$port" 2>"$work/log" &
+  pid=$!
+  for _ in $(seq 1 600); do
+    grep -q "orbitkv-cache-manager ready" "$work/log" && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -0 "$pid" 2>/dev/null && break
+  grep -q -- "--metrics-port" "$work/log" || break
+  wait "$pid" 2>/dev/null; pid=""
+done
+sleep 1
+if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null && grep -q "orbitkv-cache-manager ready" "$work/log"; then
   ok "started with ${cap_gb}gb on $((avail / 1000000000)) GB free"
 else
-  bad "did not keep running: $(cat "$work/log")"
+  bad "did not start and keep running: $(cat "$work/log")"
 fi
 metrics=$(exec 3<>"/dev/tcp/127.0.0.1/$port" && printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3 && cat <&3) || metrics=""
 for m in orbitkv_ssd_capacity_bytes orbitkv_ssd_pinned_write_skips_total orbitkv_ssd_read_pinned_bytes; do
   grep -q "^$m" <<<"$metrics" && ok "/metrics has $m" || bad "/metrics lacks $m"
 done
-kill -TERM "$pid"
-wait "$pid" && rc=0 || rc=$?
+[[ -n $pid ]] && kill -TERM "$pid"
+if [[ -n $pid ]]; then wait "$pid" && rc=0 || rc=$?; else rc=1; fi
 pid=""
 [[ $rc -eq 0 ]] && grep -q "shutdown complete" "$work/log" && ok "clean shutdown on SIGTERM" \
   || bad "shutdown (rc $rc): $(tail -3 "$work/log")"
