@@ -717,6 +717,16 @@ int Run(const Flags& f, const std::vector<Route>& routes, const ModelPreset& mod
                          : "",
           fig.mismatched ? fmt::format(", {} MISMATCHED blocks", fig.mismatched).c_str() : "");
       if (storage != codec::CodecId::kNone && run->manager) PrintCodecLine(f, *run, fig, ceil);
+      if (!fig.cost.empty()) {
+        // ORBITKV_COST_OBSERVATIONS=1: where the Manager's calls went (children
+        // overlap their parents: never add them up).
+        std::string line;
+        for (const auto& [path, c] : fig.cost) {
+          line += fmt::format("{}{} {:.3f} ms x{:.0f}", line.empty() ? "" : ", ", path,
+                              c.mean_s * 1e3, c.count);
+        }
+        std::printf("  %-10s cost (mean per observation): %s\n", "", line.c_str());
+      }
       std::fflush(stdout);
       p.routes.push_back(std::move(fig));
     }

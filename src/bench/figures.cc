@@ -178,6 +178,11 @@ RouteFigures ComputeFigures(const RouteRunResult& run, uint64_t block_bytes, uin
     f.lease_drain_ms = run.lease_drain_s < 0 ? -1 : run.lease_drain_s * 1e3;
     f.writeback_drain_ms = run.writeback_drain_s < 0 ? -1 : run.writeback_drain_s * 1e3;
     f.manager_exit = v.exit;
+    for (const char* path : kCostPaths) {
+      const std::string key = std::string("cost_") + path;
+      const double n = Value(v.delta, key + "_count");
+      if (n > 0) f.cost[path] = {n, Value(v.delta, key + "_sum") / n};
+    }
   } else {
     f.cpu_who = "engine threads in pread/pwrite + memcpy (CLOCK_THREAD_CPUTIME_ID)";
     f.cpu_s = mover_cpu;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -79,6 +80,12 @@ struct RouteFigures {
   // P - W, older checkpoints). Dense runs: P and bytes only.
   uint64_t prefix_tokens = 0, pieces = 0, restored_bytes = 0, checkpoint_bytes = 0,
            not_needed_bytes = 0;
+  // The Manager's opt-in cost observations over the measured phases, by
+  // path (route_run.h kCostPaths): observations and their mean seconds.
+  struct Cost {
+    double count = 0, mean_s = 0;
+  };
+  std::map<std::string, Cost> cost;
   double measured_wall_s = 0;
   std::string first_error;
   std::string manager_exit;

@@ -516,6 +516,13 @@ json ToJson(const BenchReport& r) {
       jr["latency_ms"] = {{"per_block", QuantilesJson(f.block_ms)},
                           {"per_request", QuantilesJson(f.request_ms)}};
       jr["timeline_ms"] = StagesJson(f.stages);
+      if (!f.cost.empty()) {
+        json cost = json::object();
+        for (const auto& [path, c] : f.cost) {
+          cost[path] = {{"count", c.count}, {"mean_ms", c.mean_s * 1e3}};
+        }
+        jr["cost_observations"] = cost;
+      }
       jr["probe_timeline_ms"] = StagesJson(f.probe_stages);
       jr["hits"] = {{"requests", f.requests}, {"queried", f.queried}, {"dram", f.hit_dram},
                     {"ssd", f.hit_ssd},       {"failed", f.failed},   {"missed", f.missed}};

@@ -155,6 +155,16 @@ class Driver {
     }
   }
 
+  static void AddCost(std::map<std::string, double>& into, const demo::MetricsSnapshot& m,
+                      double sign) {
+    for (const char* path : kCostPaths) {
+      for (const char* part : {"sum", "count"}) {
+        const double v = m.Value(std::string("orbitkv_cost_seconds_") + part, {{"path", path}});
+        if (v != 0) into[std::string("cost_") + path + "_" + part] += sign * v;
+      }
+    }
+  }
+
   uint64_t BlockBytes() const {
     uint64_t sum = 0;
     for (uint64_t b : c_.slot_bytes) sum += b;
@@ -303,6 +313,8 @@ class Driver {
               out_.view.delta[s.key] += Get(*after, s) - Get(*before, s);
             AddCodec(out_.view.delta, *after, 1);
             AddCodec(out_.view.delta, *before, -1);
+            AddCost(out_.view.delta, *after, 1);
+            AddCost(out_.view.delta, *before, -1);
           }
         }
       }

@@ -56,6 +56,15 @@ struct RouteRunConfig {
   const std::atomic<bool>* interrupted = nullptr;
 };
 
+// The Manager's opt-in cost observations (ORBITKV_COST_OBSERVATIONS=1 in the
+// bench's environment, which its Managers inherit): orbitkv_cost_seconds by
+// path. ManagerView::delta holds "cost_<path>_sum" and "cost_<path>_count"
+// over the measured phases.
+inline constexpr const char* kCostPaths[] = {
+    "dram_restore_plan", "h2d_copy_enqueue",  "h2d_copy_wait",      "d2h_copy_enqueue",
+    "d2h_copy_wait",     "ssd_uring_restore", "ssd_cufile_restore",
+};
+
 // Gauges' peaks and counters' deltas from the Manager's /metrics.
 struct ManagerView {
   double cpu_seconds = 0;               // during measured phases

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "manager/sources.h"
@@ -118,8 +119,39 @@ ObjectId Instance::Object(uint32_t group, const BlockKey& chain_key) const {
   return ObjectId{ns, group, ToKey(recovery::ObjectKey(chain_key, masks[model_group.at(group)]))};
 }
 
+namespace {
+
+// Times one copy job's enqueue and wait into the opt-in cost histograms.
+class CopyCostTimer {
+ public:
+  CopyCostTimer(Histogram* enqueue, Histogram* wait) : enqueue_(enqueue), wait_(wait) {
+    if (enqueue_ || wait_) start_ = std::chrono::steady_clock::now();
+  }
+  void Enqueued() {
+    if (!enqueue_ && !wait_) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (enqueue_) enqueue_->Observe(std::chrono::duration<double>(now - start_).count());
+    start_ = now;
+  }
+  void Waited() {
+    if (wait_) {
+      wait_->Observe(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+    }
+  }
+
+ private:
+  Histogram* const enqueue_;
+  Histogram* const wait_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace
+
 Status Instance::CopyAndWait(bool to_device, std::span<const gpu::CopyOp> ops) {
   if (ops.empty()) return Status::OK();
+  const int d = to_device ? 0 : 1;
+  CopyCostTimer cost(cost_copy_enqueue[d], cost_copy_wait[d]);
   ORBITKV_ASSIGN_OR_RETURN(std::unique_ptr<gpu::Event> ev, device_->CreateEvent());
   {
     MutexLock l(to_device ? h2d_mu_ : d2h_mu_);
@@ -127,12 +159,16 @@ Status Instance::CopyAndWait(bool to_device, std::span<const gpu::CopyOp> ops) {
     ORBITKV_RETURN_IF_ERROR(device_->CopyAsync(ops, s));
     ORBITKV_RETURN_IF_ERROR(device_->Record(*ev, s));
   }
-  return device_->Wait(*ev).WithContext(to_device ? "H2D copy into engine pages"
-                                                  : "D2H copy from engine pages");
+  cost.Enqueued();
+  Status st = device_->Wait(*ev).WithContext(to_device ? "H2D copy into engine pages"
+                                                       : "D2H copy from engine pages");
+  cost.Waited();
+  return st;
 }
 
 Status Instance::CopyToHostWithCrcs(std::span<const gpu::CopyOp> ops,
                                     std::span<const gpu::CrcOp> crcs, uint32_t* out) {
+  CopyCostTimer cost(cost_copy_enqueue[1], cost_copy_wait[1]);
   ORBITKV_ASSIGN_OR_RETURN(std::unique_ptr<gpu::Event> ev, device_->CreateEvent());
   {
     MutexLock l(d2h_mu_);
@@ -142,8 +178,11 @@ Status Instance::CopyToHostWithCrcs(std::span<const gpu::CopyOp> ops,
     ORBITKV_RETURN_IF_ERROR(device_->Crc32cAsync(crcs, out, *d2h_));
     ORBITKV_RETURN_IF_ERROR(device_->Record(*ev, *d2h_));
   }
-  return device_->Wait(*ev).WithContext(ops.empty() ? "CRC32C of engine pages"
-                                                    : "D2H copy and CRC32C of engine pages");
+  cost.Enqueued();
+  Status st = device_->Wait(*ev).WithContext(ops.empty() ? "CRC32C of engine pages"
+                                                         : "D2H copy and CRC32C of engine pages");
+  cost.Waited();
+  return st;
 }
 
 Status Instance::PageCrcs(const GroupLayout& g, uint64_t page, uint32_t* out) {

@@ -22,6 +22,7 @@
 #include "manager/host_region.h"
 #include "manager/storage_codec.h"
 #include "orbitkv/cache_api.h"
+#include "orbitkv/metrics.h"
 #include "orbitkv/model_description.h"
 #include "orbitkv/status.h"
 #include "recovery/model_description.h"
@@ -71,6 +72,10 @@ class Instance {
   ObjectId Object(uint32_t group, const BlockKey& chain_key) const;
   NamespaceCodec codec;                         // of the namespace's objects
   const CodecMetrics* codec_metrics = nullptr;  // the Manager's (outlives the instance)
+  // Opt-in cost observations of the copy jobs (ORBITKV_COST_OBSERVATIONS):
+  // index 0 H2D, 1 D2H; null when off. Set before the instance is shared.
+  Histogram* cost_copy_enqueue[2] = {nullptr, nullptr};
+  Histogram* cost_copy_wait[2] = {nullptr, nullptr};
 
   bool cuda() const { return device_ != nullptr; }
   // REQUIRES: cuda(), and a guard is held (the device lives until ReleaseDevice).

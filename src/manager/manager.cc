@@ -254,6 +254,10 @@ Result<InstanceId> Manager::RegisterInstance(SessionId session, const RegisterRe
   ORBITKV_ASSIGN_OR_RETURN(inst->codec,
                            SelectNamespaceCodec(req.storage, impl_->default_codec, inst->layout));
   inst->codec_metrics = impl_->codec_metrics.get();
+  for (int d = 0; d < 2; ++d) {
+    inst->cost_copy_enqueue[d] = impl_->m.cost_copy_enqueue[d];
+    inst->cost_copy_wait[d] = impl_->m.cost_copy_wait[d];
+  }
   ORBITKV_RETURN_IF_ERROR(impl_->sessions->Add(inst));
   if (inst->hybrid()) {
     // The recurrent groups' objects are checkpoints for the DRAM admission cap.

@@ -72,6 +72,16 @@ ManagerMetrics ManagerMetrics::Register(MetricsRegistry& m, bool ssd, bool cost_
                                   {{"path", "ssd_uring_restore"}});
     x.cost_cufile = m.GetHistogram("orbitkv_cost_seconds", help, LatencyBuckets(),
                                    {{"path", "ssd_cufile_restore"}});
+    // Child observations: they overlap the totals above and each other's
+    // parents (a DRAM restore's plan and its H2D job); never add them up.
+    auto child = [&](const char* path) {
+      return m.GetHistogram("orbitkv_cost_seconds", help, LatencyBuckets(), {{"path", path}});
+    };
+    x.cost_dram_plan = child("dram_restore_plan");
+    x.cost_copy_enqueue[0] = child("h2d_copy_enqueue");
+    x.cost_copy_wait[0] = child("h2d_copy_wait");
+    x.cost_copy_enqueue[1] = child("d2h_copy_enqueue");
+    x.cost_copy_wait[1] = child("d2h_copy_wait");
   }
   if (!ssd) {
     // Keep the SSD series on /metrics even with SSD caching off.

@@ -20,6 +20,13 @@ struct ManagerMetrics {
   Histogram *publish_seconds, *restore_seconds, *query_seconds;
   // Opt-in (ManagerOptions::cost_observations); null otherwise.
   Histogram *cost_uring = nullptr, *cost_cufile = nullptr;
+  // Children of a DRAM restore or a publish into CUDA pages (issue 18: where
+  // a call's copy stage goes): the DRAM restore's per-block work before its
+  // copies (header checks, copy lists), and each host<->device copy job's
+  // enqueue (CopyAsync + Record) and wait, per direction (0 H2D, 1 D2H).
+  Histogram* cost_dram_plan = nullptr;
+  Histogram* cost_copy_enqueue[2] = {nullptr, nullptr};
+  Histogram* cost_copy_wait[2] = {nullptr, nullptr};
 
   // `ssd`: SSD caching is on (else its series are still put on /metrics).
   static ManagerMetrics Register(MetricsRegistry& m, bool ssd, bool cost_observations);

@@ -2,6 +2,7 @@
 // the selected blocks out of their query (QueryTable::Take), hand the SSD ones
 // to a route (SubmitSsd: the one place a route is chosen), and copy the DRAM
 // ones on the caller's thread from the entries the query pinned.
+#include <chrono>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -91,13 +92,20 @@ Result<RestoreId> Manager::StartRestore(SessionId session, const RestoreRequest&
   auto copies = std::make_unique<Instance::PageCopies>(x.dram.get());
   std::vector<Status> st(n);
   size_t run = 0;  // the first block of the copies not yet run
+  // Opt-in cost observation: the per-block work before the copies, without
+  // the copy runs themselves (Instance times those).
+  const bool cost = x.m.cost_dram_plan != nullptr && n != 0;
+  std::chrono::steady_clock::duration plan{};
+  auto plan_start = std::chrono::steady_clock::now();
   auto copy_run = [&](size_t end) {
+    if (cost) plan += std::chrono::steady_clock::now() - plan_start;
     const Status copied = inst->CopyAndWait(/*to_device=*/true, copies->ops);
     for (size_t j = run; j < end; ++j) {
       if (st[j].ok()) st[j] = copied;
     }
     copies = std::make_unique<Instance::PageCopies>(x.dram.get());  // releases the scratch
     run = end;
+    if (cost) plan_start = std::chrono::steady_clock::now();
   };
   for (size_t i = 0; i < n; ++i) {
     const RestoreBlock& b = taken.dram[i];
@@ -118,6 +126,7 @@ Result<RestoreId> Manager::StartRestore(SessionId session, const RestoreRequest&
     if (copies->scratch_bytes() >= kDecodeScratchRun) copy_run(i + 1);
   }
   copy_run(n);
+  if (cost) x.m.cost_dram_plan->Observe(std::chrono::duration<double>(plan).count());
   if (n != 0) r->Stamp(RestoreRec::Stage::kCopyComplete);
   for (size_t i = 0; i < n; ++i) {
     const RestoreBlock& b = taken.dram[i];
