@@ -88,6 +88,10 @@ case "${1:-}" in
     "$dir/copy_latency_bench" --iters 1000 | tee "$out/copy_latency.txt"
     st=${PIPESTATUS[0]}
     ((rc == 0 && st != 0)) && rc=$st
+    # A 64 MiB restore call's copies (32 blocks from scattered pool places).
+    "$dir/copy_latency_bench" --objects 32 --iters 200 | tee "$out/copy_latency_64mib.txt"
+    st=${PIPESTATUS[0]}
+    ((rc == 0 && st != 0)) && rc=$st
     # Costs against work: host pages, the tiny model.
     one scale --workload scale --model tiny --scale-objects 1000000 --scale-engines 16
     echo "=== h200_perf.sh: exit $rc"

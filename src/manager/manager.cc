@@ -34,6 +34,26 @@ Result<std::unique_ptr<Manager>> Manager::Create(const ManagerConfig& config) {
                                    " leaves no room for SSD read staging of " +
                                    FormatByteSize(staging));
   }
+  // The SSD cache opens before the pool is mapped and locked: a bad or foreign
+  // cache file is refused at once, not after the pool (seconds to minutes for a
+  // large one on a busy host) was faulted in.
+  SsdBackendSelection backend;
+  if (ssd_on) {
+    SsdStoreOptions so;
+    so.path = o.ssd_cache_path;
+    so.capacity = o.ssd_cache_capacity;
+    so.shards = o.ssd_shards;
+    so.reserve_capacity = false;  // io_uring: logical sizing
+    so.fs = config.fs;
+    so.clock = config.clock;
+    so.metrics = config.metrics;
+    ORBITKV_ASSIGN_OR_RETURN(impl->ssd, SsdStore::Open(so));
+    // Cache-wide: cuFile for every shard (then reserved up front) or io_uring.
+    ORBITKV_ASSIGN_OR_RETURN(
+        backend, SelectSsdBackend(o, config.gpu, config.gpu_unavailable, *impl->ssd, config.fs));
+    impl->backend_reason = backend.reason;
+    OKV_LOG_INFO("SSD backend: {}", backend.reason);
+  }
   DramCacheOptions d;
   d.capacity = pool - staging;
   d.lock_memory = config.lock_memory;
@@ -56,23 +76,6 @@ Result<std::unique_ptr<Manager>> Manager::Create(const ManagerConfig& config) {
     st.writeback_on_seal = false;
     ORBITKV_ASSIGN_OR_RETURN(std::unique_ptr<DramCache> pool, DramCache::Create(st));
     impl->staging = std::make_unique<ReadStaging>(std::move(pool));
-  }
-  SsdBackendSelection backend;
-  if (ssd_on) {
-    SsdStoreOptions so;
-    so.path = o.ssd_cache_path;
-    so.capacity = o.ssd_cache_capacity;
-    so.shards = o.ssd_shards;
-    so.reserve_capacity = false;  // io_uring: logical sizing
-    so.fs = config.fs;
-    so.clock = config.clock;
-    so.metrics = config.metrics;
-    ORBITKV_ASSIGN_OR_RETURN(impl->ssd, SsdStore::Open(so));
-    // Cache-wide: cuFile for every shard (then reserved up front) or io_uring.
-    ORBITKV_ASSIGN_OR_RETURN(
-        backend, SelectSsdBackend(o, config.gpu, config.gpu_unavailable, *impl->ssd, config.fs));
-    impl->backend_reason = backend.reason;
-    OKV_LOG_INFO("SSD backend: {}", backend.reason);
   }
   Impl& x = *impl;
   x.m = ManagerMetrics::Register(*config.metrics, ssd_on, o.cost_observations);

@@ -1,9 +1,37 @@
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <string>
+
 #include "manager/manager_test_fixture.h"
 
 namespace orbitkv {
 namespace {
+
+// A foreign file as the SSD cache is refused before the pool is mapped and
+// registered (it was refused only after the whole pool had been faulted in
+// and locked: 80 s for the default 4 GB on a loaded CI machine).
+TEST_F(ManagerTest, ForeignSsdFileIsRefusedBeforeThePoolIsAllocated) {
+  ManagerConfig c = Config(8u << 20);
+  {
+    std::FILE* f = std::fopen(c.options.ssd_cache_path.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    const std::string notes(100000, 'x');
+    ASSERT_EQ(std::fwrite(notes.data(), 1, notes.size(), f), notes.size());
+    std::fclose(f);
+  }
+  int arenas = 0;
+  c.register_host_memory = [&](void*, uint64_t) {
+    ++arenas;
+    return Status::OK();
+  };
+  c.unregister_host_memory = [](void*) {};
+  auto m = Manager::Create(c);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().ToString().find(c.options.ssd_cache_path), std::string::npos)
+      << m.status().ToString();
+  EXPECT_EQ(arenas, 0) << "the pool was allocated before the SSD cache was checked";
+}
 
 TEST_F(ManagerTest, BadInputGetsAnErrorAndChangesNothing) {
   Start(8u << 20);

@@ -2,6 +2,10 @@
 
 #include <unistd.h>
 
+#include <optional>
+#include <thread>
+#include <vector>
+
 #include "orbitkv/logging.h"
 #include "protocol/wire.h"
 
@@ -115,6 +119,15 @@ void ManagerService::OnFrame(protocol::Session& session, protocol::Frame&& frame
           // The callback may run inline (DRAM-only restores) or later on a lane;
           // `finished` orders it against recording the restore for CancelRestore.
           auto finished = std::make_shared<bool>(false);
+          // An inline completion replies from this worker once StartRestore
+          // returns (no hop through the session's writer thread: issue 18's
+          // round trip); a lane's completion is sent by the writer thread.
+          struct InlineReply {
+            std::thread::id starter = std::this_thread::get_id();
+            bool starting = true;  // guarded by mu_
+            std::optional<std::vector<uint8_t>> bytes;
+          };
+          auto inline_reply = std::make_shared<InlineReply>();
           {
             std::lock_guard<std::mutex> l(mu_);
             if (restores_.count(key)) {
@@ -125,21 +138,33 @@ void ManagerService::OnFrame(protocol::Session& session, protocol::Frame&& frame
             }
           }
           Result<RestoreId> started = manager_->StartRestore(
-              sid, m, [this, ref, rid, key, finished](Result<RestoreResult> r) {
+              sid, m, [this, ref, rid, key, finished, inline_reply](Result<RestoreResult> r) {
+                std::vector<uint8_t> bytes = r.ok() ? protocol::EncodeReply(rid, *r)
+                                                    : protocol::EncodeError(rid, r.status());
                 {
                   std::lock_guard<std::mutex> l(mu_);
                   restores_.erase(key);
                   *finished = true;
+                  if (inline_reply->starting &&
+                      inline_reply->starter == std::this_thread::get_id()) {
+                    inline_reply->bytes = std::move(bytes);
+                    return;
+                  }
                 }
                 // Lane threads never block on a client's socket.
-                ref->SendAsync(r.ok() ? protocol::EncodeReply(rid, *r)
-                                      : protocol::EncodeError(rid, r.status()));
+                ref->SendAsync(std::move(bytes));
               });
+          std::optional<std::vector<uint8_t>> now;
+          {
+            std::lock_guard<std::mutex> l(mu_);
+            inline_reply->starting = false;
+            now = std::move(inline_reply->bytes);
+            if (started.ok() && !*finished) restores_[key] = *started;
+          }
           if (!started.ok()) {
             reply(protocol::EncodeError(rid, started.status()));
-          } else {
-            std::lock_guard<std::mutex> l(mu_);
-            if (!*finished) restores_[key] = *started;
+          } else if (now) {
+            reply(*now);
           }
         } else if constexpr (std::is_same_v<T, protocol::CancelRestoreRequest>) {
           RestoreId target = 0;

@@ -47,7 +47,7 @@ cap_gb=$(( avail * 2 / 1000000000 + 8 ))
 # taken makes the Manager exit at once; try another.
 for attempt in 1 2 3 4 5; do
   port=$(( 20000 + RANDOM % 20000 ))
-  "$bin" --ssd-cache-path "$work/cache/cache.bin" --ssd-cache-capacity "${cap_gb}gb" \
+  "$bin" --pool-size 256mb --ssd-cache-path "$work/cache/cache.bin" --ssd-cache-capacity "${cap_gb}gb" \
     --ssd-backend uring --ssd-shards 8 --metrics-port "$port" 2>"$work/log" &
   pid=$!
   for _ in $(seq 1 600); do
