@@ -153,13 +153,17 @@ Status UnregisterHostMemory(void* base) {
   return ORBITKV_CUDA_STATUS(cudaHostUnregister(base));
 }
 
-bool InRegisteredHostRange(uint64_t address, uint64_t bytes) {
+bool InRegisteredHostRange(uint64_t address, uint64_t bytes, std::pair<uint64_t, uint64_t>* range) {
   HostRanges& r = Registered();
   std::shared_lock<std::shared_mutex> lock(r.mu);
   auto it = r.ranges.upper_bound(address);
   if (it == r.ranges.begin()) return false;
   --it;
-  return address - it->first < it->second && bytes <= it->second - (address - it->first);
+  if (!(address - it->first < it->second && bytes <= it->second - (address - it->first))) {
+    return false;
+  }
+  if (range) *range = {it->first, it->first + it->second};
+  return true;
 }
 
 }  // namespace orbitkv::gpu

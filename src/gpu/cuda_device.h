@@ -11,6 +11,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <utility>
 
 #include "orbitkv/status.h"
 
@@ -88,6 +89,8 @@ Status UnregisterHostMemory(void* base);
 // Whether [address, +bytes) lies wholly inside one range that
 // RegisterHostMemory registered and UnregisterHostMemory has not yet released
 // (process-wide; the copy path's fast classification of the pinned pool).
-bool InRegisteredHostRange(uint64_t address, uint64_t bytes);
+// `range` (when not null) gets the registered range [first, second) it fell in.
+bool InRegisteredHostRange(uint64_t address, uint64_t bytes,
+                           std::pair<uint64_t, uint64_t>* range = nullptr);
 
 }  // namespace orbitkv::gpu
