@@ -4,6 +4,7 @@
 
 #include <cassert>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <list>
 #include <map>
@@ -17,6 +18,7 @@
 #include "common/intrusive_list.h"
 #include "orbitkv/logging.h"
 #include "orbitkv/units.h"
+#include "store/lock_memory.h"
 
 namespace orbitkv {
 namespace {
@@ -418,12 +420,19 @@ Result<std::unique_ptr<DramCache>> DramCache::Create(const DramCacheOptions& opt
   if (madvise(base, options.capacity, MADV_HUGEPAGE) != 0) {
     OKV_LOG_DEBUG("madvise(MADV_HUGEPAGE) on the DRAM pool failed: {}", ErrnoText(errno));
   }
-  if (options.lock_memory && mlock(base, options.capacity) != 0) {
-    const int err = errno;
-    OKV_LOG_WARN(
-        "mlock of the {} DRAM pool failed: {}; continuing with pageable memory (raise "
-        "RLIMIT_MEMLOCK, e.g. ulimit -l or LimitMEMLOCK=infinity)",
-        FormatByteSize(options.capacity), ErrnoText(err));
+  if (options.lock_memory) {
+    const auto t0 = std::chrono::steady_clock::now();
+    Result<uint32_t> locked = LockMemory(base, options.capacity);
+    if (!locked.ok()) {
+      OKV_LOG_WARN(
+          "locking the {} DRAM pool failed: {}; continuing with pageable memory (raise "
+          "RLIMIT_MEMLOCK, e.g. ulimit -l or LimitMEMLOCK=infinity)",
+          FormatByteSize(options.capacity), locked.status().message());
+    } else {
+      OKV_LOG_INFO(
+          "locked the {} DRAM pool in {:.2f} s on {} thread(s)", FormatByteSize(options.capacity),
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), *locked);
+    }
   }
   if (options.on_arena) {
     Status st = options.on_arena(base, options.capacity);
