@@ -9,6 +9,7 @@
 //   memcpy-slots  one cudaMemcpyAsync per slot + event sync (the naive baseline)
 //   platform/M    CudaDevice::CreateEvent + CopyAsync + Record + Wait, exactly the
 //                 Manager's Instance::CopyAndWait, with ORBITKV_GPU_COPY=M
+// (--gap-us N: N us idle before each iteration, calls spaced as a Manager's are)
 // printing p50/p99 of the wall time and, for the platform rows, of the
 // enqueue (CreateEvent + CopyAsync + Record) apart from the wait. Every
 // iteration's pages are checked against the object once at the end of each
@@ -16,6 +17,7 @@
 #include <cuda_runtime_api.h>
 
 #include <sys/mman.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -23,6 +25,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gpu/copy_options.h"
@@ -59,11 +62,13 @@ Quant Q(std::vector<double> v) {
 int main(int argc, char** argv) {
   uint64_t slots = 64, slot_bytes = 32 << 10, objects = 1;
   int iters = 500;
+  int gap_us = 0;  // idle time between iterations (the Manager's calls are not back to back)
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--slots") slots = std::strtoull(argv[i + 1], nullptr, 10);
     if (a == "--slot-bytes") slot_bytes = std::strtoull(argv[i + 1], nullptr, 10);
     if (a == "--iters") iters = std::atoi(argv[i + 1]);
+    if (a == "--gap-us") gap_us = std::max(0, std::atoi(argv[i + 1]));
     if (a == "--objects") objects = std::max<uint64_t>(1, std::strtoull(argv[i + 1], nullptr, 10));
   }
   int count = 0;
@@ -133,10 +138,11 @@ int main(int argc, char** argv) {
   };
   std::printf(
       "copy_latency_bench: %llu block(s) of %llu slots x %llu B (%.2f MiB in all) -> HBM, %d "
-      "iterations, host memory %s\n",
+      "iterations%s, host memory %s\n",
       static_cast<unsigned long long>(objects), static_cast<unsigned long long>(slots),
       static_cast<unsigned long long>(slot_bytes), double(total_slots * slot_bytes) / (1 << 20),
-      iters, locked ? "mlocked" : "not locked (mlock failed)");
+      iters, gap_us > 0 ? (", " + std::to_string(gap_us) + " us idle before each").c_str() : "",
+      locked ? "mlocked" : "not locked (mlock failed)");
   std::printf("  %-18s %10s %10s %14s %14s %10s\n", "path", "p50 us", "p99 us", "enqueue p50",
               "wait p50", "GB/s p50");
 
@@ -147,6 +153,7 @@ int main(int argc, char** argv) {
   for (const char* row : {"memcpy-1", "memcpy-slots"}) {
     std::vector<double> wall;
     for (int i = 0; i < iters; ++i) {
+      if (gap_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(gap_us));
       const auto t0 = Clock::now();
       if (row[7] == '1') {
         for (uint64_t o = 0; o < objects; ++o) {
@@ -186,6 +193,7 @@ int main(int argc, char** argv) {
     if (!stream.ok()) return 3;
     std::vector<double> wall, enq, wait;
     for (int i = 0; i < iters; ++i) {
+      if (gap_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(gap_us));
       const auto t0 = Clock::now();
       auto e = d.CreateEvent();
       if (!e.ok() || !d.CopyAsync(ops, **stream).ok() || !d.Record(**e, **stream).ok()) {
