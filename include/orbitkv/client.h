@@ -70,8 +70,8 @@ class Client {
   // request.model describes a hybrid model's storage groups (full attention,
   // sliding window, recurrent checkpoints; orbitkv/model_description.h); leave
   // it empty for a dense model. A bad description is InvalidArgument naming the
-  // field; until the Manager compiles hybrid recovery requirements (issue 14)
-  // any description is FailedPrecondition.
+  // field. Queries of a described instance return recovery plans
+  // (QueryResult's pieces; README "Hybrid models").
   //
   // Anything else (fds with a CUDA device, handles with "host", a handle count
   // other than the region count, another device string) is InvalidArgument
