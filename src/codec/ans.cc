@@ -155,9 +155,9 @@ uint32_t AnsEncodeChunkScalar(const uint8_t* sym, uint32_t n, const AnsPlaneCode
 }
 
 void AnsCountSymbols(const uint8_t* sym, size_t n, uint32_t* count) {
-  // Four tables, so that runs of one symbol do not serialise on one counter;
-  // 16 bytes per iteration from two 64-bit loads.
-  uint32_t c[4][256] = {};
+  // Eight tables, one per byte of a 64-bit load, so that runs of one symbol
+  // do not serialise on one counter.
+  uint32_t c[8][256] = {};
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
     uint64_t v[2];
@@ -167,14 +167,16 @@ void AnsCountSymbols(const uint8_t* sym, size_t n, uint32_t* count) {
       ++c[1][(x >> 8) & 0xff];
       ++c[2][(x >> 16) & 0xff];
       ++c[3][(x >> 24) & 0xff];
-      ++c[0][(x >> 32) & 0xff];
-      ++c[1][(x >> 40) & 0xff];
-      ++c[2][(x >> 48) & 0xff];
-      ++c[3][x >> 56];
+      ++c[4][(x >> 32) & 0xff];
+      ++c[5][(x >> 40) & 0xff];
+      ++c[6][(x >> 48) & 0xff];
+      ++c[7][x >> 56];
     }
   }
   for (; i < n; ++i) ++c[0][sym[i]];
-  for (int s = 0; s < 256; ++s) count[s] += c[0][s] + c[1][s] + c[2][s] + c[3][s];
+  for (int s = 0; s < 256; ++s) {
+    for (const auto& t : c) count[s] += t[s];
+  }
 }
 
 void AnsSplitPlanesScalar(const uint8_t* raw, size_t n, uint8_t* lo, uint8_t* hi) {
