@@ -71,9 +71,6 @@ __attribute__((target("avx2,popcnt"))) uint32_t AnsEncodeChunkAvx2(const uint8_t
     x[g] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(state + 8 * g));
   }
   const auto* rec = reinterpret_cast<const long long*>(coder.record);
-  // Symbols of lanes 0, 1, 4, 5 then 2, 3, 6, 7: the two 64-bit gathers then
-  // interleave into lane order with one shuffle_ps per field.
-  const __m128i split = _mm_setr_epi8(0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   const __m256i low16 = _mm256_set1_epi32(0xffff);
   const __m256i mask12 = _mm256_set1_epi32(0xfff);
   const __m256i mask13 = _mm256_set1_epi32(0x1fff);
@@ -83,7 +80,9 @@ __attribute__((target("avx2,popcnt"))) uint32_t AnsEncodeChunkAvx2(const uint8_t
     const uint8_t* s = sym + size_t{t} * kAnsLanes;
 #pragma GCC unroll 4
     for (int g = 4; g-- > 0;) {
-      // Eight scalar loads beat two 64-bit gathers here (AMD Zen 3).
+      // Records of lanes 0, 1, 4, 5 and 2, 3, 6, 7: one shuffle_ps per field
+      // then gives lane order. Eight scalar loads beat two 64-bit gathers
+      // here (AMD Zen 3).
       const uint8_t* sg = s + 8 * g;
       const __m256 ra =
           _mm256_castsi256_ps(_mm256_setr_epi64x(rec[sg[0]], rec[sg[1]], rec[sg[4]], rec[sg[5]]));
