@@ -186,6 +186,13 @@ void AnsSplitPlanesScalar(const uint8_t* raw, size_t n, uint8_t* lo, uint8_t* hi
   }
 }
 
+void AnsJoinPlanesScalar(const uint8_t* lo, const uint8_t* hi, size_t n, uint8_t* out) {
+  for (size_t i = 0; i < n; ++i) {
+    out[2 * i] = lo[i];
+    out[2 * i + 1] = hi[i];
+  }
+}
+
 uint64_t AnsCodedBytesLowerBound(const uint32_t* count, const AnsEncTable& table, uint64_t elems,
                                  uint32_t chunk) {
   if (elems == 0) return 0;
@@ -333,8 +340,10 @@ Status ParsePlane(std::span<const uint8_t> frame, uint32_t p, uint32_t chunks, u
   return Status::OK();
 }
 
-Status DecodeWith(AnsChunkDecoder decode, const FrameInfo& fi, std::span<const uint8_t> frame,
-                  std::span<uint8_t> out) {
+using PlaneJoiner = void (*)(const uint8_t*, const uint8_t*, size_t, uint8_t*);
+
+Status DecodeWith(AnsChunkDecoder decode, PlaneJoiner join, const FrameInfo& fi,
+                  std::span<const uint8_t> frame, std::span<uint8_t> out) {
   const uint8_t* f = frame.data();
   if (fi.flags & kFrameFlagStored) {
     if (fi.frame_size != kFramePrefixBytes + fi.decoded_size) return Bad("stored size mismatch");
@@ -394,11 +403,7 @@ Status DecodeWith(AnsChunkDecoder decode, const FrameInfo& fi, std::span<const u
       if (src[0] != out.data() + first) std::copy(src[0], src[0] + n, out.data() + first);
       continue;
     }
-    uint8_t* o = out.data() + first * 2;
-    for (uint32_t i = 0; i < n; ++i) {
-      o[2 * i] = src[0][i];
-      o[2 * i + 1] = src[1][i];
-    }
+    join(src[0], src[1], n, out.data() + first * 2);
   }
   return Status::OK();
 }
@@ -426,11 +431,12 @@ void ForceScalarCodecs(bool scalar) { scalar_only.store(scalar, std::memory_orde
 
 Status AnsDecodeScalar(const FrameInfo& fi, std::span<const uint8_t> frame,
                        std::span<uint8_t> out) {
-  return DecodeWith(AnsDecodeChunkScalar, fi, frame, out);
+  return DecodeWith(AnsDecodeChunkScalar, AnsJoinPlanesScalar, fi, frame, out);
 }
 
 Status AnsDecode(const FrameInfo& fi, std::span<const uint8_t> frame, std::span<uint8_t> out) {
-  return DecodeWith(CodecAvx2Enabled() ? AnsDecodeChunkAvx2 : AnsDecodeChunkScalar, fi, frame, out);
+  if (CodecAvx2Enabled()) return DecodeWith(AnsDecodeChunkAvx2, AnsJoinPlanesAvx2, fi, frame, out);
+  return DecodeWith(AnsDecodeChunkScalar, AnsJoinPlanesScalar, fi, frame, out);
 }
 
 }  // namespace orbitkv::codec::internal

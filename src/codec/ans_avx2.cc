@@ -205,4 +205,21 @@ __attribute__((target("avx2,popcnt"))) bool AnsDecodeChunkAvx2(const uint32_t* t
          AnsChunkFinished(state, pos, stream_bytes);
 }
 
+__attribute__((target("avx2"))) void AnsJoinPlanesAvx2(const uint8_t* lo, const uint8_t* hi,
+                                                       size_t n, uint8_t* out) {
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lo + i));
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(hi + i));
+    // Per 128-bit half: elements 0-7 and 16-23 (low), 8-15 and 24-31 (high).
+    const __m256i l = _mm256_unpacklo_epi8(a, b);
+    const __m256i h = _mm256_unpackhi_epi8(a, b);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 2 * i),
+                        _mm256_permute2x128_si256(l, h, 0x20));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 2 * i + 32),
+                        _mm256_permute2x128_si256(l, h, 0x31));
+  }
+  AnsJoinPlanesScalar(lo + i, hi + i, n - i, out + 2 * i);
+}
+
 }  // namespace orbitkv::codec::internal

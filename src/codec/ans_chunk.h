@@ -67,6 +67,9 @@ void AnsCountSymbols(const uint8_t* sym, size_t n, uint32_t* count);
 // Splits n 16-bit elements into their low bytes (lo) and high bytes (hi).
 void AnsSplitPlanesScalar(const uint8_t* raw, size_t n, uint8_t* lo, uint8_t* hi);
 void AnsSplitPlanesAvx2(const uint8_t* raw, size_t n, uint8_t* lo, uint8_t* hi);
+// The inverse: n 16-bit elements from their low and high bytes.
+void AnsJoinPlanesScalar(const uint8_t* lo, const uint8_t* hi, size_t n, uint8_t* out);
+void AnsJoinPlanesAvx2(const uint8_t* lo, const uint8_t* hi, size_t n, uint8_t* out);
 
 // A lower bound on the bytes of a plane's chunk streams (sum of
 // AnsStreamBytes) that the encoder would write for a plane of this histogram
