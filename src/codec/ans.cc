@@ -28,11 +28,9 @@ struct EncodedPlane {
 // at once when the histogram's bound proves that, else as soon as the streams
 // written plus 128 bytes per chunk still to come reach it (the rule
 // AnsPlanFrame applies to the full coded size, so the choice is the same).
-EncodedPlane EncodePlane(const uint8_t* sym, uint64_t n, uint32_t chunk, uint32_t chunks,
-                         bool avx2) {
+EncodedPlane EncodePlane(const uint8_t* sym, const uint32_t* count, uint64_t n, uint32_t chunk,
+                         uint32_t chunks, bool avx2) {
   EncodedPlane plane;
-  uint32_t count[256] = {};
-  AnsCountSymbols(sym, n, count);
   const uint64_t tables = kAnsFreqTableBytes + 4 * uint64_t{chunks};
   AnsPlaneCoder coder;
   AnsBuildPlaneCoder(count, n, &coder);
@@ -179,11 +177,14 @@ void AnsCountSymbols(const uint8_t* sym, size_t n, uint32_t* count) {
   }
 }
 
-void AnsSplitPlanesScalar(const uint8_t* raw, size_t n, uint8_t* lo, uint8_t* hi) {
+void AnsSplitPlanesScalar(const uint8_t* raw, size_t n, uint8_t* lo, uint8_t* hi,
+                          uint32_t* count_lo, uint32_t* count_hi) {
   for (size_t i = 0; i < n; ++i) {
     lo[i] = raw[2 * i];
     hi[i] = raw[2 * i + 1];
   }
+  AnsCountSymbols(lo, n, count_lo);
+  AnsCountSymbols(hi, n, count_hi);
 }
 
 void AnsJoinPlanesScalar(const uint8_t* lo, const uint8_t* hi, size_t n, uint8_t* out) {
@@ -218,20 +219,22 @@ Result<size_t> AnsEncode(const SegmentInfo& info, std::span<const uint8_t> raw,
   const bool avx2 = CodecAvx2Enabled();
   std::vector<EncodedPlane> coded(planes);
   const uint8_t* sym[kAnsMaxPlanes] = {};
+  uint32_t count[kAnsMaxPlanes][256] = {};
   std::unique_ptr<uint8_t[]> split;
   size_t size = kAnsHeaderBytes;
   if (elems > 0) {
     if (planes == 1) {
       sym[0] = raw.data();
+      AnsCountSymbols(raw.data(), elems, count[0]);
     } else {
       split.reset(new uint8_t[2 * elems]);
       sym[0] = split.get();
       sym[1] = split.get() + elems;
       (avx2 ? AnsSplitPlanesAvx2 : AnsSplitPlanesScalar)(raw.data(), elems, split.get(),
-                                                         split.get() + elems);
+                                                         split.get() + elems, count[0], count[1]);
     }
     for (uint32_t p = 0; p < planes; ++p) {
-      coded[p] = EncodePlane(sym[p], elems, chunk, chunks, avx2);
+      coded[p] = EncodePlane(sym[p], count[p], elems, chunk, chunks, avx2);
       size += coded[p].table.size();
     }
     size = AnsAlign4(size);

@@ -128,20 +128,45 @@ __attribute__((target("avx2,popcnt"))) uint32_t AnsEncodeChunkAvx2(const uint8_t
 }
 
 __attribute__((target("avx2"))) void AnsSplitPlanesAvx2(const uint8_t* raw, size_t n, uint8_t* lo,
-                                                        uint8_t* hi) {
+                                                        uint8_t* hi, uint32_t* count_lo,
+                                                        uint32_t* count_hi) {
   // Per 128-bit half: the eight low bytes, then the eight high bytes.
   const __m256i order = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2,
                                          4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  // Eight tables per plane (one per byte of a 64-bit word), as AnsCountSymbols.
+  uint32_t c[2][8][256] = {};
+  const auto count = [](uint32_t(&t)[8][256], uint64_t x) {
+    ++t[0][x & 0xff];
+    ++t[1][(x >> 8) & 0xff];
+    ++t[2][(x >> 16) & 0xff];
+    ++t[3][(x >> 24) & 0xff];
+    ++t[4][(x >> 32) & 0xff];
+    ++t[5][(x >> 40) & 0xff];
+    ++t[6][(x >> 48) & 0xff];
+    ++t[7][x >> 56];
+  };
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m256i v = _mm256_permute4x64_epi64(
         _mm256_shuffle_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(raw + 2 * i)),
                             order),
         0xd8);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(lo + i), _mm256_castsi256_si128(v));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(hi + i), _mm256_extracti128_si256(v, 1));
+    const __m128i l = _mm256_castsi256_si128(v);
+    const __m128i h = _mm256_extracti128_si256(v, 1);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(lo + i), l);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(hi + i), h);
+    count(c[0], static_cast<uint64_t>(_mm_cvtsi128_si64(l)));
+    count(c[0], static_cast<uint64_t>(_mm_extract_epi64(l, 1)));
+    count(c[1], static_cast<uint64_t>(_mm_cvtsi128_si64(h)));
+    count(c[1], static_cast<uint64_t>(_mm_extract_epi64(h, 1)));
   }
-  AnsSplitPlanesScalar(raw + 2 * i, n - i, lo + i, hi + i);
+  for (int s = 0; s < 256; ++s) {
+    for (int k = 0; k < 8; ++k) {
+      count_lo[s] += c[0][k][s];
+      count_hi[s] += c[1][k][s];
+    }
+  }
+  AnsSplitPlanesScalar(raw + 2 * i, n - i, lo + i, hi + i, count_lo, count_hi);
 }
 
 __attribute__((target("avx2,popcnt"))) bool AnsDecodeChunkAvx2(const uint32_t* table,

@@ -64,9 +64,13 @@ uint32_t AnsEncodeChunkAvx2(const uint8_t* sym, uint32_t n, const AnsPlaneCoder&
 
 // count[256] += the histogram of sym[0, n).
 void AnsCountSymbols(const uint8_t* sym, size_t n, uint32_t* count);
-// Splits n 16-bit elements into their low bytes (lo) and high bytes (hi).
-void AnsSplitPlanesScalar(const uint8_t* raw, size_t n, uint8_t* lo, uint8_t* hi);
-void AnsSplitPlanesAvx2(const uint8_t* raw, size_t n, uint8_t* lo, uint8_t* hi);
+// Splits n 16-bit elements into their low bytes (lo) and high bytes (hi),
+// adding each plane's histogram to count_lo / count_hi (the AVX2 form counts
+// from the registers it stores, so the planes are read once).
+void AnsSplitPlanesScalar(const uint8_t* raw, size_t n, uint8_t* lo, uint8_t* hi,
+                          uint32_t* count_lo, uint32_t* count_hi);
+void AnsSplitPlanesAvx2(const uint8_t* raw, size_t n, uint8_t* lo, uint8_t* hi, uint32_t* count_lo,
+                        uint32_t* count_hi);
 // The inverse: n 16-bit elements from their low and high bytes.
 void AnsJoinPlanesScalar(const uint8_t* lo, const uint8_t* hi, size_t n, uint8_t* out);
 void AnsJoinPlanesAvx2(const uint8_t* lo, const uint8_t* hi, size_t n, uint8_t* out);
