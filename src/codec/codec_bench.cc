@@ -1,7 +1,8 @@
 // Codec micro-benchmarks (Google Benchmark): encode and decode GB/s of a
 // 4 MiB KV-like bf16 segment (head_dim 128) per codec, counted in decoded
 // (uncompressed) bytes, next to memcpy and CRC32C of the same bytes in the
-// same run. `ratio` is raw / encoded bytes.
+// same run. `ratio` is raw / encoded bytes. The `_scalar` rows force the
+// scalar reference paths (internal::ForceScalarCodecs) where AVX2 is there.
 #include <benchmark/benchmark.h>
 
 #include <cstring>
@@ -39,7 +40,24 @@ void BM_Crc32c(benchmark::State& state) {
 }
 BENCHMARK(BM_Crc32c);
 
-void BM_Encode(benchmark::State& state, CodecId id) {
+// Selects the scalar paths for one benchmark's lifetime.
+class ScalarScope {
+ public:
+  explicit ScalarScope(bool scalar) : scalar_(scalar) {
+    if (scalar_) internal::ForceScalarCodecs(true);
+  }
+  ~ScalarScope() {
+    if (scalar_) internal::ForceScalarCodecs(false);
+  }
+  ScalarScope(const ScalarScope&) = delete;
+  ScalarScope& operator=(const ScalarScope&) = delete;
+
+ private:
+  bool scalar_;
+};
+
+void BM_Encode(benchmark::State& state, CodecId id, bool scalar) {
+  const ScalarScope scope(scalar);
   const auto& raw = Segment();
   const SegmentInfo info{DType::kBf16, 128};
   std::vector<uint8_t> frame(MaxEncodedSize(id, info, raw.size()));
@@ -54,14 +72,13 @@ void BM_Encode(benchmark::State& state, CodecId id) {
   state.counters["ratio"] = n ? double(raw.size()) / n : 0;
 }
 
-// scalar: the portable ans decoder even where AVX2 is there.
 void BM_Decode(benchmark::State& state, CodecId id, bool scalar) {
+  const ScalarScope scope(scalar);
   const auto& raw = Segment();
   const auto frame = testing::EncodeOrDie(id, {DType::kBf16, 128}, raw);
-  const FrameInfo fi = ParseFrame(frame).value();
   std::vector<uint8_t> out(raw.size());
   for (auto _ : state) {
-    const Status st = scalar ? internal::AnsDecodeScalar(fi, frame, out) : Decode(frame, out);
+    const Status st = Decode(frame, out);
     if (!st.ok()) state.SkipWithError(st.ToString().c_str());
     benchmark::ClobberMemory();
   }
@@ -70,14 +87,17 @@ void BM_Decode(benchmark::State& state, CodecId id, bool scalar) {
   state.counters["ratio"] = double(raw.size()) / frame.size();
 }
 
-BENCHMARK_CAPTURE(BM_Encode, ans, CodecId::kAns);
+BENCHMARK_CAPTURE(BM_Encode, ans, CodecId::kAns, false);
+BENCHMARK_CAPTURE(BM_Encode, ans_scalar, CodecId::kAns, true);
 BENCHMARK_CAPTURE(BM_Decode, ans, CodecId::kAns, false);
 BENCHMARK_CAPTURE(BM_Decode, ans_scalar, CodecId::kAns, true);
-BENCHMARK_CAPTURE(BM_Encode, fp8, CodecId::kFp8);
+BENCHMARK_CAPTURE(BM_Encode, fp8, CodecId::kFp8, false);
+BENCHMARK_CAPTURE(BM_Encode, fp8_scalar, CodecId::kFp8, true);
 BENCHMARK_CAPTURE(BM_Decode, fp8, CodecId::kFp8, false);
-BENCHMARK_CAPTURE(BM_Encode, turboquant_4, CodecId::kTurboQuant4);
+BENCHMARK_CAPTURE(BM_Decode, fp8_scalar, CodecId::kFp8, true);
+BENCHMARK_CAPTURE(BM_Encode, turboquant_4, CodecId::kTurboQuant4, false);
 BENCHMARK_CAPTURE(BM_Decode, turboquant_4, CodecId::kTurboQuant4, false);
-BENCHMARK_CAPTURE(BM_Encode, turboquant_3, CodecId::kTurboQuant3);
+BENCHMARK_CAPTURE(BM_Encode, turboquant_3, CodecId::kTurboQuant3, false);
 BENCHMARK_CAPTURE(BM_Decode, turboquant_3, CodecId::kTurboQuant3, false);
 
 }  // namespace

@@ -21,9 +21,18 @@ size_t AnsMaxEncodedSize(const SegmentInfo& info, size_t raw_bytes);
 Result<size_t> AnsEncode(const SegmentInfo& info, std::span<const uint8_t> raw,
                          std::span<uint8_t> out, const EncodeOptions& options);
 Status AnsDecode(const FrameInfo& fi, std::span<const uint8_t> frame, std::span<uint8_t> out);
-// The scalar decoder, always built; AnsDecode picks AVX2 where the CPU has it.
+// The scalar decoder, always built; AnsDecode picks AVX2 where enabled.
 Status AnsDecodeScalar(const FrameInfo& fi, std::span<const uint8_t> frame, std::span<uint8_t> out);
+// Whether the CPU has AVX2 (and popcnt); checked once at run time.
 bool AnsAvx2Available();
+
+// The CPU codecs' SIMD paths (ans encode and decode, fp8 encode and decode)
+// run where the CPU has AVX2, unless ForceScalarCodecs(true) selects the
+// scalar references (tests compare the two byte for byte; benchmarks time
+// both). Both give the same bytes. Process-wide and thread-safe; flip it only
+// while no codec call is running.
+bool CodecAvx2Enabled();
+void ForceScalarCodecs(bool scalar);
 
 // max(amax / 448, FLT_MIN): the fp32 scale of a group whose largest finite
 // magnitude is amax.
@@ -32,6 +41,11 @@ size_t Fp8MaxEncodedSize(const SegmentInfo& info, size_t raw_bytes);
 Result<size_t> Fp8Encode(const SegmentInfo& info, std::span<const uint8_t> raw,
                          std::span<uint8_t> out);
 Status Fp8Decode(const FrameInfo& fi, std::span<const uint8_t> frame, std::span<uint8_t> out);
+// The AVX2 halves of the fp8 codec (fp8_avx2.cc): one group of n elements
+// (16-bit, bf16 when bf16), exactly the scalar loop's bytes.
+float Fp8GroupAmaxAvx2(const uint8_t* raw, size_t n, bool bf16);
+void Fp8EncodeGroupAvx2(const uint8_t* raw, size_t n, bool bf16, float scale, uint8_t* payload);
+void Fp8DecodeGroupAvx2(const uint8_t* payload, size_t n, bool bf16, float scale, uint8_t* out);
 
 size_t TurboQuantMaxEncodedSize(uint32_t bits, const SegmentInfo& info, size_t raw_bytes);
 Result<size_t> TurboQuantEncode(uint32_t bits, const SegmentInfo& info,

@@ -2,6 +2,8 @@
 // head_dim elements. The scale is max(amax / 448, FLT_MIN) over the group's
 // finite magnitudes (FLT_MIN keeps all-zero and tiny groups finite), so
 // finite inputs never reach the e4m3fn NaN; +-Inf and NaN inputs become NaN.
+// The loops here are the scalar reference; where CodecAvx2Enabled() each
+// group runs through fp8_avx2.cc instead, with the same bytes.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -45,8 +47,16 @@ Result<size_t> Fp8Encode(const SegmentInfo& info, std::span<const uint8_t> raw,
   uint8_t* o = out.data();
   WritePrefix(o, CodecId::kFp8, info.dtype, 0, raw.size(), size, group);
   uint8_t* payload = o + kFp8ScalesOffset + 4 * groups;
+  const bool avx2 = CodecAvx2Enabled();
   for (uint64_t g = 0; g < groups; ++g) {
     const uint64_t first = g * group, last = std::min<uint64_t>(elems, first + group);
+    const uint8_t* in = raw.data() + 2 * first;
+    if (avx2) {
+      const float scale = Fp8GroupScale(Fp8GroupAmaxAvx2(in, last - first, bf16));
+      Store32(o + kFp8ScalesOffset + 4 * g, FloatToBits(scale));
+      Fp8EncodeGroupAvx2(in, last - first, bf16, scale, payload + first);
+      continue;
+    }
     float amax = 0.0f;
     for (uint64_t i = first; i < last; ++i) {
       const float a = std::fabs(ElementAt(raw.data(), i, bf16));
@@ -74,9 +84,14 @@ Status Fp8Decode(const FrameInfo& fi, std::span<const uint8_t> frame, std::span<
   }
   const uint8_t* f = frame.data();
   const uint8_t* payload = f + kFp8ScalesOffset + 4 * groups;
+  const bool avx2 = CodecAvx2Enabled();
   for (uint64_t g = 0; g < groups; ++g) {
     const float scale = BitsToFloat(Load32(f + kFp8ScalesOffset + 4 * g));
     const uint64_t first = g * fi.param, last = std::min<uint64_t>(elems, first + fi.param);
+    if (avx2) {
+      Fp8DecodeGroupAvx2(payload + first, last - first, bf16, scale, out.data() + 2 * first);
+      continue;
+    }
     for (uint64_t i = first; i < last; ++i) {
       Store16(out.data() + 2 * i, FloatToHalf16(E4m3fnToFloat(payload[i]) * scale, bf16));
     }
