@@ -138,16 +138,21 @@ TEST_F(EncodeLaneSeam, AFailedEncodeIsCountedAndGivesItsRangeBack) {
 }
 
 TEST_F(EncodeLaneSeam, FullArenaIsBusyAndCloseCancelsWhatWasNotEncoded) {
-  // An arena of two groups' ranges: the third is Busy while they are held.
+  // An arena of two groups' ranges (after the encoder's scratch): the third
+  // is Busy while they are held.
   GpuEncodeLane::Task probe;
   probe.codec = Codec(CodecId::kAns);
   probe.slot_bytes = {kSlot0, kSlot1};
   const uint64_t bound = GpuEncodeLane::Bound(probe.codec, probe.slot_bytes);
-  auto lane = Lane(2 * bound + (2u << 20));  // the CUDA encoder's scratch estimate
+  auto encoder = dev->CreateFrameEncoder(GpuEncodeLane::kMaxSegments);
+  ASSERT_TRUE(encoder.ok()) << encoder.status().ToString();
+  const uint64_t share = (*encoder)->scratch_bytes() + 2 * bound;
+  encoder->reset();
+  auto lane = Lane(share);
   ASSERT_TRUE(lane);
   const uint64_t groups = lane->capacity() / bound;
-  ASSERT_GE(groups, 2u);
-  EXPECT_EQ(metrics.Read("orbitkv_codec_budget_used_bytes"), 2 * bound + (2u << 20));
+  ASSERT_EQ(groups, 2u);
+  EXPECT_EQ(metrics.Read("orbitkv_codec_budget_used_bytes"), share);
   std::vector<GpuEncodeLane::Encoded> kept;
   std::mutex mu;
   std::vector<Status> statuses;

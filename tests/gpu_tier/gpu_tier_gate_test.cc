@@ -25,6 +25,7 @@
 #include "codec/codec.h"
 #include "gpu/fault_injecting_platform.h"
 #include "gpu_tier/gate_env.h"
+#include "manager/gpu_encode_lane.h"
 #include "manager/manager.h"
 #include "manager/storage_codec.h"
 #include "store/object_format.h"
@@ -649,6 +650,13 @@ class EncodedGate : public GpuTierGate {
     }
   }
   double CufileReads() { return Counter("orbitkv_ssd_cufile_read_bytes_total"); }
+  // Polls `done` for at most 20 s.
+  static void WaitUntil(const std::function<bool()>& done) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!done() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
   double CufileWrites() { return Counter("orbitkv_ssd_cufile_write_bytes_total"); }
   double UringWriteback() { return Plain("orbitkv_bytes_total", {{"route", "writeback_ssd"}}); }
   double EncodeFallbacks(const std::string& reason) {
@@ -872,11 +880,7 @@ TEST_F(EncodedGate, GpuEncodeAdmissionSaturationFallsBackToTheCpuWriteback) {
   for (uint64_t p = 0; p < 12; ++p) FillKv(e, p, 1 + p);
   faults->HoldWrites(true);
   auto publish = std::async(std::launch::async, [&] { return Publish(e, 1, Range(0, 12)); });
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while ((EncodeFallbacks("lane_full") < 4 || faults->held_events() < 1) &&
-         std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  WaitUntil([&] { return EncodeFallbacks("lane_full") >= 4 && faults->held_events() >= 1; });
   EXPECT_EQ(mgr->gauges().gpu_write_jobs, 8u);
   EXPECT_EQ(Gauge("orbitkv_ssd_gpu_encode_pending"), 8);
   faults->HoldWrites(false);
@@ -894,16 +898,22 @@ TEST_F(EncodedGate, GpuEncodeAdmissionSaturationFallsBackToTheCpuWriteback) {
 // A full encode arena (a small codec budget) is admission saturation too:
 // the groups it cannot hold take the CPU path; all are stored.
 TEST_F(EncodedGate, FullEncodeArenaFallsBackToTheCpuWriteback) {
-  // An encode share of 160 KiB: an arena of three groups of this shape.
-  ASSERT_NO_FATAL_FAILURE(StartWithCodecBudget({}, 320u << 10));
+  // An encode share that leaves an arena of three groups of this shape after
+  // the platform's encoder scratch (the budget is split over two lanes).
+  auto probe = faults->device(0);
+  ASSERT_TRUE(probe.ok());
+  auto encoder = (*probe)->CreateFrameEncoder(GpuEncodeLane::kMaxSegments);
+  ASSERT_TRUE(encoder.ok()) << encoder.status().ToString();
+  const NamespaceCodec fp8{codec::CodecId::kFp8, {codec::DType::kBf16, 128}};
+  const uint64_t share =
+      (*encoder)->scratch_bytes() + 3 * GpuEncodeLane::Bound(fp8, {kSlot0, kSlot1}) + 4096;
+  encoder->reset();
+  ASSERT_NO_FATAL_FAILURE(StartWithCodecBudget({}, 2 * share));
   Engine& e = RegisterEncoded(kFp8);
   for (uint64_t p = 0; p < 12; ++p) FillKv(e, p, 1 + p);
   faults->HoldWrites(true);
   auto publish = std::async(std::launch::async, [&] { return Publish(e, 1, Range(0, 12)); });
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (EncodeFallbacks("arena_full") < 1 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  WaitUntil([&] { return EncodeFallbacks("arena_full") >= 1; });
   faults->HoldWrites(false);
   faults->ReleaseHeld();
   EXPECT_EQ(publish.get().sealed, 12u);
