@@ -64,6 +64,48 @@ uint64_t RangeAllocator::free_bytes() const {
   return n;
 }
 
+// ---- CodecLaneMemory -------------------------------------------------------------
+
+Status CodecLaneMemory::Acquire(uint64_t scratch, uint64_t host_bytes, const char* what) {
+  if (budget_bytes < scratch + kRangeAlign) {
+    return Status::ResourceExhausted("codec budget share of " + FormatByteSize(budget_bytes) +
+                                     " leaves no GPU " + what + " arena after the codec's " +
+                                     FormatByteSize(scratch) + " of scratch");
+  }
+  if (!budget->TryReserve(budget_bytes)) {
+    return Status::ResourceExhausted("--codec-budget: " + FormatByteSize(budget->reserved()) +
+                                     " of " + FormatByteSize(budget->limit()) +
+                                     " already reserved, no room for a GPU " + what + " arena of " +
+                                     FormatByteSize(budget_bytes));
+  }
+  reserved_ = true;
+  arena_bytes = (budget_bytes - scratch) / kRangeAlign * kRangeAlign;
+  ORBITKV_ASSIGN_OR_RETURN(arena, device->Allocate(arena_bytes));
+  ORBITKV_ASSIGN_OR_RETURN(stream, device->CreateStream());
+  ORBITKV_ASSIGN_OR_RETURN(event, device->CreateEvent());
+  ORBITKV_ASSIGN_OR_RETURN(host, device->AllocateHost(host_bytes));
+  return Status::OK();
+}
+
+void CodecLaneMemory::Free() {
+  if (!device) return;
+  if (stream) device->Synchronize(*stream).IgnoreError("codec lane teardown");
+  event.reset();
+  stream.reset();
+  if (host) {
+    device->FreeHost(host).IgnoreError("codec lane teardown");
+    host = nullptr;
+  }
+  if (arena) {
+    device->Free(arena).IgnoreError("codec lane teardown");
+    arena = 0;
+  }
+  if (reserved_) {
+    budget->Release(budget_bytes);
+    reserved_ = false;
+  }
+}
+
 // ---- GpuDecodeLane -------------------------------------------------------------
 
 Result<std::unique_ptr<GpuDecodeLane>> GpuDecodeLane::Create(GpuDecodeLaneOptions o) {
@@ -76,29 +118,16 @@ Result<std::unique_ptr<GpuDecodeLane>> GpuDecodeLane::Create(GpuDecodeLaneOption
   gpu::Device& d = *l.o_.device;
   Status st = [&]() -> Status {
     ORBITKV_ASSIGN_OR_RETURN(l.decoder_, d.CreateFrameDecoder(kMaxSlotsPerGroup));
-    const uint64_t scratch = l.decoder_->scratch_bytes();
-    if (l.o_.budget_bytes < scratch + kRangeAlign) {
-      return Status::ResourceExhausted("codec budget share of " +
-                                       FormatByteSize(l.o_.budget_bytes) +
-                                       " leaves no GPU codec arena after the decoder's " +
-                                       FormatByteSize(scratch) + " of scratch");
-    }
-    if (!l.o_.budget->TryReserve(l.o_.budget_bytes)) {
-      return Status::ResourceExhausted(
-          "--codec-budget: " + FormatByteSize(l.o_.budget->reserved()) + " of " +
-          FormatByteSize(l.o_.budget->limit()) +
-          " already reserved, no room for a GPU codec arena of " +
-          FormatByteSize(l.o_.budget_bytes));
-    }
-    l.reserved_ = true;
-    l.arena_bytes_ = (l.o_.budget_bytes - scratch) / kRangeAlign * kRangeAlign;
-    ORBITKV_ASSIGN_OR_RETURN(l.arena_, d.Allocate(l.arena_bytes_));
-    ORBITKV_ASSIGN_OR_RETURN(l.stream_, d.CreateStream());
-    ORBITKV_ASSIGN_OR_RETURN(l.event_, d.CreateEvent());
-    uint8_t* host = nullptr;
-    ORBITKV_ASSIGN_OR_RETURN(host, d.AllocateHost(kHostBytes));
-    l.crcs_ = reinterpret_cast<uint32_t*>(host);
-    l.prefixes_ = host + sizeof(uint32_t) * kMaxSlotsPerGroup;
+    l.mem_.device = &d;
+    l.mem_.budget = l.o_.budget;
+    l.mem_.budget_bytes = l.o_.budget_bytes;
+    ORBITKV_RETURN_IF_ERROR(l.mem_.Acquire(l.decoder_->scratch_bytes(), kHostBytes, "decode"));
+    l.arena_bytes_ = l.mem_.arena_bytes;
+    l.arena_ = l.mem_.arena;
+    l.stream_ = l.mem_.stream.get();
+    l.event_ = l.mem_.event.get();
+    l.crcs_ = reinterpret_cast<uint32_t*>(l.mem_.host);
+    l.prefixes_ = l.mem_.host + sizeof(uint32_t) * kMaxSlotsPerGroup;
     return Status::OK();
   }();
   if (!st.ok()) {
@@ -120,23 +149,14 @@ GpuDecodeLane::~GpuDecodeLane() {
 }
 
 void GpuDecodeLane::Free() {
-  gpu::Device& d = *o_.device;
-  if (stream_) d.Synchronize(*stream_).IgnoreError("decode lane teardown");
-  event_.reset();
+  if (stream_) o_.device->Synchronize(*stream_).IgnoreError("decode lane teardown");
   decoder_.reset();
-  stream_.reset();
-  if (crcs_) {
-    d.FreeHost(reinterpret_cast<uint8_t*>(crcs_)).IgnoreError("decode lane teardown");
-    crcs_ = nullptr;
-  }
-  if (arena_) {
-    d.Free(arena_).IgnoreError("decode lane teardown");
-    arena_ = 0;
-  }
-  if (reserved_) {
-    o_.budget->Release(o_.budget_bytes);
-    reserved_ = false;
-  }
+  mem_.Free();
+  stream_ = nullptr;
+  event_ = nullptr;
+  crcs_ = nullptr;
+  prefixes_ = nullptr;
+  arena_ = 0;
 }
 
 std::optional<gpu::DevPtr> GpuDecodeLane::TryTake(uint64_t bytes) {

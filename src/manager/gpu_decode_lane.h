@@ -58,6 +58,32 @@ class RangeAllocator {
   std::map<uint64_t, uint64_t> free_;  // offset -> size, disjoint, never adjacent
 };
 
+// What a GPU codec lane (this one, gpu_encode_lane.h) holds for its life:
+// `budget_bytes` of the Manager's CodecBudget, its codec's device scratch
+// plus an arena of whole 4 KiB units, the arena itself, a stream, an event
+// and pinned host memory. Not thread-safe.
+struct CodecLaneMemory {
+  gpu::Device* device = nullptr;
+  CodecBudget* budget = nullptr;
+  uint64_t budget_bytes = 0;
+  uint64_t arena_bytes = 0;  // set by Acquire
+  gpu::DevPtr arena = 0;
+  std::unique_ptr<gpu::Stream> stream;
+  std::unique_ptr<gpu::Event> event;
+  uint8_t* host = nullptr;
+  // Reserves budget_bytes and makes the rest. ResourceExhausted when
+  // `scratch` leaves no arena or the budget cannot hold the share (`what`
+  // names the arena in the message); the platform's errors. On an error,
+  // Free releases what was made.
+  Status Acquire(uint64_t scratch, uint64_t host_bytes, const char* what);
+  // Waits for the stream, then frees everything and releases the budget.
+  // Idempotent.
+  void Free();
+
+ private:
+  bool reserved_ = false;
+};
+
 struct GpuDecodeLaneOptions {
   gpu::Device* device = nullptr;
   uint64_t budget_bytes = 0;  // arena + decoder scratch, from `budget`
@@ -106,13 +132,13 @@ class GpuDecodeLane {
   void Free();
 
   GpuDecodeLaneOptions o_;
-  uint64_t arena_bytes_ = 0;
+  CodecLaneMemory mem_;
+  uint64_t arena_bytes_ = 0;  // mem_'s
   gpu::DevPtr arena_ = 0;
-  bool reserved_ = false;
   std::unique_ptr<gpu::FrameDecoder> decoder_;
-  std::unique_ptr<gpu::Stream> stream_;
-  std::unique_ptr<gpu::Event> event_;
-  uint32_t* crcs_ = nullptr;     // pinned: kMaxSlotsPerGroup CRC32C results, then
+  gpu::Stream* stream_ = nullptr;  // mem_'s
+  gpu::Event* event_ = nullptr;
+  uint32_t* crcs_ = nullptr;     // pinned (mem_.host): kMaxSlotsPerGroup CRC32C results, then
   uint8_t* prefixes_ = nullptr;  // kMaxSlotsPerGroup frame prefixes
   std::vector<gpu::CrcOp> crc_ops_;
   std::vector<gpu::DecodeOp> ops_;

@@ -131,8 +131,12 @@ Result<std::unique_ptr<Manager>> Manager::Create(const ManagerConfig& config) {
       c.cancelled = x.m.restore_cancelled;
       c.cost = x.m.cost_cufile;
       c.codec_budget = x.codec_budget.get();
-      c.codec_budget_bytes =
-          GpuCodecShare(o.codec_budget, config.gpu ? config.gpu->device_count() : 1);
+      // Each device's worker holds two shares: its GPU decode lane's and its
+      // GPU encode lane's.
+      const int lanes = 2 * (config.gpu ? std::max(config.gpu->device_count(), 1) : 1);
+      c.codec_budget_bytes = GpuCodecShare(o.codec_budget, lanes);
+      c.encode_budget_bytes = GpuCodecShare(o.codec_budget, lanes);
+      c.dram = x.dram.get();
       c.codec_metrics = x.codec_metrics.get();
       x.cufile = std::make_unique<CufileRoute>(std::move(c));
     }
