@@ -91,9 +91,9 @@ void Writeback::Lane(size_t worker, std::vector<Item>& items) {
 
 void Writeback::KeepEncodedCopy(const DramView& raw, const SsdStore::ObjectWrite& write,
                                 const NamespaceCodec& codec) {
-  // Only an entry that is raw and larger: an entry already encoded (a
-  // promoted SSD copy) or one that did not shrink stays as it is.
-  if (write.size >= raw.size) return;
+  // Only where it saves pool pages: an object the codec did not shrink (ans
+  // on random bytes stores its frames) stays raw.
+  if (AlignUp(write.size, 4096) >= AlignUp(raw.size, 4096)) return;
   Status st = o_.dram->ReplaceSealed(raw, {static_cast<const uint8_t*>(write.data), write.size});
   if (st.ok()) {
     const CodecMetrics::Series& s = o_.codec_metrics->of(codec.id);
