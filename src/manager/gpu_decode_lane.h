@@ -4,7 +4,14 @@
 // staging slots: the bounded GPU input), a frame decoder (gpu::FrameDecoder:
 // CudaDecoder on CUDA, the CPU codec on the fake platform), its stream, and
 // one thread, so the cuFile worker keeps polling its slots while objects
-// decode.
+// decode. DRAM restores (dram_gpu_decode.h) use a lane of their own: their
+// tasks name the encoded object's pinned pool bytes (Task::host_input), which
+// the lane copies into the task's arena range first.
+//
+// The thread takes queued tasks of one codec in batches (up to max_frames
+// segments): one H2D copy of their host inputs, one CRC32C launch over every
+// segment, one prefix copy and one wait, then one DecodeAsync of every frame
+// of the tasks that passed. Failures stay per task.
 //
 // Each submitted object (a task) is checked before a byte of it is decoded:
 // a CRC32C kernel over every segment in the arena, compared on the host with
@@ -35,6 +42,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -90,6 +98,9 @@ struct GpuDecodeLaneOptions {
   CodecBudget* budget = nullptr;
   const CodecMetrics* metrics = nullptr;
   std::function<void()> on_space;  // a range went back to the arena
+  // Segments one batch checks and frames it decodes (the decoder's batch);
+  // at least kMaxSlotsPerGroup, so any one object fits.
+  uint32_t max_frames = kMaxSlotsPerGroup;
 };
 
 class GpuDecodeLane {
@@ -113,6 +124,10 @@ class GpuDecodeLane {
   struct Task {
     gpu::DevPtr input = 0;  // from TryTake(input_bytes): the whole object
     uint64_t input_bytes = 0;
+    // Pinned host bytes of the object (input_bytes), copied into `input` on
+    // the lane's stream before the checks; null: `input` holds it already.
+    // REQUIRES: valid until `done` runs.
+    const uint8_t* host_input = nullptr;
     ParsedHeader header;  // parsed from the object's bytes and matched to its id
     NamespaceCodec codec;
     std::vector<Target> targets;
@@ -120,13 +135,18 @@ class GpuDecodeLane {
   };
   // Queues the task (after Close: done(Cancelled) at once, range returned).
   void Submit(Task task) EXCLUDES(mu_);
+  // Queues the tasks together (they may share a batch), as Submit each.
+  void SubmitBatch(std::vector<Task> tasks) EXCLUDES(mu_);
   // Decodes what is queued, then stops the thread.
   void Close() EXCLUDES(mu_);
 
  private:
   GpuDecodeLane() = default;
   void Loop() EXCLUDES(mu_);
-  Status Decode(const Task& t);
+  // Checks and decodes `batch` (one codec): a Status per task.
+  std::vector<Status> Decode(std::span<const Task> batch);
+  // The segments a task makes the batch check (its CRCs).
+  static uint64_t Segments(const Task& t) { return t.header.segments.size(); }
   // The frame prefix `p` (host copy) of target `tg` is the one `t` expects.
   static Status CheckPrefix(const Task& t, const Target& tg, const uint8_t* p);
   void Free();
@@ -138,8 +158,8 @@ class GpuDecodeLane {
   std::unique_ptr<gpu::FrameDecoder> decoder_;
   gpu::Stream* stream_ = nullptr;  // mem_'s
   gpu::Event* event_ = nullptr;
-  uint32_t* crcs_ = nullptr;     // pinned (mem_.host): kMaxSlotsPerGroup CRC32C results, then
-  uint8_t* prefixes_ = nullptr;  // kMaxSlotsPerGroup frame prefixes
+  uint32_t* crcs_ = nullptr;     // pinned (mem_.host): max_frames CRC32C results, then
+  uint8_t* prefixes_ = nullptr;  // max_frames frame prefixes
   std::vector<gpu::CrcOp> crc_ops_;
   std::vector<gpu::DecodeOp> ops_;
 
