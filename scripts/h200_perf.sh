@@ -24,10 +24,17 @@
 #   restore-only on the SSD routes (the disk ceiling from the bench's io_uring
 #   probe where fio is absent) and the scale workload (tiny model, 1M objects,
 #   1..16 engines), and copy_latency_bench (one block's copy below the Manager:
-#   cudaMemcpy ceiling, per-slot copies, the platform's three movers). Every
-#   restored block is verified. Summaries go to stdout and
+#   cudaMemcpy ceiling, per-slot copies, the platform's three movers); and,
+#   per storage codec (ans, fp8, turboquant-4), DRAM -> HBM from encoded DRAM
+#   copies (dram-encoded: encoded bytes H2D, decoded on the GPU) against the
+#   uncompressed route (dram: raw copies) in the same run, with the target
+#   "fp8 effective DRAM -> HBM restore >= 1.7x the uncompressed route". Every
+#   restored block of a lossless run is verified. Summaries go to stdout and
 #   OUT_DIR/*.txt, reports to OUT_DIR/*.json. Exit status: the first failing
 #   run's (1: wrong bytes), else 0.
+#
+#     scripts/h200_perf.sh codecs BUNDLE_DIR OUT_DIR [SSD_DIR]
+#   runs only the storage-codec part (a few seconds per codec).
 set -uo pipefail
 
 case "${1:-}" in
@@ -44,9 +51,10 @@ case "${1:-}" in
     done | sort -u | while read -r lib; do cp -L "$lib" "$out/"; done
     ls -l "$out"
     ;;
-  run)
-    dir=$(cd "${2:?usage: h200_perf.sh run BUNDLE_DIR OUT_DIR [SSD_DIR]}" && pwd) || exit 1
-    out=${3:?usage: h200_perf.sh run BUNDLE_DIR OUT_DIR [SSD_DIR]}
+  run | codecs)
+    what=$1
+    dir=$(cd "${2:?usage: h200_perf.sh $what BUNDLE_DIR OUT_DIR [SSD_DIR]}" && pwd) || exit 1
+    out=${3:?usage: h200_perf.sh $what BUNDLE_DIR OUT_DIR [SSD_DIR]}
     ssd=${4:-/var/tmp/orbitkv-h200-perf}
     mkdir -p "$out" "$ssd" || exit 1
     export LD_LIBRARY_PATH="$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -64,6 +72,18 @@ case "${1:-}" in
       ((rc == 0 && st != 0)) && rc=$st
     }
     command -v nvidia-smi >/dev/null && nvidia-smi -L
+    # Storage codecs, DRAM -> HBM: encoded DRAM copies decoded on the GPU
+    # (dram-encoded) against raw ones (dram) of the same run; 16-token blocks.
+    codec=(--workload block-size-sweep --sweep-block-tokens 16 --device cuda:0 --working-set 512mib
+      --model llama-3.1-8b --routes dram,dram-encoded --latency-probes 16)
+    for c in fp8 ans turboquant-4; do
+      one "codec-$c" "${codec[@]}" --storage-codec "$c"
+    done
+    if [[ $what == codecs ]]; then
+      grep -h -A1 "effective DRAM -> HBM" "$out"/codec-*.txt
+      echo "=== h200_perf.sh codecs: exit $rc"
+      exit $rc
+    fi
     # DRAM -> HBM and HBM -> DRAM: 16-token blocks, the working set in the pool.
     gpu=(--workload block-size-sweep --sweep-block-tokens 16 --device cuda:0 --working-set 2gib)
     one llama8b "${gpu[@]}" --model llama-3.1-8b --routes dram,dram-engines,dram-kernel,naive
@@ -98,7 +118,7 @@ case "${1:-}" in
     exit $rc
     ;;
   *)
-    echo "usage: h200_perf.sh bundle BUILD_DIR BUNDLE_DIR | run BUNDLE_DIR OUT_DIR [SSD_DIR]" >&2
+    echo "usage: h200_perf.sh bundle BUILD_DIR BUNDLE_DIR | run|codecs BUNDLE_DIR OUT_DIR [SSD_DIR]" >&2
     exit 2
     ;;
 esac

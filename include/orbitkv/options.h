@@ -53,6 +53,12 @@ struct ManagerOptions {
   // once (split between them); for the GPU codec path, retained encoded input
   // plus decoder scratch per worker. More than 0.
   uint64_t codec_budget = 256ull << 20;  // --codec-budget 256mib
+  // What DRAM keeps of an encoded namespace's object once the writeback lane
+  // encoded it for the SSD: raw (false: the published copy; DRAM restores
+  // stay exact copies) or encoded (true: the encoded object replaces it, less
+  // pool per object, and restores into CUDA pages move the encoded bytes and
+  // decode on the GPU; lossy codecs then give the SSD's bytes from DRAM too).
+  bool codec_dram_copy_encoded = false;  // --codec-dram-copy raw|encoded
   // Opt-in cost observations: orbitkv_cost_seconds{path} per SSD restore route
   // (environment ORBITKV_COST_OBSERVATIONS=1, read by ParseFlags).
   bool cost_observations = false;

@@ -102,34 +102,27 @@ int FlagError(const std::string& msg) {
 // Under --storage-codec: the compression ratio on the KV the route moved
 // (what the writeback encoded over the run, what the measured restores
 // decoded), the KV delivered per second (effective, uncompressed) and the
-// stored bytes per second it took.
-void PrintCodecLine(const Flags& f, const RouteRunResult& run, const RouteFigures& fig,
-                    const Ceiling* ceil) {
-  auto get = [](const std::map<std::string, double>& m, const char* k) {
-    auto it = m.find(k);
-    return it == m.end() ? 0.0 : it->second;
+// stored bytes per second it took (figures.h CodecFigures).
+void PrintCodecLine(const CodecFigures& c, const Ceiling* ceil) {
+  auto ratio = [](const std::optional<double>& v) {
+    return v ? fmt::format("{:.3f}x", *v) : std::string("n/a");
   };
-  const double enc_in = get(run.view.end, "codec_encode_in");
-  const double enc_out = get(run.view.end, "codec_encode_out");
-  const double dec_in = get(run.view.delta, "codec_decode_in");
-  const double dec_out = get(run.view.delta, "codec_decode_out");
-  auto ratio = [](double raw, double coded) {
-    return coded > 0 ? fmt::format("{:.3f}x", raw / coded) : std::string("n/a");
-  };
-  const double eff = fig.restore.bytes ? fig.restore.bytes_per_s : 0;
-  // Of the restored KV, the part the codec decoded moved at its stored size.
-  const double dec_share = fig.restore.bytes ? std::min(1.0, dec_out / fig.restore.bytes) : 0;
-  const double stored = dec_out > 0 ? eff * (1 - dec_share + dec_share * dec_in / dec_out) : eff;
+  const bool eff = c.effective_gbps > 0;
   std::printf(
       "  %-10s codec %s: ratio %s written (%s -> %s), %s read back; effective KV %s GB/s, "
-      "stored bytes %s GB/s%s\n",
-      "", f.storage_codec.c_str(), ratio(enc_in, enc_out).c_str(),
-      FormatByteSize(static_cast<uint64_t>(enc_in)).c_str(),
-      FormatByteSize(static_cast<uint64_t>(enc_out)).c_str(), ratio(dec_out, dec_in).c_str(),
-      eff ? fmt::format("{:.2f}", eff / 1e9).c_str() : "n/a",
-      eff ? fmt::format("{:.2f}", stored / 1e9).c_str() : "n/a",
-      ceil && ceil->ok && eff
-          ? fmt::format(" ({:.0f}% of the ceiling, effective)", 100 * eff / ceil->bytes_per_s)
+      "stored bytes %s GB/s%s%s\n",
+      "", c.codec.c_str(), ratio(c.ratio_written).c_str(),
+      FormatByteSize(static_cast<uint64_t>(c.encode_raw_bytes)).c_str(),
+      FormatByteSize(static_cast<uint64_t>(c.encode_frame_bytes)).c_str(),
+      ratio(c.ratio_read).c_str(), eff ? fmt::format("{:.2f}", c.effective_gbps).c_str() : "n/a",
+      eff ? fmt::format("{:.2f}", c.stored_gbps).c_str() : "n/a",
+      ceil && ceil->ok && eff ? fmt::format(" ({:.0f}% of the ceiling, effective)",
+                                            100 * c.effective_gbps * 1e9 / ceil->bytes_per_s)
+                                    .c_str()
+                              : "",
+      c.dram_gpu_decodes + c.dram_cpu_decodes > 0
+          ? fmt::format("; encoded DRAM blocks decoded on the GPU {:.0f}, CPU {:.0f}",
+                        c.dram_gpu_decodes, c.dram_cpu_decodes)
                 .c_str()
           : "");
 }
@@ -480,6 +473,10 @@ int Run(const Flags& f, const std::vector<Route>& routes, const ModelPreset& mod
   std::vector<Route> runnable;
   for (Route r : routes) {
     Status st = RouteSupported(r, f.device);
+    if (st.ok() && r == Route::kDramEncoded && f.storage_codec == "none") {
+      st = Status::Unavailable(
+          "needs --storage-codec (without a codec DRAM holds raw copies: the dram route)");
+    }
     if (st.ok() && Info(r).naive && model.hybrid()) {
       st = Status::Unavailable(
           "the naive baseline keeps dense chains (one object per block); a hybrid model's "
@@ -563,6 +560,7 @@ int Run(const Flags& f, const std::vector<Route>& routes, const ModelPreset& mod
   report.ssd_queue_depth = f.ssd_queue_depth;
   report.ssd_io_workers = f.ssd_io_workers;
   report.prefill_tokens_per_s = f.prefill_tokens_per_s;
+  report.storage_codec = f.storage_codec;
   report.verify = !f.no_verify;
   report.flags = f.argv;
 
@@ -716,7 +714,7 @@ int Run(const Flags& f, const std::vector<Route>& routes, const ModelPreset& mod
                                .c_str()
                          : "",
           fig.mismatched ? fmt::format(", {} MISMATCHED blocks", fig.mismatched).c_str() : "");
-      if (storage != codec::CodecId::kNone && run->manager) PrintCodecLine(f, *run, fig, ceil);
+      if (!fig.codec.codec.empty()) PrintCodecLine(fig.codec, ceil);
       if (!fig.cost.empty()) {
         // ORBITKV_COST_OBSERVATIONS=1: where the Manager's calls went (children
         // overlap their parents: never add them up).
@@ -771,8 +769,9 @@ int Main(int argc, char** argv) {
                  "block-size-sweep: block sizes in tokens")
       ->capture_default_str();
   app.add_option("--routes", f.routes,
-                 "Comma-separated routes: dram, ssd-uring, ssd-auto (GPU tier), naive (default: "
-                 "the workload's)");
+                 "Comma-separated routes: dram, ssd-uring, ssd-auto (GPU tier), naive, "
+                 "dram-engines, dram-kernel (CUDA pages), dram-encoded (--storage-codec's encoded "
+                 "DRAM copies) (default: the workload's)");
   app.add_option("--device", f.device, "Engine pages: host or cuda:N")->capture_default_str();
   app.add_option("--layout", f.layout,
                  "Engine page layout: split (a region per slot) or page-first (a page holds all "

@@ -17,6 +17,7 @@
 #include "bench/model.h"
 #include "bench/naive_store.h"
 #include "bench/proc_stat.h"
+#include "bench/report.h"
 #include "bench/route.h"
 #include "bench/workloads.h"
 #include "orbitkv/units.h"
@@ -159,6 +160,61 @@ TEST(RouteTest, MoverRoutesNeedCudaPagesAndSetTheMover) {
               ::testing::ElementsAre("ORBITKV_GPU_COPY=kernel"));
   EXPECT_TRUE(Info(Route::kDram).manager_env.empty());  // the default mover
   EXPECT_EQ(RestoreCeiling(Route::kDramEngines, "cuda:0"), CeilingKind::kCudaH2D);
+}
+
+TEST(RouteTest, DramEncodedKeepsEncodedDramCopiesOnAnyPages) {
+  Result<std::vector<Route>> r = ParseRoutes("dram,dram-encoded");
+  ASSERT_TRUE(r.ok());
+  EXPECT_THAT(*r, ::testing::ElementsAre(Route::kDram, Route::kDramEncoded));
+  EXPECT_TRUE(RouteSupported(Route::kDramEncoded, "host").ok());
+  EXPECT_EQ(Info(Route::kDramEncoded).tier, Tier::kDram);
+  EXPECT_THAT(Info(Route::kDramEncoded).manager_flags,
+              ::testing::IsSupersetOf({"--codec-dram-copy", "encoded"}));
+  EXPECT_EQ(RestoreCeiling(Route::kDramEncoded, "cuda:0"), CeilingKind::kCudaH2D);
+}
+
+// The fp8 target compares dram-encoded's effective KV GB/s with dram's (the
+// uncompressed route) of the same run, on CUDA pages only.
+TEST(ReportTest, Fp8EncodedDramTargetComparesWithTheUncompressedRoute) {
+  BenchReport r;
+  r.model = "llama-3.1-8b";
+  r.device = "cuda:0";
+  r.storage_codec = "fp8";
+  Point p;
+  p.block_tokens = 16;
+  auto route = [](Route which, double gbps) {
+    RouteFigures f;
+    f.route = which;
+    f.restore.bytes = 1 << 30;
+    f.restore.bytes_per_s = gbps * 1e9;
+    return f;
+  };
+  p.routes = {route(Route::kDram, 25), route(Route::kDramEncoded, 50)};
+  r.points = {p};
+  auto target = [&] {
+    for (const Target& t : EvaluateTargets(r)) {
+      if (t.name.rfind("fp8 effective DRAM -> HBM", 0) == 0) return t;
+    }
+    ADD_FAILURE() << "no fp8 target";
+    return Target{};
+  };
+  Target t = target();
+  ASSERT_TRUE(t.met.has_value());
+  EXPECT_TRUE(*t.met);
+  EXPECT_DOUBLE_EQ(t.value, 2.0);
+  r.points[0].routes[1].restore.bytes_per_s = 40e9;  // 1.6x
+  t = target();
+  ASSERT_TRUE(t.met.has_value());
+  EXPECT_FALSE(*t.met);
+  r.storage_codec = "ans";
+  EXPECT_FALSE(target().met.has_value());
+  EXPECT_THAT(target().note, ::testing::HasSubstr("--storage-codec ans"));
+  r.storage_codec = "fp8";
+  r.device = "host";
+  EXPECT_THAT(target().note, ::testing::HasSubstr("host pages"));
+  r.device = "cuda:0";
+  r.points[0].routes.pop_back();
+  EXPECT_THAT(target().note, ::testing::HasSubstr("dram-encoded"));
 }
 
 // Regression: without fio (the H200 host) the disk ceiling was n/a; the

@@ -90,6 +90,41 @@ StageFigures Stages(const std::vector<const CallSample*>& calls) {
 
 }  // namespace
 
+namespace {
+
+CodecFigures CodecOf(const RouteRunResult& run, const Throughput& restore) {
+  const ManagerView& v = run.view;
+  CodecFigures c;
+  c.codec = run.storage_codec;
+  c.encode_raw_bytes = Value(v.end, "codec_encode_in");
+  c.encode_frame_bytes = Value(v.end, "codec_encode_out");
+  c.encode_s = Value(v.end, "codec_encode_s");
+  c.decode_frame_bytes = Value(v.delta, "codec_decode_in");
+  c.decode_raw_bytes = Value(v.delta, "codec_decode_out");
+  c.decode_s = Value(v.delta, "codec_decode_s");
+  c.dram_gpu_decodes = Value(v.delta, "codec_dram_gpu");
+  c.dram_cpu_decodes = Value(v.delta, "codec_dram_cpu");
+  c.dram_encoded_copies = Value(v.end, "codec_dram_copies");
+  c.dram_saved_bytes = Value(v.end, "codec_dram_saved_bytes");
+  if (c.encode_frame_bytes > 0) c.ratio_written = c.encode_raw_bytes / c.encode_frame_bytes;
+  if (c.decode_frame_bytes > 0) c.ratio_read = c.decode_raw_bytes / c.decode_frame_bytes;
+  if (c.encode_s > 0) c.encode_gbps = c.encode_raw_bytes / c.encode_s / 1e9;
+  if (c.decode_s > 0) c.decode_gbps = c.decode_raw_bytes / c.decode_s / 1e9;
+  if (restore.bytes > 0) {
+    c.effective_gbps = restore.bytes_per_s / 1e9;
+    // Of the restored KV, the part the codec decoded moved at its stored size.
+    const double kv = double(restore.bytes);
+    const double decoded = std::min(kv, c.decode_raw_bytes);
+    const double stored =
+        kv - decoded +
+        (c.decode_raw_bytes > 0 ? decoded * c.decode_frame_bytes / c.decode_raw_bytes : 0);
+    c.stored_gbps = c.effective_gbps * stored / kv;
+  }
+  return c;
+}
+
+}  // namespace
+
 RouteFigures ComputeFigures(const RouteRunResult& run, uint64_t block_bytes, uint32_t block_tokens,
                             double rate) {
   RouteFigures f;
@@ -196,6 +231,7 @@ RouteFigures ComputeFigures(const RouteRunResult& run, uint64_t block_bytes, uin
   }
   if (f.moved_bytes > 0) f.cpu_s_per_gb = f.cpu_s / (f.moved_bytes / 1e9);
   if (f.measured_wall_s > 0) f.cpu_cores = f.cpu_s / f.measured_wall_s;
+  if (run.manager && !run.storage_codec.empty()) f.codec = CodecOf(run, f.restore);
   return f;
 }
 

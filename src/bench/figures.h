@@ -47,6 +47,28 @@ struct StageFigures {
   Quantiles take, wait, io, copy, finish, client;
 };
 
+// A Manager route's storage codec (--storage-codec) figures: what its
+// writeback encoded over the run, what the measured restores decoded, the
+// codec time of each, and the effective KV GB/s (uncompressed bytes
+// delivered per second: the route's restore GB/s) next to the stored bytes
+// per second that took. Decode GB/s counts the CPU decoder's seconds per
+// segment and the GPU decode lane's check-and-decode time per batch.
+struct CodecFigures {
+  std::string codec;  // empty: the route stores raw objects
+  double encode_raw_bytes = 0, encode_frame_bytes = 0, encode_s = 0;  // over the run
+  double decode_frame_bytes = 0, decode_raw_bytes = 0, decode_s = 0;  // measured phases
+  // Encoded DRAM entries restored into CUDA pages (measured phases): decoded
+  // on the GPU, or on the CPU for want of a lane; raw DRAM entries the
+  // writeback replaced by their encoded objects (over the run).
+  double dram_gpu_decodes = 0, dram_cpu_decodes = 0, dram_encoded_copies = 0, dram_saved_bytes = 0;
+  std::optional<double> ratio_written;  // raw / frame bytes the writeback encoded
+  std::optional<double> ratio_read;     // raw / frame bytes the restores decoded
+  std::optional<double> encode_gbps;    // raw bytes per codec second
+  std::optional<double> decode_gbps;    // raw bytes per codec second
+  double effective_gbps = 0;            // KV restored per second (the route's restore GB/s)
+  double stored_gbps = 0;               // the stored bytes those restores moved per second
+};
+
 struct RouteFigures {
   Route route = Route::kDram;
   Throughput restore;        // restores through this route's tier
@@ -86,6 +108,7 @@ struct RouteFigures {
     double count = 0, mean_s = 0;
   };
   std::map<std::string, Cost> cost;
+  CodecFigures codec;
   double measured_wall_s = 0;
   std::string first_error;
   std::string manager_exit;

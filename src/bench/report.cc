@@ -88,6 +88,39 @@ json StagesJson(const StageFigures& t) {
           {"client_and_wire", QuantilesJson(t.client)}};
 }
 
+json OrNull(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
+
+json CodecJson(const CodecFigures& c, const Ceiling* ceiling) {
+  return {
+      {"codec", c.codec},
+      {"ratio_written", OrNull(c.ratio_written)},
+      {"ratio_read", OrNull(c.ratio_read)},
+      {"encode_raw_bytes", c.encode_raw_bytes},
+      {"encode_frame_bytes", c.encode_frame_bytes},
+      {"encode_gbps", OrNull(c.encode_gbps)},
+      {"decode_frame_bytes", c.decode_frame_bytes},
+      {"decode_raw_bytes", c.decode_raw_bytes},
+      {"decode_gbps", OrNull(c.decode_gbps)},
+      {"effective_kv_gbps", c.effective_gbps},
+      {"stored_gbps", c.stored_gbps},
+      {"ceiling_gbps", ceiling && ceiling->ok ? json(ceiling->bytes_per_s / 1e9) : json(nullptr)},
+      {"effective_fraction_of_ceiling", ceiling && ceiling->ok && c.effective_gbps > 0
+                                            ? json(c.effective_gbps * 1e9 / ceiling->bytes_per_s)
+                                            : json(nullptr)},
+      {"dram_gpu_decodes", c.dram_gpu_decodes},
+      {"dram_cpu_decodes", c.dram_cpu_decodes},
+      {"dram_encoded_copies", c.dram_encoded_copies},
+      {"dram_saved_bytes", c.dram_saved_bytes}};
+}
+
+std::string OptGbps(const std::optional<double>& v) {
+  return v ? fmt::format("{:.2f}", *v) : std::string("n/a");
+}
+
+std::string OptRatio(const std::optional<double>& v) {
+  return v ? fmt::format("{:.3f}x", *v) : std::string("n/a");
+}
+
 // mean p50/p99 of one stage, ms.
 std::string Stage(const Quantiles& q) {
   if (q.n == 0) return "-";
@@ -114,6 +147,44 @@ std::string Limits(const BenchReport& r, const Point& p, const RouteFigures& f) 
     s += fmt::format("; {} of this run's restores came from the other tier",
                      demo::Bytes(double(f.restore_other.bytes)));
   return s;
+}
+
+// Issue 17: fp8-encoded DRAM copies restored into HBM (the dram-encoded route:
+// encoded bytes over PCIe, decoded on the GPU) against the uncompressed route
+// (dram: raw DRAM copies, one H2D) in the same run, effective KV GB/s.
+Target EncodedDramTarget(const BenchReport& r, const Point* p) {
+  Target t{"fp8 effective DRAM -> HBM restore >= 1.7x the uncompressed route", {}, 0, 1.7, ""};
+  const RouteFigures* enc = p ? Find(*p, Route::kDramEncoded) : nullptr;
+  const RouteFigures* raw = p ? Find(*p, Route::kDram) : nullptr;
+  if (r.device == "host") {
+    t.note =
+        "n/a: host pages (--device host): encoded DRAM entries decode on the CPU; needs "
+        "--device cuda:N";
+  } else if (r.storage_codec != "fp8") {
+    t.note = "n/a: --storage-codec " + r.storage_codec + " (the target is fp8's)";
+  } else if (!enc || enc->restore.bytes == 0) {
+    t.note = "n/a: no restore served by route dram-encoded (--routes dram,dram-encoded)";
+  } else if (!raw || raw->restore.bytes == 0) {
+    t.note =
+        "n/a: no restore served by route dram, the uncompressed route (--routes "
+        "dram,dram-encoded)";
+  } else {
+    const CodecFigures& c = enc->codec;
+    t.value = enc->restore.bytes_per_s / raw->restore.bytes_per_s;
+    t.met = t.value >= t.goal;
+    t.note = fmt::format(
+        "dram-encoded {} GB/s effective ({} GB/s stored, ratio {}; {:.0f} blocks decoded on the "
+        "GPU, {:.0f} on the CPU) vs dram {} GB/s raw, H2D ceiling {} GB/s, at {}-token blocks",
+        Gbps(enc->restore.bytes_per_s), fmt::format("{:.2f}", c.stored_gbps),
+        OptRatio(c.ratio_read), c.dram_gpu_decodes, c.dram_cpu_decodes,
+        Gbps(raw->restore.bytes_per_s),
+        p->ceilings.cuda_h2d.ok ? Gbps(p->ceilings.cuda_h2d.bytes_per_s) : "n/a", p->block_tokens);
+    if (!*t.met) {
+      t.note += fmt::format("; decode {} GB/s of codec time; ", OptGbps(c.decode_gbps)) +
+                Limits(r, *p, *enc);
+    }
+  }
+  return t;
 }
 
 }  // namespace
@@ -211,6 +282,7 @@ std::vector<Target> EvaluateTargets(const BenchReport& r) {
     }
     out.push_back(lat);
   }
+  out.push_back(EncodedDramTarget(r, p));
   Target naive{"Every OrbitKV SSD route >= 2x the naive baseline (16-token blocks, 8B model)",
                {},
                0,
@@ -312,6 +384,29 @@ void PrintSummary(std::FILE* out, const BenchReport& r) {
     }
     for (const SkippedRoute& s : p.skipped)
       line(fmt::format("    {:<10} n/a: {}", Info(s.route).name, s.reason));
+    if (std::any_of(p.routes.begin(), p.routes.end(),
+                    [](const RouteFigures& f) { return !f.codec.codec.empty(); })) {
+      line(fmt::format(
+          "  codec        --storage-codec {}: ratio = raw / stored bytes; effective = KV "
+          "delivered per second (uncompressed), stored = the bytes that took",
+          r.storage_codec));
+      line(fmt::format("    {:<12} {:>8} {:>8} {:>9} {:>9} {:>10} {:>9} {:>7} {:>11} {:>9}",
+                       "route", "ratio wr", "ratio rd", "enc GB/s", "dec GB/s", "effective",
+                       "stored", "of ceil", "DRAM gpu/cpu", "DRAM enc"));
+      for (const RouteFigures& f : p.routes) {
+        if (f.codec.codec.empty()) continue;
+        const CodecFigures& c = f.codec;
+        const Ceiling* ceil = RestoreCeilingOf(p, f.route, r.device);
+        line(fmt::format("    {:<12} {:>8} {:>8} {:>9} {:>9} {:>10} {:>9} {:>7} {:>11} {:>9}",
+                         Info(f.route).name, OptRatio(c.ratio_written), OptRatio(c.ratio_read),
+                         OptGbps(c.encode_gbps), OptGbps(c.decode_gbps),
+                         c.effective_gbps > 0 ? fmt::format("{:.2f}", c.effective_gbps) : "n/a",
+                         c.effective_gbps > 0 ? fmt::format("{:.2f}", c.stored_gbps) : "n/a",
+                         c.effective_gbps > 0 ? Frac(c.effective_gbps * 1e9, ceil) : "n/a",
+                         fmt::format("{:.0f}/{:.0f}", c.dram_gpu_decodes, c.dram_cpu_decodes),
+                         fmt::format("{:.0f}", c.dram_encoded_copies)));
+      }
+    }
     if (r.device == "host" && p.ceilings.memcpy_threads != 1) {
       for (const RouteFigures& f : p.routes) {
         if (f.route == Route::kDram && f.restore.bytes)
@@ -482,6 +577,7 @@ json ToJson(const BenchReport& r) {
                      {"ssd_queue_depth", r.ssd_queue_depth},
                      {"ssd_io_workers", r.ssd_io_workers}};
   j["prefill_tokens_per_s"] = r.prefill_tokens_per_s;
+  j["storage_codec"] = r.storage_codec;
   j["points"] = json::array();
   for (const Point& p : r.points) {
     json jp = {{"block_tokens", p.block_tokens},
@@ -559,6 +655,7 @@ json ToJson(const BenchReport& r) {
                             {"verified_blocks", f.verified},
                             {"mismatched_blocks", f.mismatched},
                             {"ok", f.mismatched == 0}};
+      if (!f.codec.codec.empty()) jr["codec"] = CodecJson(f.codec, rc);
       jr["measured_wall_s"] = f.measured_wall_s;
       jr["dropped_publishes"] = f.dropped;
       if (!f.first_error.empty()) jr["first_restore_error"] = f.first_error;

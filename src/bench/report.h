@@ -67,6 +67,7 @@ struct BenchReport {
   uint64_t pool_bytes = 0, ssd_bytes = 0;
   uint32_t ssd_shards = 0, ssd_queue_depth = 0, ssd_io_workers = 0;
   double prefill_tokens_per_s = 0;
+  std::string storage_codec = "none";  // --storage-codec of the Manager routes
   bool verify = true;
   std::vector<Point> points;
   std::vector<Target> targets;

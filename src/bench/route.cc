@@ -56,6 +56,15 @@ const std::vector<RouteInfo>& Routes() {
        true,
        {"--admission", "all", "--ssd-backend", "uring"},
        {"ORBITKV_GPU_COPY=kernel"}},
+      {Route::kDramEncoded,
+       "dram-encoded",
+       "dram with --codec-dram-copy encoded: once written back, DRAM holds the --storage-codec "
+       "encoded objects; restores into CUDA pages move the encoded bytes and decode on the GPU "
+       "(host pages: on the CPU)",
+       Tier::kDram,
+       false,
+       false,
+       {"--admission", "all", "--ssd-backend", "uring", "--codec-dram-copy", "encoded"}},
   };
   return routes;
 }

@@ -23,6 +23,9 @@ enum class Route {
   kNaive,        // the bench itself: one pread per block into a host buffer, one copy per slot
   kDramEngines,  // kDram with ORBITKV_GPU_COPY=engines: one DMA per slot (CUDA pages)
   kDramKernel,   // kDram with ORBITKV_GPU_COPY=kernel: zero-copy kernel (CUDA pages)
+  // kDram with --codec-dram-copy encoded: DRAM holds the encoded objects once
+  // written back (CUDA pages: GPU decode; host pages: CPU). Needs --storage-codec.
+  kDramEncoded,
 };
 
 // What a route's throughput is a fraction of.

@@ -76,6 +76,7 @@ class Driver {
   Result<RouteRunResult> Run() {
     out_.route = c_.route;
     out_.manager = !info_.naive;
+    if (out_.manager && c_.storage.codec != "none") out_.storage_codec = c_.storage.codec;
     ORBITKV_RETURN_IF_ERROR(demo::MakeDirs(c_.dir));
     std::error_code ec;
     for (const auto& entry : std::filesystem::directory_iterator(c_.dir, ec))
@@ -142,17 +143,30 @@ class Driver {
   }
 
  private:
-  // Adds `sign` times the storage codec's bytes in and out per direction in
-  // `m` to `into` (codec_{encode,decode}_{in,out}).
+  // Adds `sign` times the storage codec's series in `m` to `into`:
+  // codec_{encode,decode}_{in,out} (bytes), codec_{encode,decode}_s (codec
+  // seconds), codec_dram_{gpu,cpu} (encoded DRAM entries restored into CUDA
+  // pages, by where they decoded), codec_dram_copies and
+  // codec_dram_saved_bytes (--codec-dram-copy encoded).
   void AddCodec(std::map<std::string, double>& into, const demo::MetricsSnapshot& m, double sign) {
     if (c_.storage.codec.empty() || c_.storage.codec == "none") return;
+    const std::string& c = c_.storage.codec;
     for (const char* op : {"encode", "decode"}) {
       for (const char* dir : {"in", "out"}) {
         const std::string name = std::string("orbitkv_codec_bytes_") + dir + "_total";
         into[std::string("codec_") + op + "_" + dir] +=
-            sign * m.Value(name, {{"codec", c_.storage.codec}, {"op", op}});
+            sign * m.Value(name, {{"codec", c}, {"op", op}});
       }
+      into[std::string("codec_") + op + "_s"] +=
+          sign * m.Value("orbitkv_codec_seconds_sum", {{"codec", c}, {"op", op}});
     }
+    for (const char* where : {"gpu", "cpu"}) {
+      into[std::string("codec_dram_") + where] +=
+          sign * m.Value("orbitkv_codec_dram_restores_total", {{"codec", c}, {"where", where}});
+    }
+    into["codec_dram_copies"] += sign * m.Value("orbitkv_codec_dram_copies_total", {{"codec", c}});
+    into["codec_dram_saved_bytes"] +=
+        sign * m.Value("orbitkv_codec_dram_bytes_saved_total", {{"codec", c}});
   }
 
   static void AddCost(std::map<std::string, double>& into, const demo::MetricsSnapshot& m,

@@ -77,6 +77,7 @@ struct ManagerView {
 
 struct RouteRunResult {
   Route route = Route::kDram;
+  std::string storage_codec;  // RouteRunConfig::storage.codec (empty: none)
   std::vector<EngineSamples> engines;
   double measured_wall_s = 0;
   bool manager = false;

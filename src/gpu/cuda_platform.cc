@@ -206,6 +206,7 @@ class CudaDevice final : public Device {
   Status ReadAsync(StorageFile& file, DevPtr buffer, AsyncIo* io, Stream& stream) override;
   Status WriteAsync(StorageFile& file, DevPtr buffer, AsyncIo* io, Stream& stream) override;
   Result<std::unique_ptr<FrameDecoder>> CreateFrameDecoder(uint32_t max_frames) override;
+  Result<std::unique_ptr<FrameEncoder>> CreateFrameEncoder(uint32_t max_segments) override;
 
  private:
   // kMappedHost: pinned host memory the device reads and writes at the same
@@ -268,14 +269,17 @@ class CudaDevice final : public Device {
 class CudaPlatform final : public Platform {
  public:
   CudaPlatform(int device_count, int runtime_version, int driver_version,
-               const GpuCopyOptions& copy, FrameDecoderFactory decoders)
+               const GpuCopyOptions& copy, FrameDecoderFactory decoders,
+               FrameEncoderFactory encoders)
       : device_count_(device_count),
         runtime_version_(runtime_version),
         driver_version_(driver_version),
         copy_(copy),
         decoders_(std::move(decoders)),
+        encoders_(std::move(encoders)),
         devices_(device_count) {}
   const FrameDecoderFactory& decoders() const { return decoders_; }
+  const FrameEncoderFactory& encoders() const { return encoders_; }
   ~CudaPlatform() override = default;
 
   std::string Describe() const override {
@@ -340,6 +344,7 @@ class CudaPlatform final : public Platform {
   const int driver_version_;
   const GpuCopyOptions copy_;
   const FrameDecoderFactory decoders_;
+  const FrameEncoderFactory encoders_;
 
   std::mutex devices_mu_;
   std::vector<std::unique_ptr<CudaDevice>> devices_;  // guarded by devices_mu_
@@ -359,6 +364,14 @@ Result<std::unique_ptr<FrameDecoder>> CudaDevice::CreateFrameDecoder(uint32_t ma
   }
   ORBITKV_RETURN_IF_ERROR(MakeCurrent());
   return platform_->decoders()(ordinal_, max_frames);
+}
+
+Result<std::unique_ptr<FrameEncoder>> CudaDevice::CreateFrameEncoder(uint32_t max_segments) {
+  if (!platform_->encoders()) {
+    return Status::Unavailable("this CUDA platform was created without a frame encoder");
+  }
+  ORBITKV_RETURN_IF_ERROR(MakeCurrent());
+  return platform_->encoders()(ordinal_, max_segments);
 }
 
 Result<CudaStream*> CudaDevice::Own(Stream& stream) const {
@@ -849,7 +862,8 @@ void* CudaStreamHandle(Stream& stream) {
   return s ? static_cast<void*>(s->get()) : nullptr;
 }
 
-Result<std::unique_ptr<Platform>> CreateCudaPlatform(FrameDecoderFactory decoders) {
+Result<std::unique_ptr<Platform>> CreateCudaPlatform(FrameDecoderFactory decoders,
+                                                     FrameEncoderFactory encoders) {
   ORBITKV_ASSIGN_OR_RETURN(const int count, DeviceCount());
   if (count == 0) return Status::Unavailable("no CUDA device (or no driver) on this host");
   int runtime = 0;
@@ -858,7 +872,7 @@ Result<std::unique_ptr<Platform>> CreateCudaPlatform(FrameDecoderFactory decoder
   ORBITKV_CUDA_RETURN_IF_ERROR(cudaDriverGetVersion(&driver));
   ORBITKV_ASSIGN_OR_RETURN(const GpuCopyOptions copy, GpuCopyOptionsFromEnvironment());
   return std::unique_ptr<Platform>(
-      new CudaPlatform(count, runtime, driver, copy, std::move(decoders)));
+      new CudaPlatform(count, runtime, driver, copy, std::move(decoders), std::move(encoders)));
 }
 
 }  // namespace orbitkv::gpu

@@ -72,10 +72,17 @@ namespace orbitkv::gpu {
 using FrameDecoderFactory =
     std::function<Result<std::unique_ptr<FrameDecoder>>(int ordinal, uint32_t max_frames)>;
 
+// Makes a frame encoder on device `ordinal` (codec/cuda_frame_encoder.h's
+// CreateCudaFrameEncoder), passed in for the same reason.
+using FrameEncoderFactory =
+    std::function<Result<std::unique_ptr<FrameEncoder>>(int ordinal, uint32_t max_segments)>;
+
 // The CUDA platform. Unavailable when the host has no usable CUDA device or
 // driver (DeviceCount() == 0), or when the runtime fails to enumerate devices.
-// Device::CreateFrameDecoder calls `decoders` (Unavailable without one).
-Result<std::unique_ptr<Platform>> CreateCudaPlatform(FrameDecoderFactory decoders = {});
+// Device::CreateFrameDecoder calls `decoders`, CreateFrameEncoder `encoders`
+// (Unavailable without one).
+Result<std::unique_ptr<Platform>> CreateCudaPlatform(FrameDecoderFactory decoders = {},
+                                                     FrameEncoderFactory encoders = {});
 
 // The cudaStream_t, as a pointer, of a stream a CUDA platform's device made;
 // nullptr for any other Stream.

@@ -336,6 +336,77 @@ class FakeFrameDecoder : public FrameDecoder {
   std::shared_ptr<std::vector<Status>> results_;
 };
 
+// The fake's frame encoder: the CPU codec on the stream's thread (so its
+// frames are the CPU encoder's by construction), with the CUDA encoder's
+// argument checks.
+class FakeFrameEncoder : public FrameEncoder {
+ public:
+  FakeFrameEncoder(int device, uint32_t max_segments)
+      : device_(device), max_segments_(max_segments) {}
+  uint64_t scratch_bytes() const override { return 0; }
+
+  Status EncodeAsync(codec::CodecId codec, const codec::SegmentInfo& info,
+                     std::span<const EncodeOp> ops, Stream& stream) override {
+    auto* s = dynamic_cast<FakeStream*>(&stream);
+    if (s == nullptr || s->device() != device_) {
+      return Status::InvalidArgument(fmt::format(
+          "FrameEncoder::EncodeAsync: stream is not a FakePlatform stream of device {}", device_));
+    }
+    if (codec == codec::CodecId::kNone || static_cast<int>(codec) >= codec::kNumCodecs) {
+      return Status::InvalidArgument("FrameEncoder: no encoder for codec " +
+                                     std::string(codec::CodecName(codec)));
+    }
+    if (ops.size() > max_segments_) {
+      return Status::InvalidArgument(
+          fmt::format("FrameEncoder: {} segments, created for {}", ops.size(), max_segments_));
+    }
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const EncodeOp& op = ops[i];
+      if (op.raw % 16 != 0 || op.frame % 16 != 0 || op.raw == 0 || op.frame == 0) {
+        return Status::InvalidArgument(
+            fmt::format("FrameEncoder: segment {}: input and frame must be 16-byte aligned", i));
+      }
+      if (op.frame_capacity < codec::MaxEncodedSize(codec, info, op.raw_size)) {
+        return Status::InvalidArgument(
+            fmt::format("FrameEncoder: segment {}: frame buffer of {} bytes, {} needed", i,
+                        op.frame_capacity, codec::MaxEncodedSize(codec, info, op.raw_size)));
+      }
+    }
+    auto results = std::make_shared<Result<std::vector<uint64_t>>>(std::vector<uint64_t>{});
+    results_ = results;
+    s->queue()->Enqueue([results, codec, info, v = std::vector<EncodeOp>(ops.begin(), ops.end())] {
+      std::vector<uint64_t> sizes;
+      for (size_t i = 0; i < v.size(); ++i) {
+        Result<size_t> n =
+            codec::Encode(codec, info, {reinterpret_cast<const uint8_t*>(v[i].raw), v[i].raw_size},
+                          {reinterpret_cast<uint8_t*>(v[i].frame), v[i].frame_capacity});
+        if (!n.ok()) {
+          *results = n.status().WithContext(fmt::format("encode of segment {}", i));
+          return;
+        }
+        sizes.push_back(*n);
+      }
+      *results = std::move(sizes);
+    });
+    return Status::OK();
+  }
+
+  Result<std::vector<uint64_t>> Finish(Stream& stream) override {
+    auto* s = dynamic_cast<FakeStream*>(&stream);
+    if (s == nullptr || s->device() != device_) {
+      return Status::InvalidArgument("FrameEncoder::Finish: not a stream of this device");
+    }
+    s->queue()->WaitDone(s->queue()->Tail());
+    std::shared_ptr<Result<std::vector<uint64_t>>> r = std::move(results_);
+    return r ? std::move(*r) : Result<std::vector<uint64_t>>(std::vector<uint64_t>{});
+  }
+
+ private:
+  const int device_;
+  const uint32_t max_segments_;
+  std::shared_ptr<Result<std::vector<uint64_t>>> results_;
+};
+
 class FakeDevice : public Device {
  public:
   FakeDevice(std::shared_ptr<Shared> shared, int ordinal)
@@ -623,6 +694,11 @@ class FakeDevice : public Device {
   Result<std::unique_ptr<FrameDecoder>> CreateFrameDecoder(uint32_t max_frames) override {
     if (max_frames == 0) return Status::InvalidArgument("CreateFrameDecoder: 0 frames");
     return std::unique_ptr<FrameDecoder>(std::make_unique<FakeFrameDecoder>(ordinal_, max_frames));
+  }
+  Result<std::unique_ptr<FrameEncoder>> CreateFrameEncoder(uint32_t max_segments) override {
+    if (max_segments == 0) return Status::InvalidArgument("CreateFrameEncoder: 0 segments");
+    return std::unique_ptr<FrameEncoder>(
+        std::make_unique<FakeFrameEncoder>(ordinal_, max_segments));
   }
 
  private:

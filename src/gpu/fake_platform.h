@@ -25,6 +25,8 @@
 //  * CreateFrameDecoder: the CPU codec (codec/codec.h) on the stream's thread,
 //    with the CUDA decoder's checks (prefix against the op and the frame's
 //    CRC32C before any output byte); no device scratch.
+//  * CreateFrameEncoder: the CPU codec's Encode on the stream's thread (its
+//    frames are the CPU encoder's); no device scratch.
 //
 // Stricter than CUDA where that catches bugs cheaply (each refusal is
 // FailedPrecondition unless noted): RegisterBuffer/RegisterStream/RegisterFile

@@ -37,6 +37,8 @@ struct FaultInjectingPlatform::State {
   uint64_t corrupt_offset = 0;
   uint8_t corrupt_value = 0;
   int corrupt_crcs = 0;
+  int failed_encodes = 0;
+  Status encode_fault;
   int refused_copies = 0;
   DevPtr refuse_copy_begin = 0;
   uint64_t refuse_copy_bytes = 0;
@@ -100,6 +102,40 @@ class WrappedFrameDecoder : public FrameDecoder {
 
  private:
   std::unique_ptr<FrameDecoder> inner_;
+};
+
+// Forwards to the inner device's encoder with the inner stream; Finish
+// reports the FailEncodes fault instead of the sizes.
+class WrappedFrameEncoder : public FrameEncoder {
+ public:
+  WrappedFrameEncoder(std::shared_ptr<State> state, std::unique_ptr<FrameEncoder> inner)
+      : state_(std::move(state)), inner_(std::move(inner)) {}
+  uint64_t scratch_bytes() const override { return inner_->scratch_bytes(); }
+  Status EncodeAsync(codec::CodecId codec, const codec::SegmentInfo& info,
+                     std::span<const EncodeOp> ops, Stream& stream) override {
+    auto* s = dynamic_cast<WrappedStream*>(&stream);
+    if (s == nullptr) return Status::InvalidArgument("EncodeAsync: foreign stream");
+    ORBITKV_RETURN_IF_ERROR(inner_->EncodeAsync(codec, info, ops, s->inner()));
+    std::lock_guard<std::mutex> lock(state_->mu);
+    fail_ = Status::OK();
+    if (state_->failed_encodes > 0) {
+      --state_->failed_encodes;
+      fail_ = state_->encode_fault;
+    }
+    return Status::OK();
+  }
+  Result<std::vector<uint64_t>> Finish(Stream& stream) override {
+    auto* s = dynamic_cast<WrappedStream*>(&stream);
+    if (s == nullptr) return Status::InvalidArgument("Finish: foreign stream");
+    Result<std::vector<uint64_t>> r = inner_->Finish(s->inner());
+    if (!fail_.ok()) return std::exchange(fail_, Status::OK());
+    return r;
+  }
+
+ private:
+  std::shared_ptr<State> state_;
+  std::unique_ptr<FrameEncoder> inner_;
+  Status fail_;  // this encoder's last EncodeAsync drew a fault (one call at a time)
 };
 
 class WrappedFile : public StorageFile {
@@ -274,6 +310,12 @@ class WrappedDevice : public Device {
     ORBITKV_ASSIGN_OR_RETURN(inner, inner_->CreateFrameDecoder(max_frames));
     return std::unique_ptr<FrameDecoder>(std::make_unique<WrappedFrameDecoder>(std::move(inner)));
   }
+  Result<std::unique_ptr<FrameEncoder>> CreateFrameEncoder(uint32_t max_segments) override {
+    std::unique_ptr<FrameEncoder> inner;
+    ORBITKV_ASSIGN_OR_RETURN(inner, inner_->CreateFrameEncoder(max_segments));
+    return std::unique_ptr<FrameEncoder>(
+        std::make_unique<WrappedFrameEncoder>(state_, std::move(inner)));
+  }
 
  private:
   static Result<WrappedStream*> Unwrap(Stream& stream, const char* what) {
@@ -431,6 +473,12 @@ void FaultInjectingPlatform::RefuseCopiesFrom(DevPtr begin, uint64_t bytes, int 
 void FaultInjectingPlatform::CorruptCrcs(int count) {
   std::lock_guard<std::mutex> lock(state_->mu);
   state_->corrupt_crcs = count;
+}
+
+void FaultInjectingPlatform::FailEncodes(int count, Status status) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->failed_encodes = count;
+  state_->encode_fault = std::move(status);
 }
 
 void FaultInjectingPlatform::HoldWrites(bool hold) {

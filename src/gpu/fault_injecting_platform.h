@@ -28,6 +28,9 @@
 //  * CorruptCrcs(count): the next `count` Crc32cAsync calls run, then a host
 //    function flips a bit of their first result (REQUIRES: `out` is host
 //    memory, as the SSD worker's pinned results are).
+//  * FailEncodes(count, status): the next `count` EncodeAsync calls of the
+//    frame encoders it made run as usual, then their Finish returns the
+//    status instead of the frame sizes (a failed GPU encode).
 //  * RefuseCopiesFrom(begin, bytes, count, status): the next `count`
 //    CopyAsync calls with an op whose source overlaps [begin, +bytes) return
 //    the status without enqueueing anything (a failed D2H of those pages).
@@ -96,6 +99,7 @@ class FaultInjectingPlatform : public Platform {
   void RefuseReadSubmits(int count, Status status);
   void CorruptReads(int count, uint64_t offset, uint8_t value);
   void CorruptCrcs(int count);
+  void FailEncodes(int count, Status status);
   void RefuseCopiesFrom(DevPtr begin, uint64_t bytes, int count, Status status);
 
   // While on, ReadAsync blocks in the call (a device that does not return);

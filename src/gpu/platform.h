@@ -124,6 +124,38 @@ class FrameDecoder {
   virtual Result<std::vector<Status>> Finish(Stream& stream) = 0;
 };
 
+// One raw segment in device memory to encode into a frame buffer in device
+// memory: [raw, +raw_size) into [frame, +frame_capacity). Both addresses
+// 16-byte aligned; frame_capacity at least codec::MaxEncodedSize of it.
+struct EncodeOp {
+  DevPtr raw = 0;
+  uint64_t raw_size = 0;
+  DevPtr frame = 0;
+  uint64_t frame_capacity = 0;
+};
+
+// Encodes raw segments that are in device memory into storage-codec frames in
+// device memory (CUDA: codec/codec_cuda.h's CudaEncoder; fake: the CPU codec),
+// byte for byte the frames the CPU's codec::Encode(codec, info, raw) gives.
+// One EncodeAsync then Finish at a time; not thread-safe. REQUIRES: destroyed
+// before its Platform.
+class FrameEncoder {
+ public:
+  virtual ~FrameEncoder() = default;
+  // Device scratch this encoder holds now (CUDA's ans grows it for larger
+  // batches: a few bytes per 4 KiB chunk and plane, about 5 KiB per segment).
+  virtual uint64_t scratch_bytes() const = 0;
+  // Enqueues, after the stream's earlier work, the encoding of every op, all
+  // of `codec` and `info`. InvalidArgument for kNone, a shape the codec
+  // refuses, small or misaligned buffers, more ops than the encoder was made
+  // for (nothing enqueued). Inputs and frames stay valid until Finish returns.
+  virtual Status EncodeAsync(codec::CodecId codec, const codec::SegmentInfo& info,
+                             std::span<const EncodeOp> ops, Stream& stream) = 0;
+  // Waits for the stream; the frames are complete, one size per op of the
+  // last EncodeAsync, or the stream's (or the encoder's) failure.
+  virtual Result<std::vector<uint64_t>> Finish(Stream& stream) = 0;
+};
+
 // An engine allocation opened from its IPC handle.
 struct IpcMapping {
   DevPtr base = 0;
@@ -192,6 +224,10 @@ class Device {
   // (a CUDA platform created without the codec library);
   // ResourceExhausted when its scratch cannot be allocated.
   virtual Result<std::unique_ptr<FrameDecoder>> CreateFrameDecoder(uint32_t max_frames) = 0;
+  // A frame encoder on this device for batches of up to `max_segments` ops,
+  // used with this device's streams. Unavailable when the platform has none;
+  // ResourceExhausted when its scratch cannot be allocated.
+  virtual Result<std::unique_ptr<FrameEncoder>> CreateFrameEncoder(uint32_t max_segments) = 0;
 };
 
 // How the storage driver is opened (see gpu/cufile_loader.h for the policy).

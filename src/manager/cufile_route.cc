@@ -1,5 +1,8 @@
 #include "manager/cufile_route.h"
 
+#include <cstring>
+
+#include "manager/gpu_encode_lane.h"
 #include "orbitkv/logging.h"
 #include "orbitkv/units.h"
 #include "store/object_format.h"
@@ -26,15 +29,44 @@ CufileSeries::CufileSeries(MetricsRegistry* metrics, gpu::Platform* gpu) : metri
                  "cuFile read submission-to-completion latency.");
   m.GetHistogram("orbitkv_ssd_cufile_write_seconds",
                  "cuFile write submission-to-completion latency.");
+  MutexLock l(mu_);
+  Make(-1, {});  // the GPU encode series, unlabelled
+}
+
+Counter* CufileSeries::EncodeFallback(int ordinal, std::string_view reason) {
+  Labels l;
+  if (ordinal >= 0) l.push_back({"device", "cuda:" + std::to_string(ordinal)});
+  l.push_back({"reason", std::string(reason)});
+  return metrics_->GetCounter("orbitkv_ssd_gpu_encode_fallbacks_total",
+                              "Encoded groups the GPU encode path did not take (or gave back), "
+                              "written back through io_uring with CPU encoding instead.",
+                              l);
 }
 
 GpuWorkerMetrics CufileSeries::Device(int ordinal) {
   MutexLock l(mu_);
   auto it = devices_.find(ordinal);
   if (it != devices_.end()) return it->second;
-  MetricsRegistry& m = *metrics_;
   const Labels dev{{"device", "cuda:" + std::to_string(ordinal)}};
+  GpuWorkerMetrics g = Make(ordinal, dev);
+  devices_[ordinal] = g;
+  return g;
+}
+
+GpuWorkerMetrics CufileSeries::Make(int ordinal, const Labels& dev) {
+  MetricsRegistry& m = *metrics_;
   GpuWorkerMetrics g;
+  g.encode_pending = m.GetGauge(
+      "orbitkv_ssd_gpu_encode_pending",
+      "Encoded groups admitted to GPU encode and not yet written (queued, encoding, or in the "
+      "encode arena until their cuFile write completed).",
+      dev);
+  g.encode_seconds =
+      m.GetHistogram("orbitkv_ssd_gpu_encode_seconds",
+                     "GPU encode of one group: the frames, their CRC32Cs and the object header.",
+                     LatencyBuckets(), dev);
+  for (std::string_view r : kEncodeFallbacks) EncodeFallback(ordinal, r);  // zero from the start
+  if (ordinal < 0) return g;
   g.read_bytes = m.GetCounter("orbitkv_ssd_cufile_read_bytes_total",
                               "Physical bytes read through cuFile, including alignment.", dev);
   g.write_bytes = m.GetCounter("orbitkv_ssd_cufile_write_bytes_total",
@@ -56,7 +88,6 @@ GpuWorkerMetrics CufileSeries::Device(int ordinal) {
                                   "cuFile slots occupied through I/O and scatter.", dev);
   g.staging_bytes =
       m.GetGauge("orbitkv_ssd_gpu_staging_bytes", "Allocated registered GPU staging memory.", dev);
-  devices_[ordinal] = g;
   return g;
 }
 
@@ -106,6 +137,15 @@ bool CufileRoute::ServesWrites(const Instance& inst) const {
   return inst.cuda() && inst.codec.raw() && admit_.load();
 }
 
+bool CufileRoute::ServesEncodedWrites(const Instance& inst) const {
+  return inst.cuda() && !inst.codec.raw() && o_.encode_budget_bytes > 0 && o_.codec_budget &&
+         o_.dram && admit_.load();
+}
+
+void CufileRoute::NoteEncodeFallback(const Instance& inst, std::string_view reason) {
+  o_.series->EncodeFallback(inst.device().ordinal(), reason)->Inc();
+}
+
 void CufileRoute::OnFailure(const Status& st) {
   if (o_.backend != SsdBackend::kAuto) {
     OKV_LOG_WARN("cuFile failure (--ssd-backend cufile keeps cuFile): {}", st.ToString());
@@ -143,6 +183,7 @@ Result<SsdGpuWorker*> CufileRoute::Worker(Instance& inst) {
   o.metrics = o_.series->Device(inst.device().ordinal());
   o.on_io_failure = [this](const Status& st) { OnFailure(st); };
   o.codec_budget_bytes = o_.codec_budget_bytes;
+  o.encode_budget_bytes = o_.encode_budget_bytes;
   o.codec_budget = o_.codec_budget;
   o.codec_metrics = o_.codec_metrics;
   Result<std::unique_ptr<SsdGpuWorker>> w = SsdGpuWorker::Create(std::move(o));
@@ -357,6 +398,103 @@ bool CufileRoute::SubmitWrite(Instance& inst, const GroupLayout& g, const Object
     o_.write_fallbacks->Inc();  // eight GPU writes admitted: D2H + io_uring instead
   } else {
     OKV_LOG_DEBUG("cuFile write of a group not submitted: {}", st.ToString());
+  }
+  return false;
+}
+
+bool CufileRoute::SubmitEncodedWrite(Instance& inst, const GroupLayout& g, const ObjectShape& shape,
+                                     const ObjectId& id, uint64_t page, size_t index,
+                                     const std::shared_ptr<DirectWrites>& dw) {
+  GpuEncodedWriteRequest w;
+  w.key = StoreKey(id);
+  w.ns = id.ns;
+  w.id = id;
+  w.codec = inst.codec;
+  w.slot_bytes = shape.slot_bytes;
+  w.sources.assign(g.num_slots, 0);
+  for (const SlotLayout& s : g.slots) {
+    const gpu::DevPtr p = inst.DevicePage(s, page);
+    // The encoder reads whole slots from 16-byte aligned pages.
+    if (s.bytes_per_page != shape.slot_bytes[s.slot_id] || p % 16 != 0) {
+      NoteEncodeFallback(inst, "unaligned");
+      return false;
+    }
+    w.sources[s.slot_id] = p;
+  }
+  Result<SsdGpuWorker*> worker = Worker(inst);
+  if (!worker.ok()) return false;  // counted as a backend fallback under auto
+  Result<uint64_t> capacity = (*worker)->EnableEncode();
+  if (!capacity.ok()) {
+    OKV_LOG_DEBUG("instance {}: encoded writes take the CPU path: {}", inst.id,
+                  capacity.status().ToString());
+    NoteEncodeFallback(inst, "no_lane");
+    return false;
+  }
+  if (g.num_slots > GpuEncodeLane::kMaxSegments ||
+      GpuEncodeLane::Bound(inst.codec, shape.slot_bytes) > *capacity) {
+    NoteEncodeFallback(inst, "oversized");
+    return false;
+  }
+  // What the write needs between its encode and its completion.
+  struct State {
+    bool dram_copy = false;
+    DramView scratch{};
+  };
+  auto state = std::make_shared<State>();
+  const uint64_t header_bytes = shape.header_bytes;
+  w.encoded = [this, state, id,
+               header_bytes](const EncodedObjectView& v) -> Result<const uint8_t*> {
+    // The compressed DRAM copy for hot reuse, where the pool has room:
+    // writeback-pending until the write finished (Publish ends it).
+    Result<DramView> dv = o_.dram->BeginAssembly(id, v.object_size, 1, v.header);
+    if (dv.ok()) {
+      if (Status c = v.copy_to_host(dv->data); !c.ok()) {
+        o_.dram->AbortAssembly(*dv);
+        return c;
+      }
+      const uint8_t* header = dv->data;  // stays: a sealed entry waits for its writeback
+      const uint32_t part = 0;
+      Result<bool> sealed = o_.dram->CompleteParts(*dv, {&part, 1});
+      if (sealed.ok() && *sealed) {
+        state->dram_copy = true;
+        return header;
+      }
+    }
+    // SSD only: the header in pinned read staging.
+    Result<DramView> sv = o_.staging->TryAllocate(header_bytes);
+    if (!sv.ok()) return sv.status().WithContext("pinned staging for an encoded object's header");
+    std::memcpy(sv->data, v.header.data(), header_bytes);
+    state->scratch = *sv;
+    return sv->data;
+  };
+  const int ordinal = inst.device().ordinal();
+  w.done = [this, dw, id, index, state, ordinal](Result<ExtentRef> r, uint64_t size) {
+    if (!r.ok() && !state->dram_copy) {
+      OKV_LOG_DEBUG("GPU-encoded write of {} failed, the CPU path takes it: {}", id.key.ShortHex(),
+                    r.status().ToString());
+      o_.series->EncodeFallback(ordinal, "failed")->Inc();
+    }
+    DirectWrites::Done d;
+    d.id = id;
+    d.dram_copy = state->dram_copy;
+    d.scratch = state->scratch;
+    d.status = r.status();
+    d.encoded = true;
+    d.object_size = size;
+    d.index = index;
+    dw->Finished(std::move(d));
+  };
+  dw->Add();
+  Status st = (*worker)->SubmitEncodedWrite(std::move(w));
+  if (st.ok()) return true;
+  dw->Cancel();
+  if (st.code() == StatusCode::kResourceExhausted) {
+    NoteEncodeFallback(inst, "lane_full");  // admission saturation: every write job admitted
+  } else if (st.code() == StatusCode::kBusy) {
+    NoteEncodeFallback(inst, "arena_full");
+  } else {
+    OKV_LOG_DEBUG("GPU-encoded write of a group not submitted: {}", st.ToString());
+    NoteEncodeFallback(inst, "failed");
   }
   return false;
 }

@@ -14,14 +14,18 @@
 // or I/O failure stops new cuFile admission until restart (counted once in
 // orbitkv_ssd_backend_fallbacks_total) and a worker that cannot be created
 // declines the blocks (io_uring serves them); an explicit route never
-// declines. Thread-safe; mu_ is a leaf lock, a cell's mu is held across the
-// worker's creation only.
+// declines. Writes of encoded namespaces: complete groups are encoded on the
+// worker's GPU encode lane (gpu_encode_lane.h) and written through cuFile,
+// with a compressed DRAM copy (SubmitEncodedWrite); what that path declines
+// is written back through io_uring, encoded on the CPU. Thread-safe; mu_ is a leaf lock, a cell's
+// mu is held across the worker's creation only.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -34,6 +38,7 @@
 #include "manager/ssd_route.h"
 #include "orbitkv/metrics.h"
 #include "orbitkv/options.h"
+#include "store/dram_cache.h"
 #include "store/ssd_store.h"
 
 namespace orbitkv {
@@ -45,8 +50,23 @@ class CufileSeries {
  public:
   CufileSeries(MetricsRegistry* metrics, gpu::Platform* gpu);
   GpuWorkerMetrics Device(int ordinal) EXCLUDES(mu_);
+  // orbitkv_ssd_gpu_encode_fallbacks_total{device, reason}: encoded groups
+  // the GPU encode path did not take (or gave back), written back through
+  // io_uring with CPU encoding instead. `reason` is one of kEncodeFallbacks.
+  // (ordinal -1: the unlabelled series of a host without CUDA devices.)
+  Counter* EncodeFallback(int ordinal, std::string_view reason);
+  static constexpr std::string_view kEncodeFallbacks[] = {
+      "fragmented",  // not every slot in one Publish
+      "oversized",   // more slots than the encoder's batch, or larger than the arena
+      "unaligned",   // a slot not whole in its page, or a page not 16-byte aligned
+      "no_lane",     // no encode lane: no frame encoder, or the codec budget is held
+      "lane_full",   // the instance's GPU write jobs are all admitted
+      "arena_full",  // the encode arena has no room now
+      "failed",      // admitted, then the encode, its pinned header or its write failed
+  };
 
  private:
+  GpuWorkerMetrics Make(int ordinal, const Labels& dev) REQUIRES(mu_);
   MetricsRegistry* const metrics_;
   Mutex mu_;
   std::map<int, GpuWorkerMetrics> devices_ GUARDED_BY(mu_);
@@ -60,6 +80,12 @@ class DirectWrites {
     bool dram_copy = false;
     DramView scratch;  // the header's pinned staging when there is no DRAM copy
     Status status;
+    // GPU-encoded writes (SubmitEncodedWrite): the object's encoded size, and
+    // the index of its key in the Publish (a failed one without a DRAM copy
+    // goes again through the CPU path). The DRAM copy, if any, is encoded.
+    bool encoded = false;
+    uint64_t object_size = 0;
+    size_t index = 0;
   };
   void Add() EXCLUDES(mu_);
   void Cancel() EXCLUDES(mu_);  // an Add whose write was not submitted
@@ -98,6 +124,11 @@ class CufileRoute final : public SsdRoute {
     CodecBudget* codec_budget = nullptr;
     uint64_t codec_budget_bytes = 0;
     const CodecMetrics* codec_metrics = nullptr;
+    // Encoded writes: each worker's GPU encode lane holds encode_budget_bytes
+    // of `codec_budget` (0: encoded namespaces write back through io_uring);
+    // the compressed DRAM copy goes into `dram`.
+    uint64_t encode_budget_bytes = 0;
+    DramCache* dram = nullptr;
   };
   // REQUIRES: options.selection.cufile.
   explicit CufileRoute(Options options);
@@ -107,6 +138,9 @@ class CufileRoute final : public SsdRoute {
   // Whether the instance's SSD reads / complete-group writes go through cuFile now.
   bool ServesReads(const Instance& inst) const;
   bool ServesWrites(const Instance& inst) const;
+  // Whether the complete groups of the instance's encoded namespace are
+  // offered to the GPU encode path now (SubmitEncodedWrite may still decline).
+  bool ServesEncodedWrites(const Instance& inst) const;
 
   std::vector<RestoreBlock> Submit(const std::shared_ptr<RestoreRec>& restore,
                                    std::vector<RestoreBlock> blocks) override;
@@ -121,6 +155,20 @@ class CufileRoute final : public SsdRoute {
   bool SubmitWrite(Instance& inst, const GroupLayout& g, const ObjectShape& shape,
                    const ObjectId& id, uint64_t page, const uint8_t* dram_header,
                    const std::shared_ptr<DirectWrites>& dw);
+
+  // A complete group of an encoded namespace: encoded on the GPU from its
+  // page into the worker's encode arena, put into the DRAM pool encoded where
+  // it has room (writeback-pending until the write finished; admission as
+  // for any sealed entry), and written through cuFile. False, counted by
+  // reason (orbitkv_ssd_gpu_encode_fallbacks_total), when the path declines
+  // it: the caller takes the CPU path. `index` names the key in the caller's
+  // request (Done::index). `dw` gets its completion.
+  bool SubmitEncodedWrite(Instance& inst, const GroupLayout& g, const ObjectShape& shape,
+                          const ObjectId& id, uint64_t page, size_t index,
+                          const std::shared_ptr<DirectWrites>& dw);
+  // Counts an encoded group of the instance that the GPU encode path did not
+  // get (CufileSeries::kEncodeFallbacks).
+  void NoteEncodeFallback(const Instance& inst, std::string_view reason);
 
   // Drains and frees the instance's worker. REQUIRES: no operation holds the instance.
   void Retire(InstanceId instance) EXCLUDES(mu_);

@@ -4,7 +4,14 @@
 // staging slots: the bounded GPU input), a frame decoder (gpu::FrameDecoder:
 // CudaDecoder on CUDA, the CPU codec on the fake platform), its stream, and
 // one thread, so the cuFile worker keeps polling its slots while objects
-// decode.
+// decode. DRAM restores (dram_gpu_decode.h) use a lane of their own: their
+// tasks name the encoded object's pinned pool bytes (Task::host_input), which
+// the lane copies into the task's arena range first.
+//
+// The thread takes queued tasks of one codec in batches (up to max_frames
+// segments): one H2D copy of their host inputs, one CRC32C launch over every
+// segment, one prefix copy and one wait, then one DecodeAsync of every frame
+// of the tasks that passed. Failures stay per task.
 //
 // Each submitted object (a task) is checked before a byte of it is decoded:
 // a CRC32C kernel over every segment in the arena, compared on the host with
@@ -35,6 +42,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -58,12 +66,41 @@ class RangeAllocator {
   std::map<uint64_t, uint64_t> free_;  // offset -> size, disjoint, never adjacent
 };
 
+// What a GPU codec lane (this one, gpu_encode_lane.h) holds for its life:
+// `budget_bytes` of the Manager's CodecBudget, its codec's device scratch
+// plus an arena of whole 4 KiB units, the arena itself, a stream, an event
+// and pinned host memory. Not thread-safe.
+struct CodecLaneMemory {
+  gpu::Device* device = nullptr;
+  CodecBudget* budget = nullptr;
+  uint64_t budget_bytes = 0;
+  uint64_t arena_bytes = 0;  // set by Acquire
+  gpu::DevPtr arena = 0;
+  std::unique_ptr<gpu::Stream> stream;
+  std::unique_ptr<gpu::Event> event;
+  uint8_t* host = nullptr;
+  // Reserves budget_bytes and makes the rest. ResourceExhausted when
+  // `scratch` leaves no arena or the budget cannot hold the share (`what`
+  // names the arena in the message); the platform's errors. On an error,
+  // Free releases what was made.
+  Status Acquire(uint64_t scratch, uint64_t host_bytes, const char* what);
+  // Waits for the stream, then frees everything and releases the budget.
+  // Idempotent.
+  void Free();
+
+ private:
+  bool reserved_ = false;
+};
+
 struct GpuDecodeLaneOptions {
   gpu::Device* device = nullptr;
   uint64_t budget_bytes = 0;  // arena + decoder scratch, from `budget`
   CodecBudget* budget = nullptr;
   const CodecMetrics* metrics = nullptr;
   std::function<void()> on_space;  // a range went back to the arena
+  // Segments one batch checks and frames it decodes (the decoder's batch);
+  // at least kMaxSlotsPerGroup, so any one object fits.
+  uint32_t max_frames = kMaxSlotsPerGroup;
 };
 
 class GpuDecodeLane {
@@ -87,6 +124,10 @@ class GpuDecodeLane {
   struct Task {
     gpu::DevPtr input = 0;  // from TryTake(input_bytes): the whole object
     uint64_t input_bytes = 0;
+    // Pinned host bytes of the object (input_bytes), copied into `input` on
+    // the lane's stream before the checks; null: `input` holds it already.
+    // REQUIRES: valid until `done` runs.
+    const uint8_t* host_input = nullptr;
     ParsedHeader header;  // parsed from the object's bytes and matched to its id
     NamespaceCodec codec;
     std::vector<Target> targets;
@@ -94,26 +135,31 @@ class GpuDecodeLane {
   };
   // Queues the task (after Close: done(Cancelled) at once, range returned).
   void Submit(Task task) EXCLUDES(mu_);
+  // Queues the tasks together (they may share a batch), as Submit each.
+  void SubmitBatch(std::vector<Task> tasks) EXCLUDES(mu_);
   // Decodes what is queued, then stops the thread.
   void Close() EXCLUDES(mu_);
 
  private:
   GpuDecodeLane() = default;
   void Loop() EXCLUDES(mu_);
-  Status Decode(const Task& t);
+  // Checks and decodes `batch` (one codec): a Status per task.
+  std::vector<Status> Decode(std::span<const Task> batch);
+  // The segments a task makes the batch check (its CRCs).
+  static uint64_t Segments(const Task& t) { return t.header.segments.size(); }
   // The frame prefix `p` (host copy) of target `tg` is the one `t` expects.
   static Status CheckPrefix(const Task& t, const Target& tg, const uint8_t* p);
   void Free();
 
   GpuDecodeLaneOptions o_;
-  uint64_t arena_bytes_ = 0;
+  CodecLaneMemory mem_;
+  uint64_t arena_bytes_ = 0;  // mem_'s
   gpu::DevPtr arena_ = 0;
-  bool reserved_ = false;
   std::unique_ptr<gpu::FrameDecoder> decoder_;
-  std::unique_ptr<gpu::Stream> stream_;
-  std::unique_ptr<gpu::Event> event_;
-  uint32_t* crcs_ = nullptr;     // pinned: kMaxSlotsPerGroup CRC32C results, then
-  uint8_t* prefixes_ = nullptr;  // kMaxSlotsPerGroup frame prefixes
+  gpu::Stream* stream_ = nullptr;  // mem_'s
+  gpu::Event* event_ = nullptr;
+  uint32_t* crcs_ = nullptr;     // pinned (mem_.host): max_frames CRC32C results, then
+  uint8_t* prefixes_ = nullptr;  // max_frames frame prefixes
   std::vector<gpu::CrcOp> crc_ops_;
   std::vector<gpu::DecodeOp> ops_;
 

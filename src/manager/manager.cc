@@ -100,6 +100,7 @@ Result<std::unique_ptr<Manager>> Manager::Create(const ManagerConfig& config) {
     w.queue_full = x.m.writeback_queue_full;
     w.codec_metrics = x.codec_metrics.get();
     w.codec_budget = o.codec_budget;
+    w.encoded_dram_copies = o.codec_dram_copy_encoded;
     x.writeback = std::make_unique<Writeback>(std::move(w));
     r.ssd = x.ssd.get();
     r.dram = x.dram.get();
@@ -131,11 +132,22 @@ Result<std::unique_ptr<Manager>> Manager::Create(const ManagerConfig& config) {
       c.cancelled = x.m.restore_cancelled;
       c.cost = x.m.cost_cufile;
       c.codec_budget = x.codec_budget.get();
-      c.codec_budget_bytes =
-          GpuCodecShare(o.codec_budget, config.gpu ? config.gpu->device_count() : 1);
+      // Each device holds up to three shares: its cuFile worker's GPU decode
+      // and encode lanes, and the DRAM decode lane (below).
+      const int lanes = 3 * (config.gpu ? std::max(config.gpu->device_count(), 1) : 1);
+      c.codec_budget_bytes = GpuCodecShare(o.codec_budget, lanes);
+      c.encode_budget_bytes = GpuCodecShare(o.codec_budget, lanes);
+      c.dram = x.dram.get();
       c.codec_metrics = x.codec_metrics.get();
       x.cufile = std::make_unique<CufileRoute>(std::move(c));
     }
+  }
+  if (config.gpu) {
+    x.dram_decode = std::make_unique<DramGpuDecode>(DramGpuDecode::Options{
+        x.codec_budget.get(),
+        GpuCodecShare(o.codec_budget,
+                      (x.cufile ? 3 : 1) * std::max(config.gpu->device_count(), 1)),
+        x.codec_metrics.get()});
   }
   x.sessions = std::make_unique<SessionTable>(&x.next_id);
   QueryMetrics qm{x.m.hits_dram,           x.m.hits_ssd,       x.m.misses, x.m.budget_cuts_manager,
@@ -163,6 +175,7 @@ Manager::~Manager() {
   if (impl_->cufile) impl_->cufile->Close();
   if (impl_->uring) impl_->uring->Close();  // readers, then the host-restore lane
   if (impl_->writeback) impl_->writeback->Close();
+  impl_->dram_decode.reset();  // its lanes' arenas and budget
   impl_->config.metrics->RemoveCollector(impl_->collector);
 }
 
@@ -261,7 +274,13 @@ Result<InstanceId> Manager::RegisterInstance(SessionId session, const RegisterRe
     inst->cost_copy_enqueue[d] = impl_->m.cost_copy_enqueue[d];
     inst->cost_copy_wait[d] = impl_->m.cost_copy_wait[d];
   }
-  ORBITKV_RETURN_IF_ERROR(impl_->sessions->Add(inst));
+  // Attached before its first restore can run; detached at unregister.
+  const bool gpu_decode = inst->cuda() && !inst->codec.raw() && impl_->dram_decode;
+  if (gpu_decode) impl_->dram_decode->Attach(inst->device());
+  if (Status st = impl_->sessions->Add(inst); !st.ok()) {
+    if (gpu_decode) impl_->dram_decode->Detach(inst->device());
+    return st;
+  }
   if (inst->hybrid()) {
     // The recurrent groups' objects are checkpoints for the DRAM admission cap.
     uint64_t recurrent = 0;
@@ -292,6 +311,7 @@ Status Manager::UnregisterInstance(SessionId session, InstanceId id) {
   // cuFile worker, then its streams and mappings (host mappings go with the
   // last reference).
   if (x.cufile) x.cufile->Retire(id);
+  if (inst->cuda() && !inst->codec.raw() && x.dram_decode) x.dram_decode->Detach(inst->device());
   inst->ReleaseDevice();
   OKV_LOG_INFO("unregistered instance {}", id);
   return Status::OK();

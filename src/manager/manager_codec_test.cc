@@ -319,6 +319,50 @@ TEST_F(ManagerCodecTest, LossyCodecsRoundTripWithinTheirErrorFromSsd) {
   ExpectAllReleased();
 }
 
+// --codec-dram-copy encoded: once written back, the encoded object replaces
+// the raw DRAM entry (counted, smaller), and DRAM restores into host pages
+// decode it on the CPU: ans gives the published bytes, fp8 the SSD copy's
+// bytes (the same as a restore from SSD). Without the flag the raw copy stays.
+TEST_F(ManagerCodecTest, EncodedDramCopiesReplaceRawOnesAfterWriteback) {
+  ManagerConfig c = Config(8u << 20);
+  c.options.codec_dram_copy_encoded = true;
+  mgr = std::move(Manager::Create(c)).value();
+  session = mgr->OpenSession(getpid());
+  InstanceId ans = RegisterWith(Codec("ans", 0), "dram-ans");
+  PublishAll(ans, 4, FillKv);
+  EXPECT_EQ(Metric("orbitkv_codec_dram_copies_total", "ans"), 4);
+  EXPECT_GT(Metric("orbitkv_codec_dram_bytes_saved_total", "ans"), 0);
+  const double decoded = Metric("orbitkv_codec_bytes_out_total", "ans", "decode");
+  for (uint64_t k = 0; k < 4; ++k) {
+    ASSERT_TRUE(RestoreInto(ans, k, 60, Tier::kDram).ok());
+    EXPECT_EQ(PageBytes(60), published[k]) << "key " << k;
+  }
+  EXPECT_EQ(Metric("orbitkv_codec_bytes_out_total", "ans", "decode"), decoded + 4.0 * 2 * kSlot);
+  InstanceId fp8 = RegisterWith(Codec("fp8"), "dram-fp8");
+  PublishAll(fp8, 2, FillKv);
+  EXPECT_EQ(Metric("orbitkv_codec_dram_copies_total", "fp8"), 2);
+  ASSERT_TRUE(RestoreInto(fp8, 0, 60, Tier::kDram).ok());
+  const std::vector<uint8_t> from_dram = PageBytes(60);
+  EXPECT_NE(from_dram, published[0]) << "a lossy DRAM copy gave the raw bytes";
+  EXPECT_LT(RelativeMse(published[0].data(), from_dram.data(), from_dram.size()), 1e-3);
+  // The same bytes as the SSD copy: its frames decoded on the CPU.
+  const OnDisk d = Find(0, codec::CodecId::kFp8);
+  std::ifstream in(d.path, std::ios::binary);
+  std::string file{std::istreambuf_iterator<char>(in), {}};
+  std::vector<uint8_t> want;
+  for (size_t sl = 0; sl < 2; ++sl) {
+    const SegmentPos& seg = d.header.segments[sl];
+    std::vector<uint8_t> out(kSlot);
+    ASSERT_TRUE(
+        codec::Decode(
+            {reinterpret_cast<const uint8_t*>(file.data()) + d.offset + seg.offset, seg.size}, out)
+            .ok());
+    want.insert(want.end(), out.begin(), out.end());
+  }
+  EXPECT_EQ(from_dram, want);
+  ExpectAllReleased();
+}
+
 // --codec-budget bounds what a writeback lane holds encoded: with a budget
 // below one object each is written on its own, and every buffer is returned.
 TEST_F(ManagerCodecTest, TinyCodecBudgetWritesEachObjectAloneAndReturnsItsBuffers) {

@@ -13,6 +13,7 @@
 
 #include "common/mutex.h"
 #include "manager/cufile_route.h"
+#include "manager/dram_gpu_decode.h"
 #include "manager/lane.h"
 #include "manager/manager.h"
 #include "manager/manager_metrics.h"
@@ -46,6 +47,8 @@ struct Manager::Impl {
   std::unique_ptr<Writeback> writeback;
   std::unique_ptr<UringRoute> uring;
   std::unique_ptr<CufileRoute> cufile;  // only when cuFile was selected
+  // Encoded DRAM entries into CUDA pages (null without a GPU platform).
+  std::unique_ptr<DramGpuDecode> dram_decode;
 
   std::unique_ptr<SessionTable> sessions;
   std::unique_ptr<QueryTable> queries;

@@ -76,7 +76,15 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
   // the rest of the call to D2H + io_uring.
   const bool complete = x.ssd && slots.size() == g.num_slots;
   auto direct = [&] { return complete && x.cufile && x.cufile->ServesWrites(*inst); };
+  // Complete groups of an encoded namespace: encoded on the GPU from the
+  // pages and written through cuFile, the DRAM copy encoded too; declined
+  // ones (and fragmented publishes) take the CPU path below.
+  bool gpu_encode_allowed = true;  // off for the second pass (retries)
+  auto gpu_encode = [&] {
+    return gpu_encode_allowed && complete && x.cufile && x.cufile->ServesEncodedWrites(*inst);
+  };
   auto dw = std::make_shared<DirectWrites>();
+  std::unordered_set<Key, KeyHash> encoding;  // keys this call sent to the GPU encode path
 
   PublishResult out;
   // The first error ends the call; what it started still finishes below.
@@ -183,15 +191,31 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
     if (crc_out) x.dram->ReleaseScratch(*crc_out);
     return st.ok() ? copy_error : st;
   };
-  for (size_t i = 0; i < req.keys.size() && failed.ok(); ++i) {
+  // One key of the request: skipped, sent to the GPU encode path, or copied
+  // into the pool (and on through cuFile or the io_uring writeback lane).
+  auto put = [&](size_t i) {
     const ObjectId id = inst->Object(req.group_id, req.keys[i]);
     // A key given twice: its first copy is sealed before the second is looked at.
     if (batched.count(id.key)) failed = flush();
-    if (!failed.ok()) break;
+    if (!failed.ok()) return;
     if (x.dram->Contains(id) || (x.ssd && x.ssd->catalog().Lookup(StoreKey(id)).has_value())) {
       ++out.skipped;
       x.m.publish_skipped->Inc();
-      continue;
+      return;
+    }
+    if (gpu_encode()) {
+      if (encoding.count(id.key)) {  // a key given twice: its first copy is on its way
+        ++out.skipped;
+        x.m.publish_skipped->Inc();
+        return;
+      }
+      if (x.cufile->SubmitEncodedWrite(*inst, g, shape, id, req.pages[i], i, dw)) {
+        encoding.insert(id.key);
+        return;
+      }
+    } else if (!complete && x.ssd && x.cufile && gpu_encode_allowed &&
+               x.cufile->ServesEncodedWrites(*inst)) {
+      x.cufile->NoteEncodeFallback(*inst, "fragmented");
     }
     WriteObjectHeader(id, shape.slot_bytes, ObjectCodec{}, {}, header);  // CRCs at seal
     auto begin = [&] { return x.dram->BeginAssembly(id, shape.object_size, g.num_slots, header); };
@@ -200,7 +224,7 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
       // This call's own unsealed objects hold room: seal them (they become
       // writeback candidates) before waiting for any.
       failed = flush();
-      if (!failed.ok()) break;
+      if (!failed.ok()) return;
       v = begin();
     }
     if (!v.ok() && v.status().code() == StatusCode::kResourceExhausted && x.ssd) {
@@ -218,7 +242,7 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
         ++out.dropped;
         x.m.publish_pool_full->Inc();
       }  // else no room in DRAM: straight to SSD, counted when its write finished
-      continue;
+      return;
     }
     uint64_t copied = 0;
     const size_t op_begin = ops.size();
@@ -238,26 +262,51 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
     batched.insert(id.key);
     batch_bytes += copied;
     if (batch_bytes >= kBatchBytes) failed = flush();
-  }
+  };
+  for (size_t i = 0; i < req.keys.size() && failed.ok(); ++i) put(i);
   if (Status st = flush(); failed.ok()) failed = st;
   // On every return: the pages stay the engine's only after this call's SSD
   // writes finished (the GPU gathers from them), and each write's DRAM entry
   // leaves writeback-pending.
-  for (DirectWrites::Done& d : dw->Wait()) {
-    if (d.scratch.data) x.staging->Release(d.scratch);
-    if (d.status.ok()) {
-      x.m.bytes_writeback_cufile->Inc(shape.object_size);
-      if (auto w = x.dram->TakeWriteback(d.id)) x.dram->FinishWriteback(*w, true);
-      if (!d.dram_copy) {
-        ++out.stored;  // SSD only: stored once its write finished
+  std::vector<size_t> retry;  // GPU-encoded groups that failed with no copy anywhere
+  auto finish_writes = [&] {
+    for (DirectWrites::Done& d : dw->Wait()) {
+      if (d.scratch.data) x.staging->Release(d.scratch);
+      if (d.encoded && (d.status.ok() || d.dram_copy)) {
+        ++out.stored;  // not counted at a seal: the GPU encode path made the copies
         ++out.sealed;
+        x.m.publish_objects->Inc();
+        if (d.dram_copy) x.m.bytes_publish->Inc(d.object_size);
       }
-    } else if (d.dram_copy) {
-      x.writeback->Queue(d.id, inst->codec);  // the DRAM copy can still reach SSD through io_uring
-    } else {
-      ++out.dropped;  // no DRAM copy and the SSD write failed: the block is gone
-      x.m.publish_pool_full->Inc();
+      if (d.status.ok()) {
+        x.m.bytes_writeback_cufile->Inc(d.encoded ? d.object_size : shape.object_size);
+        if (auto w = x.dram->TakeWriteback(d.id)) x.dram->FinishWriteback(*w, true);
+        if (!d.dram_copy && !d.encoded) {
+          ++out.stored;  // SSD only: stored once its write finished
+          ++out.sealed;
+        }
+      } else if (d.dram_copy) {
+        // The DRAM copy can still reach SSD through io_uring; an encoded one
+        // is written as it is (a raw codec: no second encode).
+        x.writeback->Queue(d.id, d.encoded ? NamespaceCodec{} : inst->codec);
+      } else if (d.encoded) {
+        retry.push_back(d.index);  // the pages are still held: the CPU path takes it
+      } else {
+        ++out.dropped;  // no DRAM copy and the SSD write failed: the block is gone
+        x.m.publish_pool_full->Inc();
+      }
     }
+  };
+  finish_writes();
+  if (!retry.empty() && failed.ok()) {
+    gpu_encode_allowed = false;
+    std::sort(retry.begin(), retry.end());
+    for (size_t i : retry) {
+      if (!failed.ok()) break;
+      put(i);
+    }
+    if (Status st = flush(); failed.ok()) failed = st;
+    finish_writes();
   }
   if (!failed.ok()) return failed;
   x.m.publish_seconds->Observe(ToSeconds(x.config.clock->Now() - start));

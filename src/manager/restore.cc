@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "manager/manager_impl.h"
+#include "orbitkv/logging.h"
 
 namespace orbitkv {
 namespace {
@@ -91,6 +92,16 @@ Result<RestoreId> Manager::StartRestore(SessionId session, const RestoreRequest&
   const size_t n = taken.dram.size();
   auto copies = std::make_unique<Instance::PageCopies>(x.dram.get());
   std::vector<Status> st(n);
+  // Encoded entries of CUDA pages decode on the GPU where a lane takes them
+  // (dram_gpu_decode.h); what it declines decodes on the CPU below.
+  std::vector<std::optional<Status>> on_gpu(n);
+  if (inst->cuda() && !inst->codec.raw() && x.dram_decode && n != 0) {
+    std::vector<DramGpuDecode::Block> blocks;
+    for (const RestoreBlock& b : taken.dram) {
+      blocks.push_back({{b.src.dram.data, b.src.dram.size}, b.src.id, b.src.id.group, b.page});
+    }
+    on_gpu = x.dram_decode->Restore(*inst, blocks);
+  }
   size_t run = 0;  // the first block of the copies not yet run
   // Opt-in cost observation: the per-block work before the copies, without
   // the copy runs themselves (Instance times those).
@@ -109,6 +120,10 @@ Result<RestoreId> Manager::StartRestore(SessionId session, const RestoreRequest&
   };
   for (size_t i = 0; i < n; ++i) {
     const RestoreBlock& b = taken.dram[i];
+    if (on_gpu[i]) {
+      st[i] = std::move(*on_gpu[i]);
+      continue;
+    }
     auto to_pages = [&] {
       // A block that fails leaves no copy or scratch of its own behind: its
       // page keeps its bytes.
@@ -131,6 +146,12 @@ Result<RestoreId> Manager::StartRestore(SessionId session, const RestoreRequest&
   for (size_t i = 0; i < n; ++i) {
     const RestoreBlock& b = taken.dram[i];
     if (st[i].ok()) x.m.bytes_restore_dram->Inc(b.src.dram.size);
+    // A damaged DRAM copy (an encoded entry failing its CRCs or decode) leaves
+    // the pool, so the next query finds the SSD copy or a miss.
+    if (st[i].code() == StatusCode::kCorruption && x.dram->Discard(b.src.dram)) {
+      OKV_LOG_WARN("restore: DRAM copy of {} dropped: {}", b.src.id.key.ShortHex(),
+                   st[i].ToString());
+    }
     x.dram->Unpin(b.src.dram.id);
     r->Finish(b.result, Tier::kDram, std::move(st[i]));
   }

@@ -170,6 +170,7 @@ SsdGpuWorker::SsdGpuWorker(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) 
 
 SsdGpuWorker::~SsdGpuWorker() {
   Close();
+  impl_->encode.reset();  // its arena and budget share
   impl_->decode.reset();  // its arena and budget share
   impl_->Release();
 }
@@ -278,32 +279,148 @@ Status SsdGpuWorker::SubmitWrite(GpuWriteRequest req) {
       return Status::InvalidArgument("gather span outside the object");
     }
   }
-  {
-    MutexLock l(m.mu);
-    if (m.closing) return Status::Cancelled("SSD worker is closing");
-    if (m.write_jobs >= m.o.max_write_jobs) {
-      return Status::ResourceExhausted(std::to_string(m.o.max_write_jobs) +
-                                       " GPU write jobs are already admitted");
-    }
-    ++m.write_jobs;  // the permit; held until the job's done runs
+  ORBITKV_RETURN_IF_ERROR(m.TakePermit());
+  return m.QueueWrite(std::move(req));
+}
+
+Status SsdGpuWorker::Impl::TakePermit() {
+  MutexLock l(mu);
+  if (closing) return Status::Cancelled("SSD worker is closing");
+  if (write_jobs >= o.max_write_jobs) {
+    return Status::ResourceExhausted(std::to_string(o.max_write_jobs) +
+                                     " GPU write jobs are already admitted");
   }
+  ++write_jobs;  // the permit; held until the job's done runs
+  return Status::OK();
+}
+
+void SsdGpuWorker::Impl::ReturnPermit() {
+  MutexLock l(mu);
+  --write_jobs;
+}
+
+Status SsdGpuWorker::Impl::QueueWrite(GpuWriteRequest req) {
   auto w = std::make_shared<WriteJobState>();
-  Result<ExtentRef> ref = m.o.store->Reserve(req.key, req.object_size, req.ns);
-  MutexLock l(m.mu);
-  if (!ref.ok() || m.closing) {
-    --m.write_jobs;
+  Result<ExtentRef> ref = o.store->Reserve(req.key, req.object_size, req.ns);
+  MutexLock l(mu);
+  if (!ref.ok() || closing) {
+    --write_jobs;
     if (ref.ok()) {
       Status c = Status::Cancelled("SSD worker is closing");
-      m.o.store->Abort(*ref, c);
+      o.store->Abort(*ref, c);
       return c;
     }
     return ref.status();
   }
   w->ref = *ref;
   w->req = std::move(req);
-  m.writes.push_back(std::move(w));
-  m.cv.NotifyAll();
+  writes.push_back(std::move(w));
+  cv.NotifyAll();
   return Status::OK();
+}
+
+Result<uint64_t> SsdGpuWorker::EnableEncode() {
+  Impl& m = *impl_;
+  MutexLock l(m.decode_mu);
+  if (m.encode_outcome) return *m.encode_outcome;
+  GpuEncodeLaneOptions o;
+  o.device = m.o.device;
+  o.budget_bytes = m.o.encode_budget_bytes;
+  o.budget = m.o.codec_budget;
+  o.metrics = m.o.codec_metrics;
+  o.seconds = m.o.metrics.encode_seconds;
+  Result<std::unique_ptr<GpuEncodeLane>> lane =
+      m.o.encode_budget_bytes == 0 || !m.o.codec_budget || !m.o.codec_metrics
+          ? Result<std::unique_ptr<GpuEncodeLane>>(
+                Status::ResourceExhausted("no --codec-budget share for the GPU encode path"))
+          : GpuEncodeLane::Create(std::move(o));
+  if (!lane.ok()) {
+    m.encode_outcome = lane.status();
+  } else {
+    m.encode = std::move(lane).value();
+    m.encode_outcome = m.encode->capacity();
+  }
+  return *m.encode_outcome;
+}
+
+Status SsdGpuWorker::SubmitEncodedWrite(GpuEncodedWriteRequest req) {
+  Impl& m = *impl_;
+  GpuEncodeLane* lane = nullptr;
+  {
+    MutexLock l(m.decode_mu);
+    lane = m.encode.get();
+  }
+  if (lane == nullptr) return Status::FailedPrecondition("GPU encoded write before EnableEncode");
+  if (!req.encoded || !req.done || req.codec.raw()) {
+    return Status::InvalidArgument("GPU encoded write: no callbacks or a raw codec");
+  }
+  ORBITKV_RETURN_IF_ERROR(m.TakePermit());
+  auto r = std::make_shared<GpuEncodedWriteRequest>(std::move(req));
+  GpuEncodeLane::Task t;
+  t.id = r->id;
+  t.codec = r->codec;
+  t.slot_bytes = r->slot_bytes;
+  t.sources = r->sources;
+  Impl* p = &m;
+  t.encoded = [p, r](Result<GpuEncodeLane::Encoded> e) { p->Encoded(r, std::move(e)); };
+  Gauge* pending = m.o.metrics.encode_pending;
+  if (pending) pending->Add(1);  // before the lane thread may report it
+  if (Status st = lane->Submit(std::move(t)); !st.ok()) {
+    if (pending) pending->Sub(1);
+    m.ReturnPermit();
+    return st;
+  }
+  return Status::OK();
+}
+
+void SsdGpuWorker::Impl::Encoded(const std::shared_ptr<GpuEncodedWriteRequest>& r,
+                                 Result<GpuEncodeLane::Encoded> e) {
+  GpuEncodeLane* lane = encode.get();  // set before any task was submitted
+  Gauge* pending_gauge = o.metrics.encode_pending;
+  auto finish = [r, pending_gauge](Result<ExtentRef> ref, uint64_t size) {
+    if (pending_gauge) pending_gauge->Sub(1);
+    r->done(std::move(ref), size);
+  };
+  if (!e.ok()) {  // the lane took its range back
+    ReturnPermit();
+    finish(e.status(), 0);
+    return;
+  }
+  const gpu::DevPtr range = e->range;
+  const uint64_t range_bytes = e->range_bytes;
+  const uint64_t size = e->object_size;
+  bool closed = false;
+  {
+    MutexLock l(mu);
+    closed = closing;
+  }
+  Result<const uint8_t*> header =
+      closed ? Result<const uint8_t*>(Status::Cancelled("SSD worker closed before the write"))
+             : r->encoded({size, e->header,
+                           [lane, &e](uint8_t* dst) { return lane->CopyToHost(*e, dst); }});
+  if (!header.ok()) {
+    lane->Release(range, range_bytes);
+    ReturnPermit();
+    finish(header.status(), size);
+    return;
+  }
+  GpuWriteRequest w;
+  w.key = r->key;
+  w.ns = r->ns;
+  w.object_size = size;
+  w.header = *header;
+  w.header_bytes = e->header.size();
+  for (const GpuEncodeLane::Frame& f : e->frames) {
+    w.gather.push_back({f.object_offset, f.bytes, f.src});
+  }
+  w.done = [lane, range, range_bytes, size, finish](Result<ExtentRef> ref) {
+    lane->Release(range, range_bytes);  // the disk write completed (or failed)
+    finish(std::move(ref), size);
+  };
+  if (Status st = QueueWrite(std::move(w)); !st.ok()) {  // the permit is back
+    lane->Release(range, range_bytes);
+    finish(st, size);
+  }
 }
 
 uint32_t SsdGpuWorker::CancelRead(JobId id) {
@@ -347,6 +464,9 @@ void SsdGpuWorker::Close() {
   std::call_once(m.joined, [&] {
     if (m.thread.joinable()) m.thread.join();
   });
+  // Groups still queued for encode are cancelled; one encoding finds the
+  // worker closing and reports Cancelled.
+  if (m.encode) m.encode->Close();
   // The thread handed its last objects to the lane: they decode and report.
   if (m.decode) m.decode->Close();
 }

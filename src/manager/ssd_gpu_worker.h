@@ -35,6 +35,13 @@
 // cuFileWriteAsync; the object is published only after its last chunk wrote
 // in full; a failed or short chunk aborts the reservation.
 //
+// Encoded writes (SubmitEncodedWrite, after EnableEncode): the group is
+// encoded on the GPU encode lane (gpu_encode_lane.h) from its pages into the
+// lane's arena; the write then gathers the header (pinned host) and the
+// frames (arena) into staging chunk by chunk like any write, and the arena
+// range is given back when the write's done runs. An encoded object larger
+// than a slot is written in slot-sized chunks.
+//
 // Encoded reads (GpuReadItem::codec, after EnableDecode): the pieces of an
 // encoded object are read into the slots as above, but, as the segments'
 // places come with the header, nothing is CRC-checked per piece: the first
@@ -62,6 +69,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "codec/codec.h"
@@ -88,6 +96,11 @@ struct GpuWorkerMetrics {
   Histogram* write_seconds = nullptr;
   Gauge* inflight_batches = nullptr;
   Gauge* staging_bytes = nullptr;
+  // GPU encode (EnableEncode): groups admitted and not yet written (queued,
+  // encoding, or their encoded object waiting for or under its disk write),
+  // and one group's encode (GPU encode, CRCs, header).
+  Gauge* encode_pending = nullptr;
+  Histogram* encode_seconds = nullptr;
 };
 
 struct GpuWorkerOptions {
@@ -105,6 +118,9 @@ struct GpuWorkerOptions {
   // GPU decode lane holds (codec arena + decoder scratch), from
   // `codec_budget`, counted on `codec_metrics`. 0: no GPU decode.
   uint64_t codec_budget_bytes = 0;
+  // Encoded writes (EnableEncode): the share its GPU encode lane holds
+  // (encode arena + encoder scratch), from the same budget. 0: no GPU encode.
+  uint64_t encode_budget_bytes = 0;
   CodecBudget* codec_budget = nullptr;
   const CodecMetrics* codec_metrics = nullptr;
 };
@@ -164,6 +180,33 @@ struct GpuWriteRequest {
   std::function<void(Result<ExtentRef>)> done;  // published ref or the error
 };
 
+// An encoded group, once its frames are in the GPU encode lane's arena.
+struct EncodedObjectView {
+  uint64_t object_size = 0;         // header + frames
+  std::span<const uint8_t> header;  // the object's header bytes
+  // Copies the whole object to pinned host memory [dst, +object_size).
+  std::function<Status(uint8_t* dst)> copy_to_host;
+};
+
+// A complete group of an encoded namespace, encoded on the GPU from its
+// pages (GpuEncodeLane) and written like a GpuWriteRequest.
+struct GpuEncodedWriteRequest {
+  Key key;
+  uint64_t ns = 0;
+  ObjectId id;
+  NamespaceCodec codec;              // !raw()
+  std::vector<uint64_t> slot_bytes;  // the raw slot sizes
+  std::vector<gpu::DevPtr> sources;  // each whole slot, 16-byte aligned, slot order
+  // Runs on the encode lane's thread once the group is encoded: returns
+  // pinned host memory holding the object's header for the write (e.g. a
+  // DRAM copy made with view.copy_to_host), valid until `done`; an error
+  // ends the write with it.
+  std::function<Result<const uint8_t*>(const EncodedObjectView&)> encoded;
+  // Exactly once: the published ref or the error, and the encoded object's
+  // size (0 when it was not encoded). The arena range is back by then.
+  std::function<void(Result<ExtentRef>, uint64_t object_size)> done;
+};
+
 struct GpuWorkerStats {
   uint64_t queued_reads = 0;  // read pieces (<= one slot each) not yet submitted
   uint32_t write_jobs = 0;    // admitted, not yet done
@@ -189,6 +232,19 @@ class SsdGpuWorker {
   // max_write_jobs are admitted (nothing reserved); the store's error when no
   // extent can be reserved; Cancelled after Close.
   Status SubmitWrite(GpuWriteRequest request);
+  // Admits an encoded group (a write permit, as SubmitWrite, and its range of
+  // the encode lane's arena) and queues its encode; once encoded, its extent
+  // is reserved and the write queued as SubmitWrite's. ResourceExhausted
+  // when max_write_jobs are admitted, Busy when the arena has no room now
+  // (nothing taken); FailedPrecondition without EnableEncode; InvalidArgument for a
+  // group the lane cannot encode; Cancelled after Close. Later failures
+  // (encode, extent, write) come to `done`.
+  Status SubmitEncodedWrite(GpuEncodedWriteRequest request);
+  // Creates the GPU encode lane for encoded writes, once (later calls return
+  // the first outcome): the arena's capacity. ResourceExhausted when the
+  // codec budget cannot hold its share; the platform's errors (Unavailable:
+  // no frame encoder).
+  Result<uint64_t> EnableEncode();
   // Creates the GPU decode lane for encoded reads, once (later calls return
   // the first outcome's capacity or error): the largest encoded object it can
   // stage. ResourceExhausted when the codec budget cannot hold its share

@@ -24,6 +24,7 @@
 #include "common/mutex.h"
 #include "io/coalesce.h"
 #include "manager/gpu_decode_lane.h"
+#include "manager/gpu_encode_lane.h"
 #include "manager/ssd_gpu_worker.h"
 #include "store/object_format.h"
 
@@ -171,6 +172,9 @@ struct SsdGpuWorker::Impl {
   Mutex decode_mu;
   std::unique_ptr<GpuDecodeLane> decode;
   std::optional<Result<uint64_t>> decode_outcome GUARDED_BY(decode_mu);
+  // EnableEncode's lane and outcome (likewise, under decode_mu).
+  std::unique_ptr<GpuEncodeLane> encode;
+  std::optional<Result<uint64_t>> encode_outcome GUARDED_BY(decode_mu);
   std::once_flag joined;
 
   // ---- shared bookkeeping (ssd_gpu_worker.cc) --------------------------------
@@ -183,6 +187,16 @@ struct SsdGpuWorker::Impl {
                        Callbacks* cbs) REQUIRES(mu);
   void WriteDone(const std::shared_ptr<WriteJobState>& w, Result<ExtentRef> r, Callbacks* cbs)
       REQUIRES(mu);
+  // A write permit (max_write_jobs): ResourceExhausted when all are taken,
+  // Cancelled while closing.
+  Status TakePermit() EXCLUDES(mu);
+  void ReturnPermit() EXCLUDES(mu);
+  // Reserves the write's extent and queues it; the caller holds a permit,
+  // which the write keeps (returned with its done) or, on an error, is returned.
+  Status QueueWrite(GpuWriteRequest req) EXCLUDES(mu);
+  // An encoded group's encode finished: on to its write (or its done).
+  void Encoded(const std::shared_ptr<GpuEncodedWriteRequest>& req,
+               Result<GpuEncodeLane::Encoded> e);
   void Release();  // frees the slots (no thread running)
   // The final report of an encoded item (`st` its status so far): OK items
   // go to the decode lane, whose done reports them; the rest give their arena

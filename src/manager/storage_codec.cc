@@ -129,6 +129,21 @@ CodecMetrics::CodecMetrics(MetricsRegistry& m) {
     s.crc_failures =
         m.GetCounter("orbitkv_codec_crc_failures_total",
                      "Encoded segments whose payload CRC32C did not match.", {{"codec", name}});
+    s.dram_copies = m.GetCounter(
+        "orbitkv_codec_dram_copies_total",
+        "DRAM entries replaced by their encoded object after writeback (--codec-dram-copy).",
+        {{"codec", name}});
+    s.dram_bytes_saved = m.GetCounter(
+        "orbitkv_codec_dram_bytes_saved_total",
+        "Pool bytes freed by replacing raw DRAM entries with encoded ones.", {{"codec", name}});
+    s.dram_gpu_decodes =
+        m.GetCounter("orbitkv_codec_dram_restores_total",
+                     "Encoded DRAM entries restored into CUDA pages, by where they were decoded.",
+                     {{"codec", name}, {"where", "gpu"}});
+    s.dram_cpu_fallbacks =
+        m.GetCounter("orbitkv_codec_dram_restores_total",
+                     "Encoded DRAM entries restored into CUDA pages, by where they were decoded.",
+                     {{"codec", name}, {"where", "cpu"}});
   }
   budget_used = m.GetGauge("orbitkv_codec_budget_used_bytes",
                            "Codec buffers held now (CPU encode output; GPU codec arena).");
@@ -232,15 +247,18 @@ Result<uint64_t> EncodeObject(const NamespaceCodec& c, std::span<const uint8_t> 
   return end;
 }
 
+Status CheckObjectCodec(const NamespaceCodec& c, const ParsedHeader& h) {
+  const ObjectCodec want = c.object_codec();
+  if (h.codec == want.id && h.codec_version == want.version) return Status::OK();
+  return Status::Corruption("object of codec " + std::to_string(h.codec) + " version " +
+                            std::to_string(h.codec_version) + " in a namespace of " +
+                            std::string(codec::CodecName(c.id)) + " version " +
+                            std::to_string(want.version));
+}
+
 Status CheckEncodedObject(const NamespaceCodec& c, const ParsedHeader& h,
                           std::span<const uint8_t> object, const CodecMetrics& m) {
-  const ObjectCodec want = c.object_codec();
-  if (h.codec != want.id || h.codec_version != want.version) {
-    return Status::Corruption("object of codec " + std::to_string(h.codec) + " version " +
-                              std::to_string(h.codec_version) + " in a namespace of " +
-                              std::string(codec::CodecName(c.id)) + " version " +
-                              std::to_string(want.version));
-  }
+  ORBITKV_RETURN_IF_ERROR(CheckObjectCodec(c, h));
   Status st = VerifyObjectPayload(h, object);
   if (!st.ok()) m.of(c.id).crc_failures->Inc();
   return st;

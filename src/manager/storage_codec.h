@@ -62,6 +62,16 @@ class CodecMetrics {
   struct Series {
     Op encode, decode;
     Counter* crc_failures;  // segments whose payload CRC did not match
+    // DRAM entries replaced by their encoded object after writeback
+    // (--codec-dram-copy encoded), and the pool bytes that saved.
+    Counter* dram_copies;
+    Counter* dram_bytes_saved;
+    // Encoded DRAM entries restored into CUDA pages: decoded on the GPU
+    // (dram_gpu_decode.h), or on the CPU because no GPU decode lane could
+    // take them (no codec budget share, no decoder, an object larger than the
+    // lane's arena, pages the decoder cannot write whole).
+    Counter* dram_gpu_decodes;
+    Counter* dram_cpu_fallbacks;
   };
   const Series& of(codec::CodecId id) const { return series_[static_cast<size_t>(id)]; }
   Gauge* budget_used;  // codec buffers held now (CPU encode output, GPU codec arena)
@@ -124,6 +134,10 @@ class CodecBuffer {
 // `raw` is not a raw object. REQUIRES: !c.raw().
 Result<uint64_t> EncodeObject(const NamespaceCodec& c, std::span<const uint8_t> raw,
                               CodecBuffer* out, const CodecMetrics& m);
+
+// OK when the parsed header `h` names codec `c`'s id and format version;
+// Corruption otherwise (never decoded as another codec, nor as raw bytes).
+Status CheckObjectCodec(const NamespaceCodec& c, const ParsedHeader& h);
 
 // OK when the parsed header `h` of `object` is one codec `c` wrote (its codec
 // id and version) and every segment's payload CRC32C matches; Corruption

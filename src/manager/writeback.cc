@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "orbitkv/logging.h"
+#include "orbitkv/units.h"
 
 namespace orbitkv {
 
@@ -35,17 +36,22 @@ Result<DramView> Writeback::WaitForRoom(Result<DramView> v,
 void Writeback::Lane(size_t worker, std::vector<Item>& items) {
   std::vector<DramView> views;
   std::vector<SsdStore::ObjectWrite> writes;
-  std::vector<CodecBuffer> encoded;  // live until their objects are written
-  uint64_t held = 0;                 // bytes of `encoded`
+  std::vector<const NamespaceCodec*> codecs;  // per write: the encoded one's codec, else null
+  std::vector<CodecBuffer> encoded;           // live until their objects are written
+  uint64_t held = 0;                          // bytes of `encoded`
   const uint64_t budget = std::max<uint64_t>(1, o_.codec_budget / o_.engines.size());
   auto flush = [&] {
     o_.ssd->WriteObjects(*o_.engines[worker], writes);
     for (size_t i = 0; i < views.size(); ++i) {
       if (writes[i].result.ok()) o_.bytes->Inc(writes[i].size);
+      if (writes[i].result.ok() && codecs[i] && o_.encoded_dram_copies) {
+        KeepEncodedCopy(views[i], writes[i], *codecs[i]);
+      }
       o_.dram->FinishWriteback(views[i], writes[i].result.ok());
     }
     views.clear();
     writes.clear();
+    codecs.clear();
     encoded.clear();
     held = 0;
   };
@@ -55,6 +61,7 @@ void Writeback::Lane(size_t worker, std::vector<Item>& items) {
     if (item.codec.raw()) {
       views.push_back(*v);
       writes.push_back({StoreKey(item.id), v->data, v->size, item.id.ns});
+      codecs.push_back(nullptr);
       continue;
     }
     CodecBuffer buf;
@@ -67,6 +74,7 @@ void Writeback::Lane(size_t worker, std::vector<Item>& items) {
     }
     views.push_back(*v);
     writes.push_back({StoreKey(item.id), buf.data(), *n, item.id.ns});
+    codecs.push_back(&item.codec);
     held += buf.capacity();
     encoded.push_back(std::move(buf));
     // The lane's share of --codec-budget bounds the encoded bytes it holds:
@@ -79,6 +87,22 @@ void Writeback::Lane(size_t worker, std::vector<Item>& items) {
   }
   room_.NotifyAll();  // room may have been freed for waiting publishers
   for (Item& item : items) item.token.Release();
+}
+
+void Writeback::KeepEncodedCopy(const DramView& raw, const SsdStore::ObjectWrite& write,
+                                const NamespaceCodec& codec) {
+  // Only where it saves pool pages: an object the codec did not shrink (ans
+  // on random bytes stores its frames) stays raw.
+  if (AlignUp(write.size, 4096) >= AlignUp(raw.size, 4096)) return;
+  Status st = o_.dram->ReplaceSealed(raw, {static_cast<const uint8_t*>(write.data), write.size});
+  if (st.ok()) {
+    const CodecMetrics::Series& s = o_.codec_metrics->of(codec.id);
+    s.dram_copies->Inc();
+    s.dram_bytes_saved->Inc(AlignUp(raw.size, 4096) - AlignUp(write.size, 4096));
+  } else if (st.code() != StatusCode::kFailedPrecondition) {
+    // No free pool range for it now: the raw copy stays (exact, only larger).
+    OKV_LOG_DEBUG("writeback: raw DRAM copy kept: {}", st.ToString());
+  }
 }
 
 }  // namespace orbitkv

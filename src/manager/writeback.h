@@ -1,10 +1,13 @@
 // Writeback: the SSD writeback lane. Sealed DRAM objects are queued (bounded;
 // a full queue drops the SSD copy and counts it), encoded on the lane's
 // thread when their namespace has a storage codec (storage_codec.h: the SSD
-// gets the encoded object, the DRAM entry stays raw; an encode failure drops
-// the SSD copy, counted; the encoded bytes a lane holds are bounded by its
-// share of --codec-budget), written in batches by one io_uring engine per lane
-// thread, and leave writeback-pending in the pool.
+// gets the encoded object; an encode failure drops the SSD copy, counted; the
+// encoded bytes a lane holds are bounded by its share of --codec-budget),
+// written in batches by one io_uring engine per lane thread, and leave
+// writeback-pending in the pool. The DRAM entry stays raw, or, with
+// encoded_dram_copies (--codec-dram-copy encoded), once its encoded object is
+// on the SSD, that object replaces it in the pool where it is smaller and a
+// free range holds it (DramCache::ReplaceSealed; counted by codec).
 // Publishers that find the pool full of objects waiting for writeback wait
 // here (bounded) for the lane to free room: WaitForRoom. Each queued object
 // holds one LaneToken until its write finished. Thread-safe; room_mu_ is
@@ -43,6 +46,9 @@ class Writeback {
     // --codec-budget, split between the lane threads: encoded output a lane
     // holds at once (one object past it at most: a larger one goes alone).
     uint64_t codec_budget = 256u << 20;
+    // --codec-dram-copy encoded: written encoded objects replace their raw
+    // DRAM entries.
+    bool encoded_dram_copies = false;
   };
   explicit Writeback(Options options);
   ~Writeback() { Close(); }
@@ -67,6 +73,9 @@ class Writeback {
     LaneToken token;
   };
   void Lane(size_t worker, std::vector<Item>& items) EXCLUDES(room_mu_);
+  // `raw` (pinned for writeback) gives way to the encoded object `write` wrote.
+  void KeepEncodedCopy(const DramView& raw, const SsdStore::ObjectWrite& write,
+                       const NamespaceCodec& codec);
 
   Options o_;
   Mutex room_mu_;  // pairs the lane's "room freed" with WaitForRoom's check

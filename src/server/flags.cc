@@ -53,6 +53,11 @@ Result<ParsedFlags> ParseFlags(int argc, const char* const* argv, std::string* o
                  "whose engine does not ask for one (lossy ones need the engine's dtype and "
                  "head_dim)")
       ->capture_default_str();
+  std::string dram_copy = o.codec_dram_copy_encoded ? "encoded" : "raw";
+  app.add_option("--codec-dram-copy", dram_copy,
+                 "raw|encoded: what DRAM keeps of an encoded namespace's object once writeback "
+                 "encoded it (encoded: less pool per object, GPU decode into CUDA pages)")
+      ->capture_default_str();
   app.add_option("--codec-budget", codec_budget,
                  "Codec memory: encoded output the SSD writeback lanes hold at once (split "
                  "between them)")
@@ -128,6 +133,12 @@ Result<ParsedFlags> ParseFlags(int argc, const char* const* argv, std::string* o
   ORBITKV_RETURN_IF_ERROR(size_flag("--codec-budget", codec_budget, &o.codec_budget));
   if (Result<codec::CodecId> c = codec::ParseCodecName(o.storage_codec); !c.ok()) {
     return Status::InvalidArgument("--storage-codec: " + std::string(c.status().message()));
+  }
+  if (dram_copy == "raw" || dram_copy == "encoded") {
+    o.codec_dram_copy_encoded = dram_copy == "encoded";
+  } else {
+    return Status::InvalidArgument("--codec-dram-copy: '" + dram_copy +
+                                   "' is not one of raw, encoded");
   }
   if (staging != "auto")
     ORBITKV_RETURN_IF_ERROR(size_flag("--ssd-read-staging", staging, &o.ssd_read_staging));

@@ -20,6 +20,7 @@ TEST(Flags, DefaultsMatchTheSpec) {
   EXPECT_EQ(p->options.max_query_ttl_ms, 60000u);
   EXPECT_EQ(p->options.storage_codec, "none");  // compression is off by default
   EXPECT_EQ(p->options.codec_budget, 256ull << 20);
+  EXPECT_FALSE(p->options.codec_dram_copy_encoded);  // DRAM keeps raw copies
 }
 
 TEST(Flags, HelpListsEveryFlagWithItsDefault) {
@@ -48,6 +49,7 @@ TEST(Flags, HelpListsEveryFlagWithItsDefault) {
                            "--storage-codec",
                            "none",
                            "--codec-budget",
+                           "--codec-dram-copy",
                            "256mib"}) {
     EXPECT_NE(help.find(want), std::string::npos) << want << "\n" << help;
   }
@@ -71,6 +73,9 @@ TEST(Flags, ParsesValues) {
   EXPECT_EQ(p->options.max_query_ttl_ms, 5000u);
   EXPECT_EQ(p->options.storage_codec, "turboquant-3");
   EXPECT_EQ(p->options.codec_budget, 1ull << 30);
+  auto e = Parse({"--codec-dram-copy", "encoded"});
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_TRUE(e->options.codec_dram_copy_encoded);
 }
 
 // The 64 MiB read staging of before capped the io_uring route (issue 18): it
@@ -130,6 +135,7 @@ TEST(Flags, BadValuesNameTheFlagOnOneLine) {
            {{"--storage-codec", ""}, "--storage-codec"},
            {{"--codec-budget", "lots"}, "--codec-budget"},
            {{"--codec-budget", "0"}, "--codec-budget"},
+           {{"--codec-dram-copy", "compressed"}, "--codec-dram-copy"},
            {{"--ssd-read-path", "auto"}, "--ssd-read-path"},
            {{"--ssd-queue-depth", "0"}, "--ssd-queue-depth"},
            {{"--ssd-queue-depth", "lots"}, "--ssd-queue-depth"},

@@ -308,6 +308,18 @@ struct DramCache::Impl {
     e.detached = true;
   }
 
+  // Takes `e` out of the directory and the LRU for good (erased, discarded):
+  // its memory goes now, or at the last unpin of whoever still holds it.
+  void DropLocked(Entry& e) {
+    if (e.writeback_pending) {  // never written now; a writer holding it finishes as usual
+      e.writeback_pending = false;
+      --writeback_pending_;
+    }
+    DetachLocked(e);
+    LruRemoveLocked(e);
+    if (e.pins == 0) FreeEntryLocked(e);
+  }
+
   // by_insert: InsertSealed (restore/warm-up) always admits and never needs
   // writeback; CompleteParts follows the admission policy and writeback_on_seal.
   void SealLocked(Entry& e, bool by_insert) {
@@ -645,6 +657,63 @@ Status DramCache::InsertSealed(const ObjectId& id, std::span<const uint8_t> byte
   return Status::OK();
 }
 
+Status DramCache::ReplaceSealed(const DramView& view, std::span<const uint8_t> bytes) {
+  if (bytes.empty()) return Status::InvalidArgument("ReplaceSealed with empty bytes");
+  Impl& m = *impl_;
+  const uint64_t capacity = AlignUp(bytes.size(), kAlign);
+  auto current = [&]() -> Entry* {
+    Entry* e = m.FindLocked(view.id);
+    if (e == nullptr || e->detached || e->state != EntryState::kSealed || !e->admitted ||
+        m.LookupLocked(e->object) != e) {
+      return nullptr;
+    }
+    return e;
+  };
+  uint64_t offset = 0;
+  {
+    std::lock_guard<std::mutex> lock(m.mu_);
+    Entry* e = current();
+    if (e == nullptr) {
+      return Status::FailedPrecondition("entry " + std::to_string(view.id) +
+                                        " is no longer a sealed, admitted DRAM entry");
+    }
+    std::optional<uint64_t> at = m.alloc_.Allocate(capacity);  // free space only: no eviction
+    if (!at) {
+      return Status::ResourceExhausted("no free DRAM range of " + FormatByteSize(capacity) +
+                                       " to replace " + Describe(e->object));
+    }
+    offset = *at;
+    m.used_bytes_ += capacity;
+  }
+  // Copy without the lock into the range nobody else knows of.
+  std::memcpy(m.base_ + offset, bytes.data(), bytes.size());
+  std::lock_guard<std::mutex> lock(m.mu_);
+  Entry* old = current();
+  if (old == nullptr) {  // erased or replaced meanwhile
+    m.alloc_.Free(offset, capacity);
+    m.used_bytes_ -= capacity;
+    return Status::FailedPrecondition("entry " + std::to_string(view.id) +
+                                      " left the directory while it was replaced");
+  }
+  const ObjectId id = old->object;
+  m.DetachLocked(*old);  // freed at its last unpin (the caller holds one)
+  Entry& e = m.NewEntryLocked(id, offset, bytes.size(), capacity, 1, /*inserting=*/true);
+  e.parts[0] = true;
+  e.parts_done = 1;
+  m.SealLocked(e, /*by_insert=*/true);
+  m.SettleLocked(e);
+  return Status::OK();
+}
+
+bool DramCache::Discard(const DramView& view) {
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.mu_);
+  Entry* e = m.FindLocked(view.id);
+  if (e == nullptr || e->detached || m.LookupLocked(e->object) != e) return false;
+  m.DropLocked(*e);
+  return true;
+}
+
 Result<DramView> DramCache::AllocateScratch(uint64_t bytes) {
   if (bytes == 0) return Status::InvalidArgument("AllocateScratch of 0 bytes");
   Impl& m = *impl_;
@@ -737,13 +806,7 @@ size_t DramCache::EraseNamespace(uint64_t ns) {
   size_t sealed = 0;
   for (Entry* e : doomed) {
     if (e->state == EntryState::kSealed) ++sealed;
-    if (e->writeback_pending) {  // never written now; a writer holding it finishes as usual
-      e->writeback_pending = false;
-      --m.writeback_pending_;
-    }
-    m.DetachLocked(*e);
-    m.LruRemoveLocked(*e);
-    if (e->pins == 0) m.FreeEntryLocked(*e);
+    m.DropLocked(*e);
   }
   return sealed;
 }

@@ -153,6 +153,22 @@ class DramCache {
   // AlreadyExists if present; ResourceExhausted if no room.
   Status InsertSealed(const ObjectId& id, std::span<const uint8_t> bytes);
 
+  // Replaces the sealed, admitted entry of `view` (pinned by the caller: the
+  // writeback lane between TakeWriteback and FinishWriteback) with `bytes`
+  // (its encoded form): a new sealed entry takes its place in the directory,
+  // at the LRU's MRU end once unpinned, in free pool space only (nothing is
+  // evicted for it). The old entry leaves the directory and is freed at its
+  // last unpin (readers that pinned it keep its bytes); the caller's pin stays
+  // on it. FailedPrecondition (nothing changed) when the entry is not the
+  // directory's sealed, admitted entry any more; ResourceExhausted when no
+  // free range fits; InvalidArgument for empty bytes.
+  Status ReplaceSealed(const DramView& view, std::span<const uint8_t> bytes);
+
+  // Drops the entry of `view` (pinned by the caller) from the directory, e.g.
+  // an encoded copy that failed its checks: Pin and Lookup no longer find it
+  // and it is freed at its last unpin. False when it had already left.
+  bool Discard(const DramView& view);
+
   // Objects of namespace `ns` in the storage groups of bit mask `groups` (bit
   // g: group g) are checkpoints from now on (entries created later); 0 forgets
   // the namespace. The Manager calls it when a hybrid instance registers.

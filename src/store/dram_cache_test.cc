@@ -656,6 +656,77 @@ TEST_F(DramCacheTest, AllAdmissionKeepsEverySealedObject) {
   EXPECT_EQ(s.writeback_pending, 0u);
 }
 
+TEST_F(DramCacheTest, ReplaceSealedSwapsInSmallerBytesAndFreesTheOldAtItsLastUnpin) {
+  auto c = Make(8 * kBlock, AdmissionPolicy::kAll, /*writeback_on_seal=*/true);
+  Put(*c, 1);
+  auto reader = c->Pin(Id(1));  // a restore still copying the old bytes
+  ASSERT_TRUE(reader.has_value());
+  auto wb = c->TakeWriteback(Id(1));
+  ASSERT_TRUE(wb.has_value());
+  const std::vector<uint8_t> encoded = Bytes(7, kBlock / 4);
+  ASSERT_TRUE(c->ReplaceSealed(*wb, encoded).ok());
+  c->FinishWriteback(*wb, true);
+  EXPECT_TRUE(Holds(*reader, 1));  // the reader's pin keeps the old bytes
+  EXPECT_EQ(c->stats().used_bytes, kBlock + kBlock / 4);
+  c->Unpin(reader->id);
+  EXPECT_EQ(c->stats().used_bytes, kBlock / 4);  // the old entry went with its last pin
+  EXPECT_EQ(c->stats().sealed_entries, 1u);
+  auto now = c->Pin(Id(1));
+  ASSERT_TRUE(now.has_value());
+  EXPECT_NE(now->id, wb->id);
+  ASSERT_EQ(now->size, encoded.size());
+  EXPECT_EQ(std::memcmp(now->data, encoded.data(), encoded.size()), 0);
+  c->Unpin(now->id);
+  Drain(*c);  // the new entry is in the LRU: evictable like any other
+  EXPECT_FALSE(c->Contains(Id(1)));
+}
+
+TEST_F(DramCacheTest, ReplaceSealedNeverEvictsAndRefusesEntriesThatLeft) {
+  auto c = Make(2 * kBlock, AdmissionPolicy::kAll, /*writeback_on_seal=*/true);
+  Put(*c, 1);
+  Put(*c, 2);
+  WriteBack(*c, 2);  // evictable
+  auto wb = c->TakeWriteback(Id(1));
+  ASSERT_TRUE(wb.has_value());
+  Status full = c->ReplaceSealed(*wb, Bytes(3, 4096));
+  EXPECT_EQ(full.code(), StatusCode::kResourceExhausted) << full.ToString();
+  EXPECT_TRUE(c->Contains(Id(2)));  // nothing evicted for it
+  EXPECT_EQ(c->ReplaceSealed(*wb, {}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(c->EraseNamespace(1), 2u);
+  EXPECT_EQ(c->ReplaceSealed(*wb, Bytes(3, 4096)).code(), StatusCode::kFailedPrecondition);
+  c->FinishWriteback(*wb, true);
+  EXPECT_EQ(c->stats().used_bytes, 0u);
+}
+
+TEST_F(DramCacheTest, DiscardedEntryIsNotFoundAndFreedAtItsLastUnpin) {
+  auto c = Make(4 * kBlock);
+  Put(*c, 1);
+  auto a = c->Pin(Id(1));
+  auto b = c->Pin(Id(1));
+  ASSERT_TRUE(a && b);
+  EXPECT_TRUE(c->Discard(*a));
+  EXPECT_FALSE(c->Discard(*b));  // already gone
+  EXPECT_FALSE(c->Pin(Id(1)).has_value());
+  EXPECT_TRUE(Holds(*b, 1));  // the other reader keeps its bytes
+  c->Unpin(a->id);
+  EXPECT_EQ(c->stats().used_bytes, kBlock);
+  c->Unpin(b->id);
+  EXPECT_EQ(c->stats().used_bytes, 0u);
+  Put(*c, 1);  // the key can be stored again
+  EXPECT_TRUE(c->Contains(Id(1)));
+}
+
+TEST_F(DramCacheTest, ReplaceSealedRefusesAnUnadmittedEntry) {
+  auto c = Make(4 * kBlock, AdmissionPolicy::kReuse, /*writeback_on_seal=*/true);
+  Put(*c, 1);  // first sight: not admitted, dropped once written back
+  auto wb = c->TakeWriteback(Id(1));
+  ASSERT_TRUE(wb.has_value());
+  EXPECT_EQ(c->ReplaceSealed(*wb, Bytes(3, 4096)).code(), StatusCode::kFailedPrecondition);
+  c->FinishWriteback(*wb, true);
+  EXPECT_FALSE(c->Contains(Id(1)));
+  EXPECT_EQ(c->stats().used_bytes, 0u);
+}
+
 TEST_F(DramCacheTest, TakeWritebackOnlyForPendingSealedEntries) {
   auto c = Make(kMiB);
   EXPECT_FALSE(c->TakeWriteback(Id(1)).has_value());  // absent

@@ -12,6 +12,7 @@
 #include <mutex>
 
 #include "codec/cuda_frame_decoder.h"
+#include "codec/cuda_frame_encoder.h"
 #include "gpu/cuda_device.h"
 #include "gpu/cuda_platform.h"
 #include "gpu/host_memory_hooks.h"
@@ -75,6 +76,9 @@ class LocalIpcDevice : public gpu::Device {
   Result<std::unique_ptr<gpu::FrameDecoder>> CreateFrameDecoder(uint32_t max_frames) override {
     return d_->CreateFrameDecoder(max_frames);
   }
+  Result<std::unique_ptr<gpu::FrameEncoder>> CreateFrameEncoder(uint32_t max_segments) override {
+    return d_->CreateFrameEncoder(max_segments);
+  }
   int open() const {
     std::lock_guard<std::mutex> l(*mu_);
     return open_;
@@ -131,7 +135,7 @@ class CudaGateEnv : public GateEnv {
       why_ = "no CUDA device";
       return;
     }
-    auto p = gpu::CreateCudaPlatform(codec::CreateCudaFrameDecoder);
+    auto p = gpu::CreateCudaPlatform(codec::CreateCudaFrameDecoder, codec::CreateCudaFrameEncoder);
     if (!p.ok()) {
       why_ = p.status().ToString();
       return;

@@ -25,6 +25,7 @@
 #include "codec/codec.h"
 #include "gpu/fault_injecting_platform.h"
 #include "gpu_tier/gate_env.h"
+#include "manager/gpu_encode_lane.h"
 #include "manager/manager.h"
 #include "manager/storage_codec.h"
 #include "store/object_format.h"
@@ -66,6 +67,7 @@ struct Options {
   uint64_t slot_bytes = 4u << 20;
   AdmissionPolicy admission = AdmissionPolicy::kReuse;  // published objects live on SSD
   bool publish_gpu_crc = true;
+  bool dram_encoded = false;  // --codec-dram-copy encoded
 };
 
 class GpuTierGate : public ::testing::Test {
@@ -77,6 +79,8 @@ class GpuTierGate : public ::testing::Test {
   std::unique_ptr<Manager> mgr;
   SessionId session = 0;
   std::vector<Engine> engines;
+  // The Manager's pinned arenas (the DRAM pool, read staging) as it registered them.
+  std::vector<std::pair<uint8_t*, uint64_t>> arenas;
 
   void SetUp() override {
     env = testing::CreateGateEnv();
@@ -126,10 +130,15 @@ class GpuTierGate : public ::testing::Test {
     c.options.admission_reuse = o.admission == AdmissionPolicy::kReuse;
     c.gpu_slot_bytes = o.slot_bytes;
     c.publish_gpu_crc = o.publish_gpu_crc;
+    c.options.codec_dram_copy_encoded = o.dram_encoded;
     c.lock_memory = false;
     c.metrics = &metrics;
     c.gpu = faults.get();
     env->Configure(&c);
+    c.register_host_memory = [this, inner = c.register_host_memory](void* base, uint64_t n) {
+      arenas.push_back({static_cast<uint8_t*>(base), n});
+      return inner ? inner(base, n) : Status::OK();
+    };
     auto m = Manager::Create(c);
     ASSERT_TRUE(m.ok()) << m.status().ToString();
     mgr = std::move(m).value();
@@ -649,6 +658,42 @@ class EncodedGate : public GpuTierGate {
     }
   }
   double CufileReads() { return Counter("orbitkv_ssd_cufile_read_bytes_total"); }
+  // Polls `done` for at most 20 s.
+  static void WaitUntil(const std::function<bool()>& done) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!done() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  double CufileWrites() { return Counter("orbitkv_ssd_cufile_write_bytes_total"); }
+  double UringWriteback() { return Plain("orbitkv_bytes_total", {{"route", "writeback_ssd"}}); }
+  double EncodeFallbacks(const std::string& reason) {
+    return Plain("orbitkv_ssd_gpu_encode_fallbacks_total",
+                 {{"device", "cuda:0"}, {"reason", reason}});
+  }
+  double Encoded() {
+    return Plain("orbitkv_codec_bytes_out_total", {{"codec", cc.name}, {"op", "encode"}});
+  }
+  // Every SSD object so far was encoded on the GPU and written through cuFile.
+  ::testing::AssertionResult AllGpuEncoded() {
+    if (CufileWrites() == 0) return ::testing::AssertionFailure() << "no cuFile writes";
+    if (UringWriteback() != 0) {
+      return ::testing::AssertionFailure() << UringWriteback() << " bytes written by io_uring";
+    }
+    if (Gauge("orbitkv_ssd_gpu_encode_pending") != 0) {
+      return ::testing::AssertionFailure() << "GPU encodes still pending";
+    }
+    return ::testing::AssertionSuccess();
+  }
+  // Key v's object on disk: its parsed header and its bytes, 4 KiB aligned.
+  std::pair<ParsedHeader, std::vector<uint8_t>> ObjectOnDisk(uint64_t v) {
+    const OnDisk d = Find(v);
+    Result<ParsedHeader> h = ParseObjectHeader(ReadAt(d.path, d.offset, 4096), 1 << 20);
+    EXPECT_TRUE(h.ok()) << h.status().ToString();
+    if (!h.ok()) return {};
+    const SegmentPos& last = h->segments.back();
+    return {*h, ReadAt(d.path, d.offset, AlignUp(last.offset + last.size, 4096))};
+  }
   double UringReads() { return Plain("orbitkv_bytes_total", {{"route", "restore_ssd_uring"}}); }
   double Decoded() {
     return Plain("orbitkv_codec_bytes_out_total", {{"codec", cc.name}, {"op", "decode"}});
@@ -681,6 +726,7 @@ TEST_F(EncodedGate, EncodedDramPrefixLargerThanThePoolsFreeRoomRestoresIntoCudaP
 const CodecCase kAns{"ans", 0, 0};
 const CodecCase kFp8{"fp8", 128, 1e-3};
 const CodecCase kTq4{"turboquant-4", 128, 0.015};
+const CodecCase kTq3{"turboquant-3", 128, 0.045};
 
 class EncodedCodecs : public EncodedGate, public ::testing::WithParamInterface<CodecCase> {};
 
@@ -696,13 +742,15 @@ TEST_P(EncodedCodecs, EncodedObjectsRestoreThroughCufileDecodedOnTheGpu) {
   ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
   EXPECT_EQ(parsed->codec, static_cast<uint8_t>(id())) << "not encoded on SSD";
   EXPECT_LT(parsed->segments[0].size, kSlot0) << "the KV was stored, not coded";
+  EXPECT_TRUE(AllGpuEncoded());
   RestoreKv(e, 1, {8, 9, 10, 11});
   EXPECT_GT(CufileReads(), 0);
   EXPECT_EQ(UringReads(), 0);
   EXPECT_GT(Decoded(), 0);
-  // The decode lane's arena and scratch are held on the codec budget.
+  // The encode and decode lanes' arenas and scratch are held on the codec
+  // budget, a share each.
   EXPECT_EQ(Plain("orbitkv_codec_budget_used_bytes"),
-            GpuCodecShare(256u << 20, faults->device_count()));
+            2 * GpuCodecShare(256u << 20, 2 * faults->device_count()));
 }
 
 // The io_uring route reads the same objects and decodes them on the CPU: the
@@ -713,6 +761,7 @@ TEST_P(EncodedCodecs, IoUringRouteGivesTheSameBytes) {
   ASSERT_NO_FATAL_FAILURE(Start(o));
   Engine& e = RegisterEncoded(GetParam());
   FillKvAndPublish(e, 1, 0, 3);
+  EXPECT_TRUE(AllGpuEncoded());  // the read route does not change the write path
   RestoreKv(e, 1, {8, 9, 10});
   EXPECT_EQ(CufileReads(), 0);
   EXPECT_GT(UringReads(), 0);
@@ -743,6 +792,8 @@ TEST_P(EncodedCodecs, RecoversThroughCufileAfterDramEviction) {
   ASSERT_EQ(sources(), on_ssd) << "never evicted from DRAM";
   RestoreKv(e, 1, {8, 9});
   EXPECT_GT(CufileReads(), 0);
+  EXPECT_GT(Encoded(), 0);
+  EXPECT_EQ(EncodeFallbacks("failed") + EncodeFallbacks("lane_full"), 0);
 }
 
 // Recovery after re-registration: the namespace's objects (same codec) are
@@ -757,14 +808,181 @@ TEST_P(EncodedCodecs, RecoversThroughCufileAfterReRegistration) {
   RestoreKv(again, 1, {4, 5});
   EXPECT_GT(CufileReads(), 0);
   EXPECT_EQ(UringReads(), 0);
+  EXPECT_TRUE(AllGpuEncoded());
 }
 
-INSTANTIATE_TEST_SUITE_P(Codecs, EncodedCodecs, ::testing::Values(kAns, kFp8, kTq4),
+// GPU encode on cuFile writeback: the same pages published as a complete
+// group (GPU encode, cuFile write) and slot by slot (assembled in DRAM,
+// encoded on the CPU, io_uring writeback) give the same object bytes after
+// the header (frames and padding) and the same segment table.
+TEST_P(EncodedCodecs, GpuEncodedObjectIsTheCpuWritebacksBytes) {
+  ASSERT_NO_FATAL_FAILURE(Start({}));
+  Engine& gpu = RegisterEncoded(GetParam(), "gpu");
+  Engine& cpu = RegisterEncoded(GetParam(), "cpu");
+  FillKv(gpu, 0, 7);
+  FillKv(cpu, 0, 7);
+  EXPECT_EQ(Publish(gpu, 1, {0}).sealed, 1u);
+  mgr->Drain();
+  EXPECT_TRUE(AllGpuEncoded());
+  EXPECT_EQ(Publish(cpu, 2, {0}, {0}).sealed, 0u);
+  EXPECT_EQ(Publish(cpu, 2, {0}, {1}).sealed, 1u);
+  mgr->Drain();
+  EXPECT_GT(UringWriteback(), 0);
+  EXPECT_EQ(EncodeFallbacks("fragmented"), 2);  // one per part
+  auto [gh, gb] = ObjectOnDisk(1);
+  auto [ch, cb] = ObjectOnDisk(2);
+  EXPECT_EQ(gh.codec, static_cast<uint8_t>(id()));
+  EXPECT_EQ(gh.codec, ch.codec);
+  EXPECT_EQ(gh.codec_version, ch.codec_version);
+  EXPECT_EQ(gh.segments, ch.segments);
+  EXPECT_EQ(gh.crcs, ch.crcs);
+  ASSERT_EQ(gb.size(), cb.size());
+  EXPECT_TRUE(std::equal(gb.begin() + gh.header_size, gb.end(), cb.begin() + ch.header_size))
+      << "GPU and CPU encoders wrote different frames";
+  for (auto [e, key] : {std::pair<Engine*, uint64_t>{&gpu, 1}, {&cpu, 2}}) {
+    Scribble(*e, 8);
+    QueryResult q = Query(*e, key, 1);
+    ASSERT_EQ(q.prefix, 1u);
+    RestoreResult r = Restore(Req(*e, q, {0}, {8}));
+    ASSERT_EQ(r.blocks.size(), 1u);
+    EXPECT_TRUE(r.blocks[0].status.ok()) << r.blocks[0].status.ToString();
+    EXPECT_TRUE(HoldsKv(*e, 8, 7));
+  }
+}
+
+// The compressed DRAM copy for hot reuse: the GPU-encoded object also goes
+// into the pool (D2H of the encoded bytes), smaller than the raw group, and
+// restores from there through the CPU decode of encoded DRAM entries.
+TEST_P(EncodedCodecs, GpuEncodedWriteKeepsACompressedDramCopy) {
+  Options o;
+  o.admission = AdmissionPolicy::kAll;
+  ASSERT_NO_FATAL_FAILURE(Start(o));
+  Engine& e = RegisterEncoded(GetParam());
+  FillKvAndPublish(e, 1, 0, 2);
+  EXPECT_TRUE(AllGpuEncoded());
+  QueryResult q = Query(e, 1, 2);
+  EXPECT_EQ(q.sources, (std::vector<Tier>{Tier::kDram, Tier::kDram}));
+  ASSERT_TRUE(mgr->ReleaseQuery(session, q.query).ok());
+  const uint64_t raw = AlignUp(ObjectSize({kSlot0, kSlot1}), 4096);
+  EXPECT_LT(mgr->gauges().dram.used_bytes, 2 * raw) << "the DRAM copies are not encoded";
+  const double decoded = Decoded();
+  RestoreKv(e, 1, {8, 9});
+  EXPECT_GT(Decoded(), decoded) << "restored from a raw DRAM copy";
+  EXPECT_EQ(CufileReads(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Codecs, EncodedCodecs, ::testing::Values(kAns, kFp8, kTq4, kTq3),
                          [](const auto& info) {
                            std::string n = info.param.name;
                            std::replace(n.begin(), n.end(), '-', '_');
                            return n;
                          });
+
+// GPU encode admission saturation: while the first cuFile write is held, the
+// eight write permits stay taken by groups encoded or encoding, and the last
+// four groups of the call fall back to the CPU path (raw DRAM copy, CPU
+// encode, io_uring writeback); every group is stored and restores.
+TEST_F(EncodedGate, GpuEncodeAdmissionSaturationFallsBackToTheCpuWriteback) {
+  ASSERT_NO_FATAL_FAILURE(Start({}));
+  Engine& e = RegisterEncoded(kAns);
+  for (uint64_t p = 0; p < 12; ++p) FillKv(e, p, 1 + p);
+  faults->HoldWrites(true);
+  auto publish = std::async(std::launch::async, [&] { return Publish(e, 1, Range(0, 12)); });
+  WaitUntil([&] { return EncodeFallbacks("lane_full") >= 4 && faults->held_events() >= 1; });
+  EXPECT_EQ(mgr->gauges().gpu_write_jobs, 8u);
+  EXPECT_EQ(Gauge("orbitkv_ssd_gpu_encode_pending"), 8);
+  faults->HoldWrites(false);
+  faults->ReleaseHeld();
+  EXPECT_EQ(publish.get().sealed, 12u);
+  mgr->Drain();
+  EXPECT_EQ(EncodeFallbacks("lane_full"), 4);
+  EXPECT_GT(CufileWrites(), 0);
+  EXPECT_GT(UringWriteback(), 0);
+  EXPECT_EQ(mgr->gauges().gpu_write_jobs, 0u);
+  EXPECT_EQ(Gauge("orbitkv_ssd_gpu_encode_pending"), 0);
+  RestoreKv(e, 1, Range(0, 12));
+}
+
+// A full encode arena (a small codec budget) is admission saturation too:
+// the groups it cannot hold take the CPU path; all are stored.
+TEST_F(EncodedGate, FullEncodeArenaFallsBackToTheCpuWriteback) {
+  // An encode share that leaves an arena of three groups of this shape after
+  // the platform's encoder scratch (the budget is split over two lanes).
+  auto probe = faults->device(0);
+  ASSERT_TRUE(probe.ok());
+  auto encoder = (*probe)->CreateFrameEncoder(GpuEncodeLane::kMaxSegments);
+  ASSERT_TRUE(encoder.ok()) << encoder.status().ToString();
+  const NamespaceCodec fp8{codec::CodecId::kFp8, {codec::DType::kBf16, 128}};
+  const uint64_t share =
+      (*encoder)->scratch_bytes() + 3 * GpuEncodeLane::Bound(fp8, {kSlot0, kSlot1}) + 4096;
+  encoder->reset();
+  ASSERT_NO_FATAL_FAILURE(StartWithCodecBudget({}, 2 * share));
+  Engine& e = RegisterEncoded(kFp8);
+  for (uint64_t p = 0; p < 12; ++p) FillKv(e, p, 1 + p);
+  faults->HoldWrites(true);
+  auto publish = std::async(std::launch::async, [&] { return Publish(e, 1, Range(0, 12)); });
+  WaitUntil([&] { return EncodeFallbacks("arena_full") >= 1; });
+  faults->HoldWrites(false);
+  faults->ReleaseHeld();
+  EXPECT_EQ(publish.get().sealed, 12u);
+  mgr->Drain();
+  EXPECT_GT(EncodeFallbacks("arena_full"), 0);
+  EXPECT_GT(CufileWrites(), 0);
+  EXPECT_GT(UringWriteback(), 0);
+  RestoreKv(e, 1, Range(0, 12));
+}
+
+// A failed GPU encode is counted (orbitkv_codec_failures_total{op="encode"})
+// and writes nothing wrong: the group goes again through the CPU path.
+TEST_F(EncodedGate, AFailedGpuEncodeIsCountedAndTheCpuPathStoresTheGroup) {
+  ASSERT_NO_FATAL_FAILURE(Start({}));
+  Engine& e = RegisterEncoded(kAns);
+  FillKv(e, 0, 1);
+  FillKv(e, 1, 2);
+  faults->FailEncodes(1, Status::Internal("injected GPU encode failure"));
+  EXPECT_EQ(Publish(e, 1, {0, 1}).sealed, 2u);
+  mgr->Drain();
+  EXPECT_EQ(Plain("orbitkv_codec_failures_total", {{"codec", "ans"}, {"op", "encode"}}), 1);
+  EXPECT_EQ(EncodeFallbacks("failed"), 1);
+  EXPECT_GT(CufileWrites(), 0);    // the other group
+  EXPECT_GT(UringWriteback(), 0);  // the failed one, encoded on the CPU
+  RestoreKv(e, 1, {8, 9});
+}
+
+// A failed cuFile write of a GPU-encoded group: its encoded DRAM copy is
+// written back through io_uring as it is (no second encode), and restores.
+TEST_F(EncodedGate, AFailedGpuEncodedWriteGoesToIoUringFromTheEncodedDramCopy) {
+  ASSERT_NO_FATAL_FAILURE(Start({}));
+  Engine& e = RegisterEncoded(kTq4);
+  FillKv(e, 0, 1);
+  FillKv(e, 1, 2);
+  faults->FailWrites(1, FaultInjectingPlatform::IoFault::kError);
+  EXPECT_EQ(Publish(e, 1, {0, 1}).sealed, 2u);
+  mgr->Drain();
+  EXPECT_EQ(Counter("orbitkv_ssd_cufile_write_failures_total"), 1);
+  EXPECT_EQ(Plain("orbitkv_codec_failures_total", {{"codec", cc.name}, {"op", "encode"}}), 0);
+  EXPECT_GT(UringWriteback(), 0);
+  const double encoded = Encoded();
+  RestoreKv(e, 1, {8, 9});
+  EXPECT_EQ(Encoded(), encoded);
+  auto [h, bytes] = ObjectOnDisk(1);
+  EXPECT_EQ(h.codec, static_cast<uint8_t>(id()));
+}
+
+// Unregister after GPU-encoded writes: the worker's encode and decode lanes
+// go with it, their arenas and budget shares released (TearDown checks the
+// budget gauge is back to 0 with the workers gone).
+TEST_F(EncodedGate, UnregisterReleasesTheEncodeArenaAndItsBudget) {
+  ASSERT_NO_FATAL_FAILURE(Start({}));
+  Engine& e = RegisterEncoded(kAns);
+  FillKvAndPublish(e, 1, 0, 3);
+  EXPECT_EQ(Plain("orbitkv_codec_budget_used_bytes"),
+            GpuCodecShare(256u << 20, 2 * faults->device_count()));  // the encode lane's
+  ASSERT_TRUE(mgr->UnregisterInstance(session, e.id).ok());
+  e.id = 0;
+  EXPECT_EQ(Plain("orbitkv_codec_budget_used_bytes"), 0);
+  EXPECT_EQ(Gauge("orbitkv_ssd_gpu_encode_pending"), 0);
+}
 
 // A codec budget whose share cannot stage one object selects the host reader
 // (io_uring, CPU decode), with the same bytes.
@@ -864,6 +1082,156 @@ TEST_P(EncodedCorruption, EveryDamagedEncodedObjectIsCorruptionNeverWrongBytes) 
 INSTANTIATE_TEST_SUITE_P(Routes, EncodedCorruption,
                          ::testing::Values(std::nullopt, SsdReadPath::kUring),
                          [](const auto& info) { return info.param ? "IoUring" : "Cufile"; });
+
+// ---- encoded DRAM entries into CUDA pages -----------------------------------
+
+// With --codec-dram-copy encoded the writeback's encoded object replaces the
+// raw DRAM entry; restoring it into CUDA pages copies the encoded bytes H2D
+// into the DRAM decode lane's arena, checks the segment CRCs on the GPU and
+// decodes into the pages. Before, such entries decoded on the CPU into pinned
+// scratch (0.6 GB/s for fp8), far below the raw route.
+class EncodedDram : public EncodedGate {
+ protected:
+  Options Encoded(uint64_t pool = 32u << 20) {
+    Options o;
+    o.pool = pool;
+    o.backend = SsdBackend::kUring;       // restores here come from DRAM
+    o.admission = AdmissionPolicy::kAll;  // published objects stay in DRAM
+    o.dram_encoded = true;
+    return o;
+  }
+  double DramRestores(const char* where) {
+    return Plain("orbitkv_codec_dram_restores_total", {{"codec", cc.name}, {"where", where}});
+  }
+  double DramCopies() { return Plain("orbitkv_codec_dram_copies_total", {{"codec", cc.name}}); }
+  // Restores keys [first_key, +n) from DRAM into `pages`: the encoded copies.
+  void RestoreKvFromDram(const Engine& e, uint64_t first_key, const std::vector<uint64_t>& pages) {
+    QueryResult q = Query(e, first_key, pages.size());
+    for (Tier t : q.sources) EXPECT_EQ(t, Tier::kDram);
+    ASSERT_TRUE(mgr->ReleaseQuery(session, q.query).ok());
+    RestoreKv(e, first_key, pages);
+  }
+  // The encoded object of key `v` in the DRAM pool (its header's magic, key
+  // and a codec id), behind the Manager's back: null if none.
+  uint8_t* EncodedInPool(uint64_t v) {
+    const BlockKey key = K(v);
+    for (auto [base, bytes] : arenas) {
+      for (uint64_t off = 0; off + 4096 <= bytes; off += 4096) {
+        uint8_t* h = base + off;
+        if (std::memcmp(h, kObjectMagic, sizeof kObjectMagic) != 0 ||
+            std::memcmp(h + 32, key.data(), key.size()) != 0) {
+          continue;
+        }
+        auto parsed = ParseObjectHeader({h, ObjectHeaderSize(2)}, bytes - off);
+        if (parsed.ok() && parsed->codec == static_cast<uint8_t>(id())) return h;
+      }
+    }
+    return nullptr;
+  }
+};
+
+class EncodedDramCodecs : public EncodedDram, public ::testing::WithParamInterface<CodecCase> {};
+
+TEST_P(EncodedDramCodecs, EncodedDramCopiesRestoreIntoCudaPagesDecodedOnTheGpu) {
+  ASSERT_NO_FATAL_FAILURE(Start(Encoded()));
+  Engine& e = RegisterEncoded(GetParam());
+  FillKvAndPublish(e, 1, 0, 4);  // Drain: written back, then replaced
+  EXPECT_EQ(DramCopies(), 4) << "the raw DRAM entries were not replaced";
+  EXPECT_GT(Plain("orbitkv_codec_dram_bytes_saved_total", {{"codec", cc.name}}), 0);
+  const double decoded = Decoded();
+  RestoreKvFromDram(e, 1, {8, 9, 10, 11});
+  EXPECT_EQ(DramRestores("gpu"), 4);
+  EXPECT_EQ(DramRestores("cpu"), 0);
+  EXPECT_GT(Decoded(), decoded);
+  EXPECT_EQ(UringReads(), 0);
+  // The lane's arena and scratch are held on the codec budget while the
+  // instance lives (TearDown: released with its last instance).
+  EXPECT_EQ(Plain("orbitkv_codec_budget_used_bytes"),
+            GpuCodecShare(256u << 20, faults->device_count()));
+  EXPECT_EQ(mgr->gauges().dram.scratch_bytes, 0u);
+}
+
+// Without the flag DRAM keeps the raw copy: restores are exact copies, even
+// for lossy codecs, and nothing decodes.
+TEST_P(EncodedDramCodecs, RawDramCopiesStayByDefault) {
+  Options o = Encoded();
+  o.dram_encoded = false;
+  ASSERT_NO_FATAL_FAILURE(Start(o));
+  Engine& e = RegisterEncoded(GetParam());
+  FillAndPublish(e, 1, 0, 2);
+  EXPECT_EQ(DramCopies(), 0);
+  RestoreExact(e, 1, {8, 9}, Tier::kDram);
+  EXPECT_EQ(DramRestores("gpu") + DramRestores("cpu"), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Codecs, EncodedDramCodecs, ::testing::Values(kAns, kFp8, kTq4),
+                         [](const auto& info) {
+                           std::string n = info.param.name;
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
+
+// A flipped payload bit of the encoded DRAM copy: the GPU CRC check fails the
+// block with Corruption before any frame decodes (the page keeps its bytes),
+// counted; the damaged copy leaves DRAM and the SSD copy serves next.
+TEST_F(EncodedDram, AFlippedBitInAnEncodedDramCopyIsCorruptionWithThePageUntouched) {
+  ASSERT_NO_FATAL_FAILURE(Start(Encoded()));
+  Engine& e = RegisterEncoded(kFp8);
+  FillKvAndPublish(e, 1, 0, 2);
+  uint8_t* obj = EncodedInPool(1);
+  ASSERT_NE(obj, nullptr) << "no encoded DRAM copy of key 1";
+  auto h = ParseObjectHeader({obj, ObjectHeaderSize(2)}, 1 << 20);
+  ASSERT_TRUE(h.ok());
+  obj[h->segments[0].offset + h->segments[0].size / 2] ^= 0x08;
+  Scribble(e, 8);
+  Scribble(e, 9);
+  QueryResult q = Query(e, 1, 2);
+  ASSERT_EQ(q.prefix, 2u);
+  RestoreResult r = Restore(Req(e, q, {0, 1}, {8, 9}));
+  ASSERT_EQ(r.blocks.size(), 2u);
+  EXPECT_EQ(r.blocks[0].status.code(), StatusCode::kCorruption) << r.blocks[0].status.ToString();
+  EXPECT_NE(r.blocks[0].status.message().find("payload CRC32C"), std::string::npos)
+      << r.blocks[0].status.ToString();
+  EXPECT_TRUE(Untouched(e, 8));
+  ASSERT_TRUE(r.blocks[1].status.ok()) << r.blocks[1].status.ToString();
+  EXPECT_TRUE(HoldsKv(e, 9, 2));  // the intact neighbour of the same batch
+  EXPECT_EQ(Plain("orbitkv_codec_crc_failures_total", {{"codec", "fp8"}}), 1);
+  EXPECT_EQ(DramRestores("gpu"), 2);
+  // The damaged copy is gone from DRAM: the SSD's serves.
+  QueryResult again = Query(e, 1, 1);
+  ASSERT_EQ(again.prefix, 1u);
+  EXPECT_EQ(again.sources[0], Tier::kSsd);
+  ASSERT_TRUE(mgr->ReleaseQuery(session, again.query).ok());
+  RestoreKv(e, 1, {10});
+}
+
+// A codec budget too small for the DRAM decode lane: the encoded entries
+// decode on the CPU (into pinned scratch, then H2D), counted, with the same
+// bytes (the CPU codec's round trip). A long encoded prefix needs more scratch
+// than the pool has free; its copies run, and give their scratch back, in
+// turns (before: ResourceExhausted part way, the real-model gate on the H200).
+TEST_F(EncodedDram, CodecBudgetTooSmallDecodesOnTheCpuWithTheSameBytes) {
+  ASSERT_NO_FATAL_FAILURE(StartWithCodecBudget(Encoded(), 16u << 10));
+  Engine& e = RegisterEncoded(kFp8);
+  FillKvAndPublish(e, 1, 0, 4);
+  EXPECT_EQ(DramCopies(), 4);
+  RestoreKvFromDram(e, 1, {8, 9, 10, 11});
+  EXPECT_EQ(DramRestores("gpu"), 0);
+  EXPECT_EQ(DramRestores("cpu"), 4);
+  EXPECT_EQ(mgr->gauges().dram.scratch_bytes, 0u);
+}
+
+// More encoded DRAM blocks than the lane's arena holds: the restore submits
+// what it holds and takes ranges again as the lane gives them back.
+TEST_F(EncodedDram, ArenaSmallerThanAnEncodedDramRestoreDecodesItInTurns) {
+  // 16 x 48 KiB: more than the arena (512 KiB less the decoder's scratch).
+  ASSERT_NO_FATAL_FAILURE(StartWithCodecBudget(Encoded(), 512u << 10));
+  Engine& e = RegisterEncoded(kFp8);
+  FillKvAndPublish(e, 1, 0, 16);
+  RestoreKvFromDram(e, 1, Range(0, 16));
+  EXPECT_EQ(DramRestores("gpu"), 16);
+  EXPECT_EQ(DramRestores("cpu"), 0);
+}
 
 TEST_F(GpuTierGate, PublishWaitsForItsCufileWritesWhenALaterGroupFails) {
   ASSERT_NO_FATAL_FAILURE(Start({}));

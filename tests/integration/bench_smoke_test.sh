@@ -4,7 +4,8 @@
 # measured or n/a with a reason, the targets are reported; then fio missing
 # (the bench's io_uring probe measures the disk; with --disk-ceiling fio: n/a,
 # not a failure), a wrong byte (exit 1), a CUDA device where there is none
-# (exit 2), the scale workload's figures, storage codecs, and a hybrid model
+# (exit 2), the scale workload's figures, storage codecs (their JSON fields, and
+# encoded DRAM copies against raw ones in one run), and a hybrid model
 # registered with its description (the plans skip what recovery does not need).
 # Takes seconds; files under $TMPDIR (default /var/tmp).
 # usage: bench_smoke_test.sh PATH/TO/orbitkv-bench PATH/TO/orbitkv-cache-manager
@@ -52,7 +53,7 @@ if p["ceilings"]["memcpy_multi"]["status"] != "ok":
     errors.append("memcpy ceiling not measured")
 if p["ceilings"]["disk_tool"] not in ("fio", "probe"):
     errors.append("disk_tool neither fio nor probe")
-if len(r["targets"]) != 4:
+if len(r["targets"]) != 5:
     errors.append("targets missing")
 print("; ".join(errors) if errors else "OK")
 PY
@@ -140,6 +141,51 @@ for c in ans fp8; do
 done
 grep -q "verification       OK" "$work/codec-ans.txt" && ok "--storage-codec ans: verified" \
   || bad "--storage-codec ans: no verification OK line"
+ansjson=$(/usr/bin/python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+c = r["points"][0]["routes"][0]["codec"]
+print(r["storage_codec"] == "ans" and c["codec"] == "ans" and c["ratio_written"] > 0
+      and c["ratio_read"] > 0 and c["encode_gbps"] > 0 and c["decode_gbps"] > 0
+      and c["effective_kv_gbps"] > 0 and c["stored_gbps"] > 0
+      and c["effective_fraction_of_ceiling"] is not None)' "$work/codec-ans.json" 2>/dev/null)
+[[ $ansjson == True ]] && ok "--storage-codec ans: JSON codec fields (ratios, GB/s, ceiling)" \
+  || bad "--storage-codec ans: JSON codec fields ($ansjson)"
+# 6b. Encoded DRAM copies (dram-encoded: --codec-dram-copy encoded) against raw ones (dram) in
+#     the same run: only dram-encoded's DRAM holds encoded objects and decodes them (host
+#     pages: on the CPU); the fp8 target is n/a with its reason on host pages.
+"$bench" --workload block-size-sweep --sweep-block-tokens 16 "${tiny[@]}" --routes dram,dram-encoded \
+  --working-set 4mib --storage-codec fp8 --ssd-dir "$work/codec-dram" --json "$work/codec-dram.json" \
+  >"$work/codec-dram.txt" 2>&1 && rc=0 || rc=$?
+cdram=$(/usr/bin/python3 - "$work/codec-dram.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+errors = []
+routes = {x["route"]: x for x in r["points"][0]["routes"]}
+raw, enc = routes.get("dram", {}), routes.get("dram-encoded", {})
+if raw.get("status") != "ok" or enc.get("status") != "ok":
+    errors.append("a route did not run")
+else:
+    if not (enc["codec"]["dram_encoded_copies"] > 0 and enc["codec"]["decode_raw_bytes"] > 0
+            and enc["restore"]["bytes"] > 0 and enc["codec"]["effective_kv_gbps"] > 0
+            and enc["codec"]["stored_gbps"] < enc["codec"]["effective_kv_gbps"]):
+        errors.append(f"dram-encoded codec {enc['codec']}")
+    if not (raw["codec"]["dram_encoded_copies"] == 0 and raw["codec"]["decode_raw_bytes"] == 0
+            and raw["restore"]["bytes"] > 0):
+        errors.append(f"dram codec {raw['codec']}")
+t = [x for x in r["targets"] if x["name"].startswith("fp8 effective DRAM -> HBM")]
+if len(t) != 1 or t[0]["status"] != "n/a" or "host pages" not in t[0]["note"]:
+    errors.append(f"target {t}")
+print("; ".join(errors) if errors else "OK")
+PY
+)
+[[ $rc -eq 0 && $cdram == OK ]] && ok "dram-encoded vs dram: encoded DRAM copies decoded, raw ones copied" \
+  || { bad "dram-encoded vs dram (rc $rc: $cdram)"; tail -30 "$work/codec-dram.txt"; }
+"$bench" --workload block-size-sweep --sweep-block-tokens 16 "${tiny[@]}" --routes dram,dram-encoded \
+  --working-set 4mib --ssd-dir "$work/codec-none" >"$work/codec-none.txt" 2>&1 && rc=0 || rc=$?
+grep -q "dram-encoded n/a: needs --storage-codec" "$work/codec-none.txt" \
+  && ok "dram-encoded without --storage-codec: n/a with its reason" \
+  || { bad "dram-encoded without a codec (rc $rc)"; tail -10 "$work/codec-none.txt"; }
 "$bench" --storage-codec zstd "${tiny[@]}" >/dev/null 2>&1 && rc=0 || rc=$?
 [[ $rc -eq 2 ]] && ok "--storage-codec zstd: exit 2" || bad "--storage-codec zstd: exit $rc"
 
