@@ -907,7 +907,9 @@ TEST_F(EncodedGate, GpuEncodeAdmissionSaturationFallsBackToTheCpuWriteback) {
 // the groups it cannot hold take the CPU path; all are stored.
 TEST_F(EncodedGate, FullEncodeArenaFallsBackToTheCpuWriteback) {
   // An encode share that leaves an arena of three groups of this shape after
-  // the platform's encoder scratch (the budget is split over two lanes).
+  // the platform's encoder scratch (the budget is split over the device's
+  // three GPU codec lanes: cuFile decode and encode, DRAM decode; with two,
+  // the share on CUDA, whose encoder scratch is 4 MiB, held no encode lane).
   auto probe = faults->device(0);
   ASSERT_TRUE(probe.ok());
   auto encoder = (*probe)->CreateFrameEncoder(GpuEncodeLane::kMaxSegments);
@@ -916,7 +918,7 @@ TEST_F(EncodedGate, FullEncodeArenaFallsBackToTheCpuWriteback) {
   const uint64_t share =
       (*encoder)->scratch_bytes() + 3 * GpuEncodeLane::Bound(fp8, {kSlot0, kSlot1}) + 4096;
   encoder->reset();
-  ASSERT_NO_FATAL_FAILURE(StartWithCodecBudget({}, 2 * share));
+  ASSERT_NO_FATAL_FAILURE(StartWithCodecBudget({}, 3 * share));
   Engine& e = RegisterEncoded(kFp8);
   for (uint64_t p = 0; p < 12; ++p) FillKv(e, p, 1 + p);
   faults->HoldWrites(true);
