@@ -145,8 +145,7 @@ Result<std::unique_ptr<Manager>> Manager::Create(const ManagerConfig& config) {
   if (config.gpu) {
     x.dram_decode = std::make_unique<DramGpuDecode>(DramGpuDecode::Options{
         x.codec_budget.get(),
-        GpuCodecShare(o.codec_budget,
-                      (x.cufile ? 3 : 1) * std::max(config.gpu->device_count(), 1)),
+        GpuCodecShare(o.codec_budget, (x.cufile ? 3 : 1) * std::max(config.gpu->device_count(), 1)),
         x.codec_metrics.get()});
   }
   x.sessions = std::make_unique<SessionTable>(&x.next_id);
