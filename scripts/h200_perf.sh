@@ -112,6 +112,10 @@ case "${1:-}" in
     "$dir/copy_latency_bench" --objects 32 --iters 200 | tee "$out/copy_latency_64mib.txt"
     st=${PIPESTATUS[0]}
     ((rc == 0 && st != 0)) && rc=$st
+    # The same the other way: a 64 MiB Publish call's copies (HBM -> pool).
+    "$dir/copy_latency_bench" --objects 32 --iters 200 --to-host | tee "$out/copy_latency_d2h.txt"
+    st=${PIPESTATUS[0]}
+    ((rc == 0 && st != 0)) && rc=$st
     # Costs against work: host pages, the tiny model.
     one scale --workload scale --model tiny --scale-objects 1000000 --scale-engines 16
     echo "=== h200_perf.sh: exit $rc"

@@ -1,6 +1,7 @@
 #include "codec/codec_cuda.h"
 
 #include <string>
+#include <utility>
 
 #include "codec/codec_internal.h"
 #include "codec/codec_kernels.h"
@@ -15,9 +16,11 @@ struct CudaDecoder::Buffers {
   int32_t* host_status = nullptr;                // pinned
   internal::KernelFrame* dev_frames = nullptr;
   int32_t* dev_status = nullptr;
+  int32_t* dev_verdicts = nullptr;
   uint32_t* dev_crc = nullptr;
   Crc32cTables* dev_tables = nullptr;
-  uint32_t pending = 0;  // frames of the last DecodeAsync
+  uint32_t pending = 0;          // frames of the last DecodeAsync
+  std::vector<uint32_t> groups;  // and each one's verdict index
 
   ~Buffers() {
     // Teardown: nothing useful to do with a failure here.
@@ -25,6 +28,7 @@ struct CudaDecoder::Buffers {
     cudaFreeHost(host_status);
     cudaFree(dev_frames);
     cudaFree(dev_status);
+    cudaFree(dev_verdicts);
     cudaFree(dev_crc);
     cudaFree(dev_tables);
   }
@@ -53,6 +57,8 @@ Result<std::unique_ptr<CudaDecoder>> CudaDecoder::Create(uint32_t max_frames) {
   ORBITKV_CUDA_RETURN_IF_ERROR(
       cudaMalloc(reinterpret_cast<void**>(&b->dev_status), sizeof(int32_t) * max_frames));
   ORBITKV_CUDA_RETURN_IF_ERROR(
+      cudaMalloc(reinterpret_cast<void**>(&b->dev_verdicts), sizeof(int32_t) * max_frames));
+  ORBITKV_CUDA_RETURN_IF_ERROR(
       cudaMalloc(reinterpret_cast<void**>(&b->dev_crc), sizeof(uint32_t) * max_frames));
   ORBITKV_CUDA_RETURN_IF_ERROR(
       cudaMalloc(reinterpret_cast<void**>(&b->dev_tables), sizeof(Crc32cTables)));
@@ -63,7 +69,7 @@ Result<std::unique_ptr<CudaDecoder>> CudaDecoder::Create(uint32_t max_frames) {
 }
 
 uint64_t CudaDecoder::device_scratch_bytes() const {
-  return (sizeof(internal::KernelFrame) + sizeof(int32_t) + sizeof(uint32_t)) *
+  return (sizeof(internal::KernelFrame) + 2 * sizeof(int32_t) + sizeof(uint32_t)) *
              uint64_t{b_->max_frames} +
          sizeof(Crc32cTables);
 }
@@ -84,16 +90,33 @@ Status CudaDecoder::DecodeAsync(CodecId codec, std::span<const DeviceFrame> fram
         "CudaDecoder: TurboQuant head_dim must be a power of two in [32, 1024]");
   }
   uint64_t max_frame = 0, max_out = 0;
+  b_->groups.resize(frames.size());
   for (size_t i = 0; i < frames.size(); ++i) {
     const DeviceFrame& f = frames[i];
+    const auto which = [i] { return "CudaDecoder: frame " + std::to_string(i); };
     if (reinterpret_cast<uintptr_t>(f.frame) % 16 != 0 ||
-        reinterpret_cast<uintptr_t>(f.out) % 16 != 0) {
-      return Status::InvalidArgument("CudaDecoder: frame " + std::to_string(i) +
-                                     ": input and output must be 16-byte aligned");
+        (!f.check_only && reinterpret_cast<uintptr_t>(f.out) % 16 != 0)) {
+      return Status::InvalidArgument(which() + ": input and output must be 16-byte aligned");
     }
-    b_->host_frames[i] = {f.frame, f.frame_size, f.out, f.out_size};
+    if (f.group != gpu::DecodeOp::kOwnGroup && f.group >= frames.size()) {
+      return Status::InvalidArgument(which() + ": group " + std::to_string(f.group) +
+                                     " out of range");
+    }
+    if (f.check_only && !f.segment_crc) {
+      return Status::InvalidArgument(which() + ": a check-only frame needs its segment CRC");
+    }
+    internal::KernelFrame& k = b_->host_frames[i];
+    k = {f.frame, f.frame_size, f.check_only ? nullptr : f.out, f.check_only ? 0 : f.out_size};
+    k.verdict = f.group == gpu::DecodeOp::kOwnGroup ? static_cast<uint32_t>(i) : f.group;
+    k.dtype = f.dtype;
+    k.flags = (f.segment_crc ? internal::kFrameCheckSegmentCrc : 0) |
+              (f.param ? internal::kFrameCheckParam : 0) |
+              (f.check_only ? internal::kFrameCheckOnly : 0);
+    k.segment_crc = f.segment_crc.value_or(0);
+    k.param = f.param.value_or(0);
+    b_->groups[i] = k.verdict;
     max_frame = std::max(max_frame, f.frame_size);
-    max_out = std::max(max_out, f.out_size);
+    if (!f.check_only) max_out = std::max(max_out, f.out_size);
   }
   b_->pending = static_cast<uint32_t>(frames.size());
   if (frames.empty()) return Status::OK();
@@ -104,36 +127,57 @@ Status CudaDecoder::DecodeAsync(CodecId codec, std::span<const DeviceFrame> fram
   ORBITKV_CUDA_RETURN_IF_ERROR(internal::LaunchCheckAndDecode(
       static_cast<uint8_t>(codec), CodecFormatVersion(codec), b_->dev_frames,
       static_cast<uint32_t>(n), max_frame, max_out, head_dim, b_->dev_tables, b_->dev_crc,
-      b_->dev_status, stream));
+      b_->dev_status, b_->dev_verdicts, stream));
   ORBITKV_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(b_->host_status, b_->dev_status, sizeof(int32_t) * n,
                                                cudaMemcpyDeviceToHost, stream));
   return Status::OK();
 }
 
-Result<std::vector<Status>> CudaDecoder::Finish(cudaStream_t stream) {
+Result<std::vector<gpu::DecodeResult>> CudaDecoder::Finish(cudaStream_t stream) {
   ORBITKV_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-  std::vector<Status> out;
-  out.reserve(b_->pending);
-  for (uint32_t i = 0; i < b_->pending; ++i) {
-    const auto what = [&]() -> const char* {
-      switch (b_->host_status[i]) {
-        case internal::kKernelOk:
-          return nullptr;
-        case internal::kKernelBadStream:
-          return "a chunk stream does not decode";
-        case internal::kKernelBadHeader:
-          return "codec header out of range";
-        case internal::kKernelCrc:
-          return "CRC32C mismatch";
-        default:
-          return "prefix does not match the expected codec and sizes";
-      }
-    }();
-    out.push_back(what == nullptr ? Status::OK()
-                                  : Status::Corruption("GPU decode of frame " + std::to_string(i) +
-                                                       ": " + what));
+  const uint32_t n = std::exchange(b_->pending, 0);
+  // A group failed its checks when any of its frames did (kernel codes from
+  // kKernelFirstCheckError): the kernels decoded none of its frames.
+  std::vector<int32_t> group_check(n, internal::kKernelOk);
+  for (uint32_t i = 0; i < n; ++i) {
+    const int32_t c = b_->host_status[i];
+    if (c >= internal::kKernelFirstCheckError) group_check[b_->groups[i]] = c;
   }
-  b_->pending = 0;
+  std::vector<gpu::DecodeResult> out(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    const int32_t code = b_->host_status[i];
+    gpu::DecodeResult& r = out[i];
+    const char* what = nullptr;
+    switch (code) {
+      case internal::kKernelOk:
+        if (group_check[b_->groups[i]] != internal::kKernelOk) {
+          r.check = gpu::DecodeCheck::kSibling;
+          what = "not decoded: another segment of its object failed its check";
+        }
+        break;
+      case internal::kKernelBadStream:
+        what = "a chunk stream does not decode";
+        break;
+      case internal::kKernelBadHeader:
+        what = "codec header out of range";
+        break;
+      case internal::kKernelCrc:
+        r.check = gpu::DecodeCheck::kFrame;
+        what = "CRC32C mismatch";
+        break;
+      case internal::kKernelSegmentCrc:
+        r.check = gpu::DecodeCheck::kSegmentCrc;
+        what = "payload CRC32C differs from the object header's";
+        break;
+      default:
+        r.check = gpu::DecodeCheck::kFrame;
+        what = "prefix does not match the expected codec, dtype and sizes";
+        break;
+    }
+    if (what != nullptr) {
+      r.status = Status::Corruption("GPU decode of frame " + std::to_string(i) + ": " + what);
+    }
+  }
   return out;
 }
 

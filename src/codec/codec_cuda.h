@@ -1,8 +1,10 @@
 // CudaDecoder: decodes codec frames (codec/codec.h) that are already in GPU
 // memory straight into GPU pages, giving the CPU decoder's bytes. For each
 // frame it first checks the prefix against what the caller expects (codec,
-// frame size, decoded size) and the CRC32C on the GPU; a frame that fails
-// there is not written at all. A frame whose codec header or streams are
+// frame size, decoded size, dtype, param), its CRC32C and, where given, the
+// stored bytes' CRC32C (an object header's segment CRC) on the GPU; a frame
+// that fails there is not written at all, nor is any frame of its group (an
+// object's segments decode all or none). A frame whose codec header or streams are
 // malformed past that point fails with Corruption and its output bytes are
 // unspecified: callers fail the block (the engine recomputes it).
 // One decoder per stream at a time: DecodeAsync then Finish; not thread-safe.
@@ -14,10 +16,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "codec/codec.h"
+#include "gpu/platform.h"
 #include "orbitkv/status.h"
 
 namespace orbitkv::codec {
@@ -28,6 +32,12 @@ struct DeviceFrame {
   uint64_t frame_size = 0;         // input: the encoded segment size (object format)
   uint8_t* out = nullptr;          // output, device
   uint64_t out_size = 0;           // input: the decoded segment size
+  // The further checks of gpu::DecodeOp (gpu/platform.h), same meanings.
+  std::optional<uint32_t> segment_crc;
+  uint8_t dtype = 0;
+  std::optional<uint32_t> param;
+  bool check_only = false;
+  uint32_t group = gpu::DecodeOp::kOwnGroup;
 };
 
 class CudaDecoder {
@@ -42,13 +52,14 @@ class CudaDecoder {
   // Enqueues the check and decode of `frames`, all of codec `codec` (and, for
   // TurboQuant, of head vectors of `head_dim`) on `stream`. The frames and
   // outputs must stay valid until Finish returns. InvalidArgument for
-  // misaligned pointers, more than max_frames frames or kNone.
+  // misaligned pointers, a group out of range, a check-only frame without
+  // segment_crc, more than max_frames frames or kNone.
   Status DecodeAsync(CodecId codec, std::span<const DeviceFrame> frames, uint32_t head_dim,
                      cudaStream_t stream);
 
-  // Waits for the stream and returns one Status per frame of the last
+  // Waits for the stream and returns one result per frame of the last
   // DecodeAsync (Corruption naming the cause); a CUDA failure as the Status.
-  Result<std::vector<Status>> Finish(cudaStream_t stream);
+  Result<std::vector<gpu::DecodeResult>> Finish(cudaStream_t stream);
 
   // The device memory its scratch holds (frame table, statuses, CRCs, tables).
   uint64_t device_scratch_bytes() const;

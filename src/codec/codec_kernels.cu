@@ -49,25 +49,49 @@ __global__ void FrameCrcKernel(const KernelFrame* frames, const Crc32cTables* ta
   if ((threadIdx.x & 31) == 0 && reg != 0) atomicXor(&crc_acc[blockIdx.y], reg);
 }
 
-// One thread per frame: the prefix against the caller's expectations, then
-// the CRC.
+// One thread per frame: the prefix against the caller's expectations, the
+// frame's own CRC, and the stored bytes' CRC where asked (a check-only frame:
+// that alone); the code goes to status[i] and into its verdict.
 __global__ void CheckPrefixKernel(uint8_t codec, uint8_t version, const KernelFrame* frames,
-                                  uint32_t count, const uint32_t* crc_acc, int32_t* status) {
+                                  uint32_t count, const Crc32cTables* tables,
+                                  const uint32_t* crc_acc, int32_t* status, int32_t* verdicts) {
   const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= count) return;
   const KernelFrame f = frames[i];
-  int32_t code = kKernelBadPrefix;
-  if (f.frame_size >= kFramePrefixBytes) {
-    const uint8_t* p = f.frame;
-    const uint8_t dtype = p[kPrefixDType];
-    const uint64_t elem = dtype == 3 ? 1 : 2;
-    const bool ok = Load32(p) == kFrameMagic && p[kPrefixCodec] == codec && codec >= 1 &&
-                    codec <= 4 && p[kPrefixVersion] == version && dtype >= 1 && dtype <= 3 &&
-                    (p[kPrefixFlags] & ~1u) == 0 && Load64(p + kPrefixFrameSize) == f.frame_size &&
-                    Load64(p + kPrefixDecodedSize) == f.out_size && f.out_size % elem == 0;
-    if (ok) code = ~crc_acc[i] == Load32(p + kFrameCrcOffset) ? kKernelOk : kKernelCrc;
+  const uint8_t* p = f.frame;
+  const bool has_field = f.frame_size >= kFrameCrcOffset + 4;
+  int32_t code = kKernelOk;
+  if (f.flags & kFrameCheckSegmentCrc) {
+    // FrameCrcKernel read the CRC field as zero; the segment CRC covers it.
+    const uint32_t reg = has_field ? Crc32cWithWord(*tables, crc_acc[i], Load32(p + kFrameCrcOffset),
+                                                    kFrameCrcOffset, f.frame_size)
+                                   : crc_acc[i];
+    if (~reg != f.segment_crc) code = kKernelSegmentCrc;
+  }
+  if (code == kKernelOk && !(f.flags & kFrameCheckOnly)) {
+    code = kKernelBadPrefix;
+    if (f.frame_size >= kFramePrefixBytes) {
+      const uint8_t dtype = p[kPrefixDType];
+      const uint64_t elem = dtype == 3 ? 1 : 2;
+      const bool ok =
+          Load32(p) == kFrameMagic && p[kPrefixCodec] == codec && codec >= 1 && codec <= 4 &&
+          p[kPrefixVersion] == version && dtype >= 1 && dtype <= 3 &&
+          (f.dtype == 0 || dtype == f.dtype) && (p[kPrefixFlags] & ~1u) == 0 &&
+          Load64(p + kPrefixFrameSize) == f.frame_size &&
+          Load64(p + kPrefixDecodedSize) == f.out_size && f.out_size % elem == 0 &&
+          (!(f.flags & kFrameCheckParam) || Load32(p + kPrefixParam) == f.param);
+      if (ok) code = ~crc_acc[i] == Load32(p + kFrameCrcOffset) ? kKernelOk : kKernelCrc;
+    }
   }
   status[i] = code;
+  if (code != kKernelOk) atomicMax(&verdicts[f.verdict], code);
+}
+
+// A decode kernel's frame `fi` is skipped: check-only, or its verdict (its
+// own check or another frame's of the same object) failed.
+__device__ bool SkipFrame(const KernelFrame* frames, const int32_t* verdicts, uint32_t fi) {
+  const KernelFrame& f = frames[fi];
+  return (f.flags & kFrameCheckOnly) || verdicts[f.verdict] != kKernelOk;
 }
 
 // ---- ans --------------------------------------------------------------------
@@ -194,11 +218,11 @@ __device__ __forceinline__ uint8_t AnsStep(WarpStream& s, const uint32_t* table,
 // grid (blocks, count), kAnsWarps warps: block b decodes chunks b*8+w,
 // (b+gridDim.x)*8+w, ...
 __global__ void __launch_bounds__(kAnsWarps * 32)
-    AnsDecodeKernel(const KernelFrame* frames, int32_t* status) {
+    AnsDecodeKernel(const KernelFrame* frames, int32_t* status, const int32_t* verdicts) {
   __shared__ uint32_t table[kAnsMaxPlanes][kAnsProbScale];
   __shared__ uint32_t cum[257];
   const uint32_t fi = blockIdx.y;
-  if (status[fi] != kKernelOk) return;
+  if (SkipFrame(frames, verdicts, fi)) return;
   const KernelFrame f = frames[fi];
   const uint8_t* p = f.frame;
   if (p[kPrefixFlags] & kFrameFlagStored) {
@@ -299,9 +323,10 @@ __global__ void __launch_bounds__(kAnsWarps * 32)
 
 // ---- fp8 --------------------------------------------------------------------
 
-__global__ void Fp8DecodeKernel(const KernelFrame* frames, int32_t* status) {
+__global__ void Fp8DecodeKernel(const KernelFrame* frames, int32_t* status,
+                                const int32_t* verdicts) {
   const uint32_t fi = blockIdx.y;
-  if (status[fi] != kKernelOk) return;
+  if (SkipFrame(frames, verdicts, fi)) return;
   const KernelFrame f = frames[fi];
   const uint8_t* p = f.frame;
   const uint32_t group = Load32(p + kPrefixParam);
@@ -367,10 +392,11 @@ __device__ __forceinline__ void WarpFwht(float (&v)[R], uint32_t lane) {
 
 template <int R>
 __global__ void __launch_bounds__(kTqWarps * 32)
-    TurboQuantDecodeKernel(uint32_t bits, const KernelFrame* frames, int32_t* status) {
+    TurboQuantDecodeKernel(uint32_t bits, const KernelFrame* frames, int32_t* status,
+                           const int32_t* verdicts) {
   constexpr uint32_t d = 32 * R;
   const uint32_t fi = blockIdx.y;
-  if (status[fi] != kKernelOk) return;
+  if (SkipFrame(frames, verdicts, fi)) return;
   const KernelFrame f = frames[fi];
   const uint8_t* p = f.frame;
   const uint32_t levels = 1u << bits;
@@ -782,26 +808,27 @@ cudaError_t LaunchAnsEncode(uint8_t version, AnsEncodeJob* jobs, KernelFrame* fr
 cudaError_t LaunchCheckAndDecode(uint8_t codec, uint8_t version, const KernelFrame* frames,
                                  uint32_t count, uint64_t max_frame_size, uint64_t max_out_size,
                                  uint32_t head_dim, const Crc32cTables* tables, uint32_t* crc_acc,
-                                 int32_t* status, cudaStream_t stream) {
+                                 int32_t* status, int32_t* verdicts, cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
   if (count > 65535) return cudaErrorInvalidValue;
   cudaError_t err = cudaMemsetAsync(crc_acc, 0, sizeof(uint32_t) * count, stream);
+  if (err == cudaSuccess) err = cudaMemsetAsync(verdicts, 0, sizeof(int32_t) * count, stream);
   if (err != cudaSuccess) return err;
   const dim3 crc_grid(GridX(max_frame_size, uint64_t{kCrcPieceBytes} * kCrcThreads), count);
   FrameCrcKernel<<<crc_grid, kCrcThreads, 0, stream>>>(frames, tables, crc_acc);
-  CheckPrefixKernel<<<(count + 127) / 128, 128, 0, stream>>>(codec, version, frames, count, crc_acc,
-                                                             status);
+  CheckPrefixKernel<<<(count + 127) / 128, 128, 0, stream>>>(codec, version, frames, count, tables,
+                                                             crc_acc, status, verdicts);
   switch (codec) {
     case kCodecAns: {
       // Chunks are at least 32 elements; 8 KiB of output per warp is the
       // default chunk's size (a grid larger than the chunks exits early).
       const dim3 grid(GridX(max_out_size, uint64_t{kAnsWarps} * 8192), count);
-      AnsDecodeKernel<<<grid, kAnsWarps * 32, 0, stream>>>(frames, status);
+      AnsDecodeKernel<<<grid, kAnsWarps * 32, 0, stream>>>(frames, status, verdicts);
       break;
     }
     case kCodecFp8: {
       const dim3 grid(GridX(max_out_size / 2, 256 * 4 * 8), count);
-      Fp8DecodeKernel<<<grid, 256, 0, stream>>>(frames, status);
+      Fp8DecodeKernel<<<grid, 256, 0, stream>>>(frames, status, verdicts);
       break;
     }
     case kCodecTq4:
@@ -811,22 +838,28 @@ cudaError_t LaunchCheckAndDecode(uint8_t codec, uint8_t version, const KernelFra
       const uint32_t threads = kTqWarps * 32;
       switch (head_dim) {
         case 32:
-          TurboQuantDecodeKernel<1><<<grid, threads, 0, stream>>>(bits, frames, status);
+          TurboQuantDecodeKernel<1><<<grid, threads, 0, stream>>>(bits, frames, status,
+                                                                          verdicts);
           break;
         case 64:
-          TurboQuantDecodeKernel<2><<<grid, threads, 0, stream>>>(bits, frames, status);
+          TurboQuantDecodeKernel<2><<<grid, threads, 0, stream>>>(bits, frames, status,
+                                                                          verdicts);
           break;
         case 128:
-          TurboQuantDecodeKernel<4><<<grid, threads, 0, stream>>>(bits, frames, status);
+          TurboQuantDecodeKernel<4><<<grid, threads, 0, stream>>>(bits, frames, status,
+                                                                          verdicts);
           break;
         case 256:
-          TurboQuantDecodeKernel<8><<<grid, threads, 0, stream>>>(bits, frames, status);
+          TurboQuantDecodeKernel<8><<<grid, threads, 0, stream>>>(bits, frames, status,
+                                                                          verdicts);
           break;
         case 512:
-          TurboQuantDecodeKernel<16><<<grid, threads, 0, stream>>>(bits, frames, status);
+          TurboQuantDecodeKernel<16><<<grid, threads, 0, stream>>>(bits, frames, status,
+                                                                          verdicts);
           break;
         case 1024:
-          TurboQuantDecodeKernel<32><<<grid, threads, 0, stream>>>(bits, frames, status);
+          TurboQuantDecodeKernel<32><<<grid, threads, 0, stream>>>(bits, frames, status,
+                                                                          verdicts);
           break;
         default:
           return cudaErrorInvalidValue;

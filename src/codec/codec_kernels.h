@@ -20,7 +20,17 @@ struct KernelFrame {
   uint64_t frame_size;   // bytes the caller read for it
   uint8_t* out;          // device
   uint64_t out_size;     // bytes the caller expects decoded
+  // LaunchCheckAndDecode only (the encoders leave them zero):
+  uint32_t segment_crc = 0;  // CRC32C of the stored frame bytes (kFrameCheckSegmentCrc)
+  uint32_t verdict = 0;      // index into verdicts[]: frames sharing one decode all or none
+  uint32_t param = 0;        // the prefix param it must have (kFrameCheckParam)
+  uint8_t dtype = 0;         // the element dtype it must name; 0: any
+  uint8_t flags = 0;         // kFrameCheck*
 };
+
+inline constexpr uint8_t kFrameCheckSegmentCrc = 1;  // compare segment_crc
+inline constexpr uint8_t kFrameCheckParam = 2;       // compare param
+inline constexpr uint8_t kFrameCheckOnly = 4;        // segment CRC only, never decoded (out unused)
 
 // Stored in status[]: 0 is success. Larger is worse (atomicMax).
 enum KernelError : int32_t {
@@ -29,19 +39,25 @@ enum KernelError : int32_t {
   kKernelBadHeader = 2,  // codec header fields out of range
   kKernelCrc = 3,        // CRC32C mismatch (nothing written)
   kKernelBadPrefix = 4,  // magic, codec, version, sizes (nothing written)
+  kKernelSegmentCrc = 5, // the stored bytes' CRC32C is not segment_crc (nothing written)
 };
+// Codes of the check pass: a frame with one (or whose verdict has one) is not decoded.
+inline constexpr int32_t kKernelFirstCheckError = kKernelCrc;
 
-// Checks every frame (prefix fields against `codec`, its format `version`
-// and the caller's sizes,
-// CRC32C) and writes status[i]; then decodes the frames whose status is
-// still kKernelOk. crc_acc: count words of scratch; tables: device copy of
+// Checks every frame (prefix fields against `codec`, its format `version`,
+// the caller's sizes, dtype and param, its own CRC32C and, where flagged,
+// the stored bytes' CRC32C; a kFrameCheckOnly frame only that) and writes
+// status[i], folding it into verdicts[frame.verdict] (the largest code);
+// then decodes the frames that are not check-only and whose verdict is
+// still kKernelOk. crc_acc: count words of scratch, verdicts: count words
+// (only indices the frames name are read); tables: device copy of
 // MakeCrc32cTables(). max_frame_size and max_out_size size the grids;
 // head_dim (TurboQuant only) picks the kernel, frames of another are
 // kKernelBadHeader.
 cudaError_t LaunchCheckAndDecode(uint8_t codec, uint8_t version, const KernelFrame* frames,
                                  uint32_t count, uint64_t max_frame_size, uint64_t max_out_size,
                                  uint32_t head_dim, const Crc32cTables* tables, uint32_t* crc_acc,
-                                 int32_t* status, cudaStream_t stream);
+                                 int32_t* status, int32_t* verdicts, cudaStream_t stream);
 
 // One segment for the GPU encoders: raw (device, bf16/fp16) into frame
 // (device), whose header (codec/codec_internal.h writers) is already there.

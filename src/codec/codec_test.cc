@@ -56,6 +56,23 @@ TEST(Crc32cTest, PiecewiseCombinationMatchesIsal) {
   }
 }
 
+// The GPU check pass computes each frame's CRC with its CRC field read as
+// zero (the frame's own CRC) and derives the stored bytes' CRC (an object
+// header's segment CRC) from it: Crc32cWithWord against ISA-L.
+TEST(Crc32cTest, StoredBytesCrcFollowsFromTheZeroedFieldCrc) {
+  const Crc32cTables t = MakeCrc32cTables();
+  for (size_t size : {32, 33, 100, 4096, 10001}) {
+    auto data = testing::RandomBytes(size, static_cast<uint32_t>(size));
+    for (size_t at : {size_t{0}, size_t{28}, (size - 4) / 4 * 4}) {
+      std::vector<uint8_t> zeroed = data;
+      std::memset(&zeroed[at], 0, 4);
+      const uint32_t zeroed_reg = ~Crc32c(zeroed);
+      EXPECT_EQ(~Crc32cWithWord(t, zeroed_reg, Load32(&data[at]), at, size), Crc32c(data))
+          << size << " " << at;
+    }
+  }
+}
+
 class EveryCodecTest : public ::testing::TestWithParam<CodecId> {};
 
 TEST_P(EveryCodecTest, FrameIsSelfDescribingAndWithinTheBound) {

@@ -48,6 +48,15 @@ OKV_HD uint32_t Crc32cWord(const uint32_t (*slice)[256], uint32_t reg, uint32_t 
          slice[0][reg >> 24];
 }
 
+// The CRC register of a `size`-byte frame from the register of the same bytes
+// with the 4-byte word at `at` read as zero (`zeroed`): the frame's own CRC
+// field is skipped that way, while an object header's segment CRC covers the
+// stored bytes. `word` is the stored word there. REQUIRES: at + 4 <= size.
+OKV_HD uint32_t Crc32cWithWord(const Crc32cTables& t, uint32_t zeroed, uint32_t word, uint64_t at,
+                               uint64_t size) {
+  return zeroed ^ Crc32cShift(t, Crc32cWord(t.slice, 0, word), size - at - 4);
+}
+
 inline Crc32cTables MakeCrc32cTables() {
   Crc32cTables t{};
   for (uint32_t i = 0; i < 256; ++i) {

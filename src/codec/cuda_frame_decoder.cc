@@ -25,13 +25,21 @@ class CudaFrameDecoder final : public gpu::FrameDecoder {
     ORBITKV_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));
     frames_.clear();
     for (const gpu::DecodeOp& op : ops) {
-      frames_.push_back({reinterpret_cast<const uint8_t*>(op.frame), op.frame_size,
-                         reinterpret_cast<uint8_t*>(op.out), op.out_size});
+      DeviceFrame& f = frames_.emplace_back();
+      f.frame = reinterpret_cast<const uint8_t*>(op.frame);
+      f.frame_size = op.frame_size;
+      f.out = reinterpret_cast<uint8_t*>(op.out);
+      f.out_size = op.out_size;
+      f.segment_crc = op.segment_crc;
+      f.dtype = op.dtype;
+      f.param = op.param;
+      f.check_only = op.check_only;
+      f.group = op.group;
     }
     return d_->DecodeAsync(codec, frames_, head_dim, s);
   }
 
-  Result<std::vector<Status>> Finish(gpu::Stream& stream) override {
+  Result<std::vector<gpu::DecodeResult>> Finish(gpu::Stream& stream) override {
     cudaStream_t s = nullptr;
     ORBITKV_ASSIGN_OR_RETURN(s, Native(stream));
     ORBITKV_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));

@@ -291,49 +291,95 @@ class FakeFrameDecoder : public FrameDecoder {
           fmt::format("FrameDecoder: {} frames, created for {}", ops.size(), max_frames_));
     }
     for (size_t i = 0; i < ops.size(); ++i) {
-      if (ops[i].frame % 16 != 0 || ops[i].out % 16 != 0 || ops[i].frame == 0 || ops[i].out == 0) {
+      const DecodeOp& op = ops[i];
+      if (op.frame % 16 != 0 || op.frame == 0 ||
+          (!op.check_only && (op.out % 16 != 0 || op.out == 0))) {
         return Status::InvalidArgument(
             fmt::format("FrameDecoder: frame {}: input and output must be 16-byte aligned", i));
       }
+      if (op.group != DecodeOp::kOwnGroup && op.group >= ops.size()) {
+        return Status::InvalidArgument(
+            fmt::format("FrameDecoder: frame {}: group {} out of range", i, op.group));
+      }
+      if (op.check_only && !op.segment_crc) {
+        return Status::InvalidArgument(
+            fmt::format("FrameDecoder: frame {}: a check-only frame needs its segment CRC", i));
+      }
     }
-    auto results = std::make_shared<std::vector<Status>>(ops.size());
+    auto results = std::make_shared<std::vector<DecodeResult>>(ops.size());
     results_ = results;
     s->queue()->Enqueue(
         [results, codec, head_dim, v = std::vector<DecodeOp>(ops.begin(), ops.end())] {
-          for (size_t i = 0; i < v.size(); ++i) (*results)[i] = DecodeOne(codec, head_dim, v[i], i);
+          DecodeAll(codec, head_dim, v, *results);
         });
     return Status::OK();
   }
 
-  Result<std::vector<Status>> Finish(Stream& stream) override {
+  Result<std::vector<DecodeResult>> Finish(Stream& stream) override {
     auto* s = dynamic_cast<FakeStream*>(&stream);
     if (s == nullptr || s->device() != device_) {
       return Status::InvalidArgument("FrameDecoder::Finish: not a stream of this device");
     }
     s->queue()->WaitDone(s->queue()->Tail());
-    std::shared_ptr<std::vector<Status>> r = std::move(results_);
-    return r ? std::move(*r) : std::vector<Status>{};
+    std::shared_ptr<std::vector<DecodeResult>> r = std::move(results_);
+    return r ? std::move(*r) : std::vector<DecodeResult>{};
   }
 
  private:
-  static Status DecodeOne(codec::CodecId codec, uint32_t head_dim, const DecodeOp& op, size_t i) {
+  // The CUDA decoder's order: every op's checks, then the ops of groups
+  // that passed are decoded.
+  static void DecodeAll(codec::CodecId codec, uint32_t head_dim, const std::vector<DecodeOp>& v,
+                        std::vector<DecodeResult>& out) {
+    std::vector<bool> group_failed(v.size(), false);
+    auto group = [&](size_t i) { return v[i].group == DecodeOp::kOwnGroup ? i : v[i].group; };
+    for (size_t i = 0; i < v.size(); ++i) {
+      out[i] = Check(codec, head_dim, v[i], i);
+      if (out[i].check != DecodeCheck::kPassed) group_failed[group(i)] = true;
+    }
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (out[i].check != DecodeCheck::kPassed) continue;
+      if (group_failed[group(i)]) {
+        out[i] = {Status::Corruption(fmt::format(
+                      "frame {}: not decoded: another segment of its object failed its check", i)),
+                  DecodeCheck::kSibling};
+        continue;
+      }
+      if (v[i].check_only) continue;
+      const DecodeOp& op = v[i];
+      const std::span<const uint8_t> frame{reinterpret_cast<const uint8_t*>(op.frame),
+                                           op.frame_size};
+      const std::span<uint8_t> dst{reinterpret_cast<uint8_t*>(op.out), op.out_size};
+      if (Status st = codec::Decode(frame, dst, codec); !st.ok()) {
+        out[i].status = Status::Corruption(fmt::format("decode of frame {}: {}", i, st.message()));
+      }
+    }
+  }
+
+  static DecodeResult Check(codec::CodecId codec, uint32_t head_dim, const DecodeOp& op, size_t i) {
     const std::span<const uint8_t> frame{reinterpret_cast<const uint8_t*>(op.frame), op.frame_size};
-    const std::span<uint8_t> out{reinterpret_cast<uint8_t*>(op.out), op.out_size};
-    Result<codec::FrameInfo> info = codec::ParseFrame(frame);
+    if (op.segment_crc && Crc32c(frame) != *op.segment_crc) {
+      return {Status::Corruption(fmt::format(
+                  "frame {}: payload CRC32C differs from the object header's", i)),
+              DecodeCheck::kSegmentCrc};
+    }
+    if (op.check_only) return {};
+    Result<codec::FrameInfo> info = codec::ParseFrame(frame);  // prefix and the frame's own CRC
     Status st = info.status();
     const bool tq = codec == codec::CodecId::kTurboQuant4 || codec == codec::CodecId::kTurboQuant3;
-    if (st.ok() && (info->codec != codec || info->decoded_size != op.out_size ||
-                    (tq && info->param != head_dim))) {
-      st = Status::Corruption("prefix does not match the expected codec and sizes");
+    if (st.ok() &&
+        (info->codec != codec || info->decoded_size != op.out_size ||
+         (tq && info->param != head_dim) ||
+         (op.dtype != 0 && static_cast<uint8_t>(info->dtype) != op.dtype) ||
+         (op.param && info->param != *op.param))) {
+      st = Status::Corruption("prefix does not match the expected codec, dtype and sizes");
     }
-    if (st.ok()) st = codec::Decode(frame, out, codec);
-    if (st.ok()) return st;
-    return Status::Corruption(fmt::format("decode of frame {}: {}", i, st.message()));
+    if (st.ok()) return {};
+    return {Status::Corruption(fmt::format("frame {}: {}", i, st.message())), DecodeCheck::kFrame};
   }
 
   const int device_;
   const uint32_t max_frames_;
-  std::shared_ptr<std::vector<Status>> results_;
+  std::shared_ptr<std::vector<DecodeResult>> results_;
 };
 
 // The fake's frame encoder: the CPU codec on the stream's thread (so its

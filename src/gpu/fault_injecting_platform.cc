@@ -94,7 +94,7 @@ class WrappedFrameDecoder : public FrameDecoder {
     if (s == nullptr) return Status::InvalidArgument("DecodeAsync: foreign stream");
     return inner_->DecodeAsync(codec, head_dim, ops, s->inner());
   }
-  Result<std::vector<Status>> Finish(Stream& stream) override {
+  Result<std::vector<DecodeResult>> Finish(Stream& stream) override {
     auto* s = dynamic_cast<WrappedStream*>(&stream);
     if (s == nullptr) return Status::InvalidArgument("Finish: foreign stream");
     return inner_->Finish(s->inner());

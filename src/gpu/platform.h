@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -91,22 +92,45 @@ struct CrcOp {
 
 // One storage-codec frame (codec/codec.h) in device memory to decode into
 // device memory: [frame, +frame_size) into [out, +out_size). Both addresses
-// 16-byte aligned.
+// 16-byte aligned (out unused by a check-only op).
 struct DecodeOp {
   DevPtr frame = 0;
   uint64_t frame_size = 0;  // the segment's encoded size (object format)
   DevPtr out = 0;
   uint64_t out_size = 0;  // the decoded size the frame must have
+  // Checks beyond the frame's own (prefix, CRC32C), all made before any op
+  // of the same group writes a byte:
+  std::optional<uint32_t> segment_crc;  // CRC32C the stored frame bytes must have
+  uint8_t dtype = 0;                    // the dtype the prefix must name (codec::DType); 0: any
+  std::optional<uint32_t> param;        // the prefix param it must have (TurboQuant: head_dim)
+  bool check_only = false;              // segment_crc only (required); never decoded
+  // Ops of one group (an object) decode all or none: one failing a check
+  // leaves every output of the group untouched. REQUIRES: group < the number
+  // of ops of the call; kOwnGroup: the op's own.
+  static constexpr uint32_t kOwnGroup = ~0u;
+  uint32_t group = kOwnGroup;
+};
+
+// How a DecodeOp ended (FrameDecoder::Finish). status is OK exactly when the
+// op passed its checks and (unless check-only) decoded.
+enum class DecodeCheck : uint8_t {
+  kPassed,      // the checks passed; a failed status is a decode error (output unspecified)
+  kSegmentCrc,  // the stored bytes' CRC32C is not segment_crc (its group untouched)
+  kFrame,       // prefix, dtype, param, sizes or the frame's own CRC32C (its group untouched)
+  kSibling,     // another op of its group failed a check (its group untouched)
+};
+struct DecodeResult {
+  Status status;
+  DecodeCheck check = DecodeCheck::kPassed;
 };
 
 // Decodes storage-codec frames that are in device memory straight into
 // device memory (CUDA: codec/codec_cuda.h's CudaDecoder; fake: the CPU
-// codec), giving the CPU decoder's bytes. Each frame's prefix is checked
-// against what the op expects (codec, frame size, decoded size) and its
-// CRC32C before a byte of its output is written: a frame failing there leaves
-// its output untouched. A frame malformed past that point is Corruption with
-// its output unspecified. One DecodeAsync then Finish at a time; not
-// thread-safe. REQUIRES: destroyed before its Platform.
+// codec), giving the CPU decoder's bytes. Each op's checks (DecodeOp) run on
+// the device before a byte of its group's outputs is written. A frame
+// malformed past them is Corruption with its output unspecified. One
+// DecodeAsync then Finish at a time; not thread-safe. REQUIRES: destroyed
+// before its Platform.
 class FrameDecoder {
  public:
   virtual ~FrameDecoder() = default;
@@ -114,14 +138,14 @@ class FrameDecoder {
   virtual uint64_t scratch_bytes() const = 0;
   // Enqueues, after the stream's earlier work, the check and decode of every
   // op, all of codec `codec` (TurboQuant: head vectors of `head_dim`).
-  // InvalidArgument for kNone, misaligned addresses or more ops than the
-  // decoder was made for (nothing enqueued). Frames and outputs stay valid
-  // until Finish returns.
+  // InvalidArgument for kNone, misaligned addresses, a group out of range, a
+  // check-only op without segment_crc, or more ops than the decoder was made
+  // for (nothing enqueued). Frames and outputs stay valid until Finish returns.
   virtual Status DecodeAsync(codec::CodecId codec, uint32_t head_dim, std::span<const DecodeOp> ops,
                              Stream& stream) = 0;
-  // Waits for the stream; one Status per op of the last DecodeAsync
+  // Waits for the stream; one result per op of the last DecodeAsync
   // (Corruption naming the cause), or the stream's failure.
-  virtual Result<std::vector<Status>> Finish(Stream& stream) = 0;
+  virtual Result<std::vector<DecodeResult>> Finish(Stream& stream) = 0;
 };
 
 // One raw segment in device memory to encode into a frame buffer in device

@@ -12,6 +12,10 @@ namespace {
 // Segments (CRCs) and frames one lane batch checks and decodes: 128 objects
 // of a 64-slot model at once (more than a 64 MiB arena holds).
 constexpr uint32_t kLaneFrames = 8192;
+// Encoded bytes per lane batch: large enough for full-rate H2D copies and few
+// launches (4 blocks of an 8B model at a 2x codec), small enough that a 64 MiB
+// call is several batches that the lane's two stages overlap.
+constexpr uint64_t kDecodeBatchBytes = 8ull << 20;
 
 }  // namespace
 
@@ -55,6 +59,8 @@ DramGpuDecode::Lane* DramGpuDecode::LaneFor(gpu::Device& device) {
   lo.budget = o_.budget;
   lo.metrics = o_.metrics;
   lo.max_frames = kLaneFrames;
+  lo.cost_enqueue = o_.cost_enqueue;
+  lo.cost_wait = o_.cost_wait;
   lo.on_space = [p] {
     {
       MutexLock g(p->mu);
@@ -159,8 +165,8 @@ std::vector<std::optional<Status>> DramGpuDecode::Restore(const Instance& inst,
     ++decoded;
     batch.push_back(std::move(t));
     batch_bytes += AlignUp(size, 4096);
-    // Half the arena per batch: the lane decodes one while the next fills.
-    if (batch_bytes >= lane->lane->capacity() / 2) submit();
+    // The lane copies and decodes one batch while this call fills the next.
+    if (batch_bytes >= std::min(kDecodeBatchBytes, lane->lane->capacity() / 4)) submit();
   }
   if (lane) submit();
   {

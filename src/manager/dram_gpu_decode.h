@@ -2,10 +2,12 @@
 // (README "In the Manager", "DRAM restores of encoded entries"). The encoded
 // object crosses PCIe as it is stored: its bytes are copied H2D from the
 // pinned pool (registered with CUDA) into a range of a GPU decode lane's
-// arena (gpu_decode_lane.h), CRC32C-checked there against the header's
-// segment CRCs and prefix-checked on the host before any frame is decoded,
-// then decoded straight into the engine pages (FrameDecoder: CudaDecoder on
-// CUDA, the CPU codec on the fake platform). Corruption is a per-block error
+// arena (gpu_decode_lane.h), CRC32C- and prefix-checked there on the GPU
+// against the header's segment CRCs before any frame is decoded, then decoded
+// straight into the engine pages (FrameDecoder: CudaDecoder on CUDA, the CPU
+// codec on the fake platform). A call's blocks go to the lane in batches of
+// up to kDecodeBatchBytes of encoded bytes, so one batch's H2D copy overlaps
+// the previous one's decode. Corruption is a per-block error
 // with the pages untouched, counted as on the other routes.
 //
 // One lane per CUDA device, created on the first such restore and kept while
@@ -41,6 +43,8 @@ class DramGpuDecode {
     CodecBudget* budget = nullptr;          // required
     uint64_t share_bytes = 0;               // each lane's arena + scratch; 0: no GPU decode
     const CodecMetrics* metrics = nullptr;  // required
+    Histogram* cost_enqueue = nullptr;      // GpuDecodeLaneOptions' (null: not observed)
+    Histogram* cost_wait = nullptr;
   };
   explicit DramGpuDecode(Options options) : o_(options) {}
   ~DramGpuDecode();  // closes the lanes (no Restore may be running)

@@ -1,10 +1,6 @@
 #include "manager/gpu_decode_lane.h"
 
 #include <chrono>
-#include <cstring>
-
-#include "codec/frame_layout.h"
-
 #include "orbitkv/logging.h"
 #include "orbitkv/units.h"
 
@@ -121,19 +117,22 @@ Result<std::unique_ptr<GpuDecodeLane>> GpuDecodeLane::Create(GpuDecodeLaneOption
   l.o_ = std::move(o);
   gpu::Device& d = *l.o_.device;
   Status st = [&]() -> Status {
-    ORBITKV_ASSIGN_OR_RETURN(l.decoder_, d.CreateFrameDecoder(l.o_.max_frames));
+    uint64_t scratch = 0;
+    for (Stage& s : l.stages_) {
+      ORBITKV_ASSIGN_OR_RETURN(s.decoder, d.CreateFrameDecoder(l.o_.max_frames));
+      scratch += s.decoder->scratch_bytes();
+    }
     l.mem_.device = &d;
     l.mem_.budget = l.o_.budget;
     l.mem_.budget_bytes = l.o_.budget_bytes;
-    // Pinned results: a CRC32C per segment, then a frame prefix per target.
-    const uint64_t host_bytes = (sizeof(uint32_t) + codec::kFramePrefixBytes) * l.o_.max_frames;
-    ORBITKV_RETURN_IF_ERROR(l.mem_.Acquire(l.decoder_->scratch_bytes(), host_bytes, "decode"));
+    ORBITKV_RETURN_IF_ERROR(l.mem_.Acquire(scratch, kRangeAlign, "decode"));
     l.arena_bytes_ = l.mem_.arena_bytes;
     l.arena_ = l.mem_.arena;
-    l.stream_ = l.mem_.stream.get();
-    l.event_ = l.mem_.event.get();
-    l.crcs_ = reinterpret_cast<uint32_t*>(l.mem_.host);
-    l.prefixes_ = l.mem_.host + sizeof(uint32_t) * l.o_.max_frames;
+    l.stages_[0].stream = l.mem_.stream.get();
+    for (int i = 1; i < kStages; ++i) {
+      ORBITKV_ASSIGN_OR_RETURN(l.stages_[i].own_stream, d.CreateStream());
+      l.stages_[i].stream = l.stages_[i].own_stream.get();
+    }
     return Status::OK();
   }();
   if (!st.ok()) {
@@ -143,9 +142,11 @@ Result<std::unique_ptr<GpuDecodeLane>> GpuDecodeLane::Create(GpuDecodeLaneOption
   {
     MutexLock g(l.mu_);
     l.ranges_ = RangeAllocator(l.arena_bytes_);
+    for (Stage& s : l.stages_) l.free_.push_back(&s);
   }
   GpuDecodeLane* p = lane.get();
   l.thread_ = std::thread([p] { p->Loop(); });
+  l.finisher_ = std::thread([p] { p->FinishLoop(); });
   return lane;
 }
 
@@ -155,13 +156,15 @@ GpuDecodeLane::~GpuDecodeLane() {
 }
 
 void GpuDecodeLane::Free() {
-  if (stream_) o_.device->Synchronize(*stream_).IgnoreError("decode lane teardown");
-  decoder_.reset();
+  for (Stage& s : stages_) {
+    if (s.stream) o_.device->Synchronize(*s.stream).IgnoreError("decode lane teardown");
+  }
+  for (Stage& s : stages_) {
+    s.decoder.reset();
+    s.stream = nullptr;
+    s.own_stream.reset();
+  }
   mem_.Free();
-  stream_ = nullptr;
-  event_ = nullptr;
-  crcs_ = nullptr;
-  prefixes_ = nullptr;
   arena_ = 0;
 }
 
@@ -209,34 +212,67 @@ void GpuDecodeLane::Close() {
   cv_.NotifyAll();
   std::call_once(joined_, [&] {
     if (thread_.joinable()) thread_.join();
+    if (finisher_.joinable()) finisher_.join();
   });
 }
 
 void GpuDecodeLane::Loop() {
-  std::vector<Task> batch;
   while (true) {
-    batch.clear();
+    Stage* s = nullptr;
     {
       MutexLock l(mu_);
-      while (queue_.empty() && !closing_) cv_.Wait(mu_);
-      if (queue_.empty()) return;  // closing, drained
+      while ((queue_.empty() || free_.empty()) && !(closing_ && queue_.empty())) cv_.Wait(mu_);
+      if (queue_.empty()) {  // closing, drained
+        enqueuer_done_ = true;
+        cv_.NotifyAll();
+        return;
+      }
+      s = free_.front();
+      free_.pop_front();
       // The queue's head and the tasks after it of the same codec, while
       // their segments fit one batch (any one task does: max_frames >=
       // kMaxSlotsPerGroup).
       uint64_t segments = 0;
       while (!queue_.empty()) {
         const Task& t = queue_.front();
-        if (!batch.empty() && (t.codec.id != batch[0].codec.id ||
-                               t.codec.info.head_dim != batch[0].codec.info.head_dim ||
-                               segments + Segments(t) > o_.max_frames)) {
+        const Task* first = s->batch.empty() ? nullptr : &s->batch[0];
+        if (first && (t.codec.id != first->codec.id ||
+                      t.codec.info.head_dim != first->codec.info.head_dim ||
+                      segments + Segments(t) > o_.max_frames)) {
           break;
         }
         segments += Segments(t);
-        batch.push_back(std::move(queue_.front()));
+        s->batch.push_back(std::move(queue_.front()));
         queue_.pop_front();
       }
     }
-    std::vector<Status> st = Decode(batch);
+    Enqueue(*s);
+    {
+      MutexLock l(mu_);
+      enqueued_.push_back(s);
+    }
+    cv_.NotifyAll();
+  }
+}
+
+void GpuDecodeLane::FinishLoop() {
+  while (true) {
+    Stage* s = nullptr;
+    {
+      MutexLock l(mu_);
+      while (enqueued_.empty() && !enqueuer_done_) cv_.Wait(mu_);
+      if (enqueued_.empty()) return;  // the enqueuer stopped and everything finished
+      s = enqueued_.front();
+      enqueued_.pop_front();
+    }
+    std::vector<Status> st = Complete(*s);
+    std::vector<Task> batch = std::move(s->batch);
+    s->batch.clear();
+    {
+      MutexLock l(mu_);
+      free_.push_back(s);
+    }
+    cv_.NotifyAll();
     for (size_t i = 0; i < batch.size(); ++i) {
       Give(batch[i].input, batch[i].input_bytes);
       batch[i].done(std::move(st[i]));
@@ -244,147 +280,109 @@ void GpuDecodeLane::Loop() {
   }
 }
 
-Status GpuDecodeLane::CheckPrefix(const Task& t, const Target& tg, const uint8_t* p) {
-  using namespace codec;
-  auto u32 = [&](uint32_t at) {
-    uint32_t v;
-    std::memcpy(&v, p + at, 4);
-    return v;
-  };
-  auto u64 = [&](uint32_t at) {
-    uint64_t v;
-    std::memcpy(&v, p + at, 8);
-    return v;
-  };
-  const bool tq = t.codec.id == CodecId::kTurboQuant4 || t.codec.id == CodecId::kTurboQuant3;
-  const char* why = nullptr;
-  if (u32(0) != kFrameMagic) {
-    why = "no frame magic";
-  } else if (p[kPrefixCodec] != static_cast<uint8_t>(t.codec.id) ||
-             p[kPrefixVersion] != CodecFormatVersion(t.codec.id)) {
-    why = "another codec or format version";
-  } else if (p[kPrefixDType] != static_cast<uint8_t>(t.codec.info.dtype)) {
-    why = "another element dtype";
-  } else if (u64(kPrefixDecodedSize) != tg.bytes) {
-    why = "another decoded size";
-  } else if (u64(kPrefixFrameSize) != t.header.segments[tg.slot].size) {
-    why = "a frame size other than its segment's";
-  } else if (tq && u32(kPrefixParam) != t.codec.info.head_dim) {
-    why = "another head_dim";
-  }
-  if (why == nullptr) return Status::OK();
-  return Status::Corruption("slot " + std::to_string(tg.slot) +
-                            " of an encoded object: frame prefix: " + why);
-}
-
-std::vector<Status> GpuDecodeLane::Decode(std::span<const Task> batch) {
-  const auto start = std::chrono::steady_clock::now();
-  const CodecMetrics::Series& series = o_.metrics->of(batch[0].codec.id);
+void GpuDecodeLane::Enqueue(Stage& s) {
+  s.start = std::chrono::steady_clock::now();
   gpu::Device& d = *o_.device;
-  std::vector<Status> out(batch.size());
-  // Host inputs to the arena, every segment's payload CRC32C on the GPU and
-  // the target frames' prefixes to the host, all before any frame is decoded.
-  std::vector<gpu::CopyOp> h2d, prefixes;
-  std::vector<uint32_t> crc_at(batch.size()), prefix_at(batch.size());
-  crc_ops_.clear();
+  const std::span<const Task> batch = s.batch;
+  s.failed.assign(batch.size(), Status::OK());
+  s.ops.clear();
+  s.op_task.clear();
+  s.op_slot.clear();
+  std::vector<gpu::CopyOp> h2d;
+  const bool tq = batch[0].codec.id == codec::CodecId::kTurboQuant4 ||
+                  batch[0].codec.id == codec::CodecId::kTurboQuant3;
   for (size_t k = 0; k < batch.size(); ++k) {
     const Task& t = batch[k];
     if (t.host_input) {
       h2d.push_back({t.input, reinterpret_cast<gpu::DevPtr>(t.host_input), t.input_bytes});
     }
-    crc_at[k] = static_cast<uint32_t>(crc_ops_.size());
-    for (const SegmentPos& seg : t.header.segments) {
-      crc_ops_.push_back({t.input + seg.offset, seg.size});
-    }
-    prefix_at[k] = static_cast<uint32_t>(prefixes.size());
+    // One decode group per task: the target frames, then check-only ops for
+    // the segments it does not restore (their stored bytes' CRC only).
+    const uint32_t group = static_cast<uint32_t>(s.ops.size());
+    std::vector<bool> target(t.header.segments.size(), false);
     for (const Target& tg : t.targets) {
       const SegmentPos& seg = t.header.segments[tg.slot];
-      if (seg.size < codec::kFramePrefixBytes) {
-        out[k] = Status::Corruption("slot " + std::to_string(tg.slot) + " of an encoded object: " +
-                                    std::to_string(seg.size) + " bytes are no codec frame");
-        break;
-      }
-      prefixes.push_back(
-          {reinterpret_cast<gpu::DevPtr>(prefixes_ + prefixes.size() * codec::kFramePrefixBytes),
-           t.input + seg.offset, codec::kFramePrefixBytes});
+      target[tg.slot] = true;
+      gpu::DecodeOp& op = s.ops.emplace_back();
+      op.frame = t.input + seg.offset;
+      op.frame_size = seg.size;
+      op.out = tg.dst;
+      op.out_size = tg.bytes;
+      op.segment_crc = t.header.crcs[tg.slot];
+      op.dtype = static_cast<uint8_t>(t.codec.info.dtype);
+      if (tq) op.param = t.codec.info.head_dim;
+      op.group = group;
+      s.op_task.push_back(k);
+      s.op_slot.push_back(tg.slot);
     }
-    if (!out[k].ok()) {
-      series.decode.failures->Inc();
-      prefixes.resize(prefix_at[k]);
+    for (uint32_t j = 0; j < t.header.segments.size(); ++j) {
+      if (target[j]) continue;
+      gpu::DecodeOp& op = s.ops.emplace_back();
+      op.frame = t.input + t.header.segments[j].offset;
+      op.frame_size = t.header.segments[j].size;
+      op.segment_crc = t.header.crcs[j];
+      op.check_only = true;
+      op.group = group;
+      s.op_task.push_back(k);
+      s.op_slot.push_back(j);
     }
   }
-  Status st = h2d.empty() ? Status::OK() : d.CopyAsync(h2d, *stream_);
-  if (st.ok()) st = d.Crc32cAsync(crc_ops_, crcs_, *stream_);
-  if (st.ok() && !prefixes.empty()) st = d.CopyAsync(prefixes, *stream_);
-  if (st.ok()) st = d.Record(*event_, *stream_);
-  if (st.ok()) st = d.Wait(*event_);
+  Status st = h2d.empty() ? Status::OK() : d.CopyAsync(h2d, *s.stream);
+  if (st.ok()) {
+    st = s.decoder->DecodeAsync(batch[0].codec.id, batch[0].codec.info.head_dim, s.ops, *s.stream);
+  }
   if (!st.ok()) {
-    d.Synchronize(*stream_).IgnoreError("draining after a failed CRC check");
-    st = st.WithContext(h2d.empty() ? "GPU CRC32C of an encoded object"
-                                    : "H2D copy and GPU CRC32C of an encoded object");
-    for (Status& o : out) {
-      if (o.ok()) o = st;
+    d.Synchronize(*s.stream).IgnoreError("draining after a failed enqueue");
+    st = st.WithContext(h2d.empty() ? "GPU decode of an encoded object"
+                                    : "H2D copy and GPU decode of an encoded object");
+    const CodecMetrics::Series& series = o_.metrics->of(batch[0].codec.id);
+    for (Status& f : s.failed) {
+      series.decode.failures->Inc();
+      f = st;
     }
-    return out;
+    s.ops.clear();
   }
-  ops_.clear();
-  std::vector<size_t> op_task;    // ops_[i] belongs to batch[op_task[i]]
-  std::vector<uint32_t> op_slot;  // and decodes its slot op_slot[i]
-  uint64_t frames_bytes = 0, raw_bytes = 0;
-  for (size_t k = 0; k < batch.size(); ++k) {
-    const Task& t = batch[k];
-    if (!out[k].ok()) continue;
-    for (uint32_t j = 0; j < t.header.segments.size() && out[k].ok(); ++j) {
-      if (Status c = CheckSegmentCrc(t.header, j, crcs_[crc_at[k] + j]); !c.ok()) {
-        series.crc_failures->Inc();
-        out[k] = c;
-      }
-    }
-    for (size_t i = 0; i < t.targets.size() && out[k].ok(); ++i) {
-      const uint8_t* p = prefixes_ + (prefix_at[k] + i) * codec::kFramePrefixBytes;
-      if (Status c = CheckPrefix(t, t.targets[i], p); !c.ok()) {
-        series.decode.failures->Inc();
-        out[k] = c;
-      }
-    }
-    if (!out[k].ok()) continue;
-    for (const Target& tg : t.targets) {
-      const SegmentPos& seg = t.header.segments[tg.slot];
-      ops_.push_back({t.input + seg.offset, seg.size, tg.dst, tg.bytes});
-      op_task.push_back(k);
-      op_slot.push_back(tg.slot);
-    }
-  }
-  if (ops_.empty()) return out;
-  st = decoder_->DecodeAsync(batch[0].codec.id, batch[0].codec.info.head_dim, ops_, *stream_);
-  Result<std::vector<Status>> done =
-      st.ok() ? decoder_->Finish(*stream_) : Result<std::vector<Status>>(st);
+  if (o_.cost_enqueue) o_.cost_enqueue->Observe(Since(s.start));
+}
+
+std::vector<Status> GpuDecodeLane::Complete(Stage& s) {
+  std::vector<Status> out = std::move(s.failed);
+  if (s.ops.empty()) return out;  // the enqueue failed: nothing ran
+  const CodecMetrics::Series& series = o_.metrics->of(s.batch[0].codec.id);
+  const auto wait_start = std::chrono::steady_clock::now();
+  Result<std::vector<gpu::DecodeResult>> done = s.decoder->Finish(*s.stream);
+  if (o_.cost_wait) o_.cost_wait->Observe(Since(wait_start));
   if (!done.ok()) {
-    d.Synchronize(*stream_).IgnoreError("draining after a failed decode");
-    st = done.status().WithContext("GPU decode of an encoded object");
-    for (size_t i = 0; i < op_task.size(); ++i) {
-      if (out[op_task[i]].ok()) {
-        series.decode.failures->Inc();
-        out[op_task[i]] = st;
-      }
+    o_.device->Synchronize(*s.stream).IgnoreError("draining after a failed decode");
+    const Status st = done.status().WithContext("GPU decode of an encoded object");
+    for (Status& o : out) {
+      series.decode.failures->Inc();
+      o = st;
     }
     return out;
   }
   for (size_t i = 0; i < done->size(); ++i) {
-    const size_t k = op_task[i];
-    if ((*done)[i].ok() || !out[k].ok()) continue;
-    series.decode.failures->Inc();
-    out[k] = Status::Corruption("slot " + std::to_string(op_slot[i]) +
-                                " of an encoded object: " + std::string((*done)[i].message()));
+    const gpu::DecodeResult& r = (*done)[i];
+    const size_t k = s.op_task[i];
+    if (r.status.ok() || r.check == gpu::DecodeCheck::kSibling || !out[k].ok()) continue;
+    // The first failure of a task is its result, counted once.
+    if (r.check == gpu::DecodeCheck::kSegmentCrc) {
+      series.crc_failures->Inc();
+    } else {
+      series.decode.failures->Inc();
+    }
+    out[k] = Status::Corruption("slot " + std::to_string(s.op_slot[i]) +
+                                " of an encoded object: " + std::string(r.status.message()));
   }
-  for (size_t i = 0; i < ops_.size(); ++i) {
-    if (!out[op_task[i]].ok()) continue;
-    frames_bytes += ops_[i].frame_size;
-    raw_bytes += ops_[i].out_size;
+  uint64_t frames_bytes = 0, raw_bytes = 0;
+  for (size_t i = 0; i < s.ops.size(); ++i) {
+    if (s.ops[i].check_only || !out[s.op_task[i]].ok()) continue;
+    frames_bytes += s.ops[i].frame_size;
+    raw_bytes += s.ops[i].out_size;
   }
   series.decode.bytes_in->Inc(frames_bytes);
   series.decode.bytes_out->Inc(raw_bytes);
-  series.decode.seconds->Observe(Since(start));
+  series.decode.seconds->Observe(Since(s.start));
   return out;
 }
 

@@ -8,23 +8,22 @@
 // tasks name the encoded object's pinned pool bytes (Task::host_input), which
 // the lane copies into the task's arena range first.
 //
-// The thread takes queued tasks of one codec in batches (up to max_frames
-// segments): one H2D copy of their host inputs, one CRC32C launch over every
-// segment, one prefix copy and one wait, then one DecodeAsync of every frame
-// of the tasks that passed. Failures stay per task.
+// The lane's thread takes queued tasks of one codec in batches (up to
+// max_frames segments) and enqueues each batch on one of two pipeline
+// stages (a stream and a frame decoder each): one H2D copy of their host
+// inputs, then one DecodeAsync of every segment of every task. A second
+// thread finishes the stages in order, so the next batch's H2D copy runs
+// while the previous one decodes. Failures stay per task.
 //
-// Each submitted object (a task) is checked before a byte of it is decoded:
-// a CRC32C kernel over every segment in the arena, compared on the host with
-// the header's payload CRCs (a mismatch counted on crc_failures), and every
-// target frame's prefix (magic, codec and version, dtype, decoded size, frame
-// size, head_dim) copied to the host and matched; then the frames are decoded
-// straight into the engine pages, the decoder checking each frame's prefix
-// and own CRC32C again before it writes that frame. Any failure is a
-// Corruption of the task, counted by codec (orbitkv_codec_*): a segment CRC
-// mismatch or a prefix that does not match leaves every page untouched; a
-// frame failing its own CRC (its segment CRC passed: a writer's bug or a
-// resealed header) leaves its slot untouched while the other slots may be
-// decoded; a frame malformed past its CRC leaves its slot unspecified.
+// Each submitted object (a task) is checked on the GPU before a byte of it
+// is decoded: every segment's stored bytes against the header's payload
+// CRC32C (segments the task does not restore are checked too: check-only
+// ops), and every target frame's prefix (magic, codec and version, dtype,
+// decoded size, frame size, head_dim) and own CRC32C. A task's segments are
+// one decode group, so any of these failing leaves every page of the task
+// untouched; it is a Corruption of the task, counted by codec (orbitkv_codec_*:
+// crc_failures for a segment CRC, decode failures for the rest). A frame
+// malformed past its checks leaves its slot unspecified (a decode failure).
 // The task's arena range is returned before its `done` runs.
 //
 // Budget: Create reserves the arena and the decoder's scratch from the
@@ -32,10 +31,12 @@
 // not fit); the destructor releases them.
 //
 // Thread-safety: TryTake, Give and Submit from any thread. `done` and
-// on_space run on the lane thread (Give: on the caller's) with no lock held.
+// on_space run on the lane's finishing thread (Give: on the caller's; both
+// on the caller's after Close) with no lock held.
 #pragma once
 
 #include <cstdint>
+#include <chrono>
 #include <deque>
 #include <functional>
 #include <map>
@@ -47,6 +48,7 @@
 #include <vector>
 
 #include "common/mutex.h"
+#include "orbitkv/metrics.h"
 #include "gpu/platform.h"
 #include "manager/storage_codec.h"
 #include "store/object_format.h"
@@ -98,9 +100,13 @@ struct GpuDecodeLaneOptions {
   CodecBudget* budget = nullptr;
   const CodecMetrics* metrics = nullptr;
   std::function<void()> on_space;  // a range went back to the arena
-  // Segments one batch checks and frames it decodes (the decoder's batch);
-  // at least kMaxSlotsPerGroup, so any one object fits.
+  // Segments one batch checks and decodes (a decoder's batch); at least
+  // kMaxSlotsPerGroup, so any one object fits.
   uint32_t max_frames = kMaxSlotsPerGroup;
+  // Opt-in cost observations (ORBITKV_COST_OBSERVATIONS; null: none): the
+  // host time to build and enqueue a batch, and a batch's wait for the GPU.
+  Histogram* cost_enqueue = nullptr;
+  Histogram* cost_wait = nullptr;
 };
 
 class GpuDecodeLane {
@@ -141,34 +147,49 @@ class GpuDecodeLane {
   void Close() EXCLUDES(mu_);
 
  private:
+  // A pipeline stage: one batch's GPU work at a time (on its own stream and
+  // decoder, so one stage's H2D copy overlaps the other's decode).
+  struct Stage {
+    std::unique_ptr<gpu::FrameDecoder> decoder;
+    gpu::Stream* stream = nullptr;  // stage 0: mem_'s; stage 1: own_stream
+    std::unique_ptr<gpu::Stream> own_stream;
+    std::vector<Task> batch;
+    std::vector<gpu::DecodeOp> ops;
+    std::vector<size_t> op_task;    // ops[i] belongs to batch[op_task[i]]
+    std::vector<uint32_t> op_slot;  // and is its segment op_slot[i]
+    std::vector<Status> failed;   // per task, set before the GPU ran (enqueue)
+    std::chrono::steady_clock::time_point start;
+  };
+  static constexpr int kStages = 2;
+
   GpuDecodeLane() = default;
-  void Loop() EXCLUDES(mu_);
-  // Checks and decodes `batch` (one codec): a Status per task.
-  std::vector<Status> Decode(std::span<const Task> batch);
+  void Loop() EXCLUDES(mu_);        // takes batches, enqueues them on free stages
+  void FinishLoop() EXCLUDES(mu_);  // waits for enqueued stages in order, completes their tasks
+  // Enqueues the stage's batch (one codec): the H2D copies and one
+  // DecodeAsync. On a failure nothing runs on the GPU for the batch any more
+  // and `failed` holds why for every task.
+  void Enqueue(Stage& s);
+  // Waits for the stage's GPU work; a Status per task of its batch.
+  std::vector<Status> Complete(Stage& s);
   // The segments a task makes the batch check (its CRCs).
   static uint64_t Segments(const Task& t) { return t.header.segments.size(); }
-  // The frame prefix `p` (host copy) of target `tg` is the one `t` expects.
-  static Status CheckPrefix(const Task& t, const Target& tg, const uint8_t* p);
   void Free();
 
   GpuDecodeLaneOptions o_;
   CodecLaneMemory mem_;
   uint64_t arena_bytes_ = 0;  // mem_'s
   gpu::DevPtr arena_ = 0;
-  std::unique_ptr<gpu::FrameDecoder> decoder_;
-  gpu::Stream* stream_ = nullptr;  // mem_'s
-  gpu::Event* event_ = nullptr;
-  uint32_t* crcs_ = nullptr;     // pinned (mem_.host): max_frames CRC32C results, then
-  uint8_t* prefixes_ = nullptr;  // max_frames frame prefixes
-  std::vector<gpu::CrcOp> crc_ops_;
-  std::vector<gpu::DecodeOp> ops_;
+  Stage stages_[kStages];
 
   Mutex mu_;
-  CondVar cv_;
+  CondVar cv_;  // the queue, a free stage or an enqueued one changed, or closing
   RangeAllocator ranges_ GUARDED_BY(mu_){0};
   std::deque<Task> queue_ GUARDED_BY(mu_);
+  std::deque<Stage*> free_ GUARDED_BY(mu_);      // stages without a batch
+  std::deque<Stage*> enqueued_ GUARDED_BY(mu_);  // in order, for FinishLoop
   bool closing_ GUARDED_BY(mu_) = false;
-  std::thread thread_;
+  bool enqueuer_done_ GUARDED_BY(mu_) = false;  // Loop returned: nothing more is enqueued
+  std::thread thread_, finisher_;
   std::once_flag joined_;
 };
 

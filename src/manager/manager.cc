@@ -146,7 +146,7 @@ Result<std::unique_ptr<Manager>> Manager::Create(const ManagerConfig& config) {
     x.dram_decode = std::make_unique<DramGpuDecode>(DramGpuDecode::Options{
         x.codec_budget.get(),
         GpuCodecShare(o.codec_budget, (x.cufile ? 3 : 1) * std::max(config.gpu->device_count(), 1)),
-        x.codec_metrics.get()});
+        x.codec_metrics.get(), x.m.cost_gpu_decode_enqueue, x.m.cost_gpu_decode_wait});
   }
   x.sessions = std::make_unique<SessionTable>(&x.next_id);
   QueryMetrics qm{x.m.hits_dram,           x.m.hits_ssd,       x.m.misses, x.m.budget_cuts_manager,

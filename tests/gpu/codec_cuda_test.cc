@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <random>
 
 #include "codec/codec.h"
@@ -94,7 +95,11 @@ class CodecCudaTest : public ::testing::Test {
     EXPECT_TRUE(st.ok()) << st.ToString();
     auto r = decoder_->Finish(stream_);
     EXPECT_TRUE(r.ok()) << r.status().ToString();
-    return r.ok() ? *r : std::vector<Status>(batch.frames().size(), Status::Internal("failed"));
+    std::vector<Status> out(batch.frames().size(), Status::Internal("failed"));
+    if (r.ok()) {
+      for (size_t i = 0; i < out.size(); ++i) out[i] = (*r)[i].status;
+    }
+    return out;
   }
 
   // Decodes every case on the GPU and on the CPU: the same status class and,
@@ -227,6 +232,98 @@ TEST_P(CodecCudaMatrixTest, CorruptFramesFailAsOnTheCpu) {
   EXPECT_TRUE(Run(p.codec, batch, p.head_dim)[0].ok());
 }
 
+// An object's segments as one decode group (the GPU decode lane's tasks):
+// the stored bytes' CRC32C (the object header's segment CRC, derived on the
+// GPU from the frame CRC pass) and the dtype are checked before any write; a
+// failure in one segment, a check-only one included, leaves every output of
+// the group untouched and fails the others as siblings.
+TEST_P(CodecCudaMatrixTest, ObjectChecksGateTheWholeGroup) {
+  const CodecCase& p = GetParam();
+  std::vector<Case> cases;
+  std::vector<uint32_t> crcs;
+  for (uint32_t k = 0; k < 3; ++k) {
+    const auto raw = KvLikeSegment(size_t{p.head_dim} * (64 + 13 * k), p.dtype, p.head_dim, 20 + k);
+    cases.push_back({EncodeOrDie(p.codec, {p.dtype, p.head_dim}, raw), raw.size()});
+    crcs.push_back(Crc32c(cases.back().frame));
+  }
+  DeviceBatch batch(cases);
+  auto reset = [&] {
+    batch.Poison();
+    for (size_t i = 0; i < cases.size(); ++i) {
+      DeviceFrame& f = batch.mutable_frames()[i];
+      f.segment_crc = crcs[i];
+      f.dtype = static_cast<uint8_t>(p.dtype);
+      f.param = p.codec == CodecId::kFp8 || p.codec == CodecId::kAns
+                    ? std::nullopt
+                    : std::optional<uint32_t>(p.head_dim);
+      f.check_only = false;
+      f.group = 0;
+    }
+  };
+  auto run = [&] {
+    EXPECT_TRUE(decoder_->DecodeAsync(p.codec, batch.frames(), p.head_dim, stream_).ok());
+    auto r = decoder_->Finish(stream_);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : std::vector<gpu::DecodeResult>(cases.size());
+  };
+  auto untouched = [&](size_t i) {
+    const auto out = batch.Output(i);
+    return std::all_of(out.begin(), out.end(), [](uint8_t b) { return b == kPoison; });
+  };
+  auto same_as_cpu = [&](size_t i) {
+    std::vector<uint8_t> cpu(cases[i].decoded);
+    EXPECT_TRUE(Decode(cases[i].frame, cpu, p.codec).ok());
+    return batch.Output(i) == cpu;
+  };
+  reset();
+  auto r = run();
+  for (size_t i = 0; i < cases.size(); ++i) {
+    EXPECT_TRUE(r[i].status.ok()) << i << ": " << r[i].status.ToString();
+    EXPECT_TRUE(same_as_cpu(i)) << i;
+  }
+  // A wrong segment CRC in the middle segment.
+  reset();
+  batch.mutable_frames()[1].segment_crc = crcs[1] ^ 1;
+  r = run();
+  EXPECT_EQ(r[1].check, gpu::DecodeCheck::kSegmentCrc);
+  EXPECT_EQ(r[0].check, gpu::DecodeCheck::kSibling);
+  EXPECT_EQ(r[2].check, gpu::DecodeCheck::kSibling);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    EXPECT_EQ(r[i].status.code(), StatusCode::kCorruption) << i;
+    EXPECT_TRUE(untouched(i)) << "segment " << i << " was written";
+  }
+  // A check-only segment (not restored) with a wrong CRC stops the others.
+  reset();
+  batch.mutable_frames()[2].check_only = true;
+  batch.mutable_frames()[2].segment_crc = crcs[2] ^ 0x80000000u;
+  r = run();
+  EXPECT_EQ(r[2].check, gpu::DecodeCheck::kSegmentCrc);
+  EXPECT_EQ(r[0].check, gpu::DecodeCheck::kSibling);
+  EXPECT_TRUE(untouched(0) && untouched(1));
+  // ... and with its right CRC lets them decode, itself unwritten.
+  reset();
+  batch.mutable_frames()[2].check_only = true;
+  r = run();
+  EXPECT_TRUE(r[0].status.ok() && r[1].status.ok() && r[2].status.ok());
+  EXPECT_TRUE(same_as_cpu(0) && same_as_cpu(1));
+  EXPECT_TRUE(untouched(2));
+  // Another dtype than the namespace's: a frame check, nothing written.
+  reset();
+  batch.mutable_frames()[0].dtype = p.dtype == DType::kBf16 ? static_cast<uint8_t>(DType::kFp16)
+                                                             : static_cast<uint8_t>(DType::kBf16);
+  r = run();
+  EXPECT_EQ(r[0].check, gpu::DecodeCheck::kFrame);
+  EXPECT_TRUE(untouched(0) && untouched(1) && untouched(2));
+  // Own groups: only the failing frame stays unwritten.
+  reset();
+  for (DeviceFrame& f : batch.mutable_frames()) f.group = gpu::DecodeOp::kOwnGroup;
+  batch.mutable_frames()[1].segment_crc = crcs[1] + 1;
+  r = run();
+  EXPECT_TRUE(r[0].status.ok() && r[2].status.ok());
+  EXPECT_EQ(r[1].check, gpu::DecodeCheck::kSegmentCrc);
+  EXPECT_TRUE(untouched(1) && same_as_cpu(0) && same_as_cpu(2));
+}
+
 INSTANTIATE_TEST_SUITE_P(Codecs, CodecCudaMatrixTest,
                          ::testing::Values(CodecCase{CodecId::kAns, DType::kBf16, 128},
                                            CodecCase{CodecId::kAns, DType::kFp16, 128},
@@ -297,7 +394,7 @@ void ExpectGpuEncodeGivesCpuFrames(CodecId codec, const SegmentInfo& info,
   auto res = (*dec)->Finish(stream);
   ASSERT_TRUE(res.ok());
   for (size_t i = 0; i < raws.size(); ++i) {
-    EXPECT_TRUE((*res)[i].ok()) << i << ": " << (*res)[i].ToString();
+    EXPECT_TRUE((*res)[i].status.ok()) << i << ": " << (*res)[i].status.ToString();
     EXPECT_EQ(batch.Output(i), raws[i]) << "GPU decode of GPU frame " << i;
     std::vector<uint8_t> cpu(raws[i].size());
     EXPECT_TRUE(Decode(gpu_frames[i].frame, cpu, codec).ok());
@@ -406,7 +503,7 @@ TEST_F(CodecCudaTest, DecodeThroughput) {
       cudaEventRecord(stop, stream_);
       cudaEventSynchronize(stop);
       ASSERT_TRUE(st.ok());
-      for (const Status& s : *st) ASSERT_TRUE(s.ok()) << s.ToString();
+      for (const gpu::DecodeResult& r : *st) ASSERT_TRUE(r.status.ok()) << r.status.ToString();
       float one_ms = 0;
       cudaEventElapsedTime(&one_ms, start, stop);
       ms += one_ms;

@@ -9,7 +9,8 @@
 //   memcpy-slots  one cudaMemcpyAsync per slot + event sync (the naive baseline)
 //   platform/M    CudaDevice::CreateEvent + CopyAsync + Record + Wait, exactly the
 //                 Manager's Instance::CopyAndWait, with ORBITKV_GPU_COPY=M
-// (--gap-us N: N us idle before each iteration, calls spaced as a Manager's are)
+// (--gap-us N: N us idle before each iteration, calls spaced as a Manager's are;
+// --to-host: the other way, HBM pages -> the pool's objects, as Publish copies)
 // printing p50/p99 of the wall time and, for the platform rows, of the
 // enqueue (CreateEvent + CopyAsync + Record) apart from the wait. Every
 // iteration's pages are checked against the object once at the end of each
@@ -63,8 +64,16 @@ int main(int argc, char** argv) {
   uint64_t slots = 64, slot_bytes = 32 << 10, objects = 1;
   int iters = 500;
   int gap_us = 0;  // idle time between iterations (the Manager's calls are not back to back)
+  bool to_host = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--to-host") to_host = true;
+  }
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
+    if (a == "--to-host") {
+      --i;
+      continue;
+    }
     if (a == "--slots") slots = std::strtoull(argv[i + 1], nullptr, 10);
     if (a == "--slot-bytes") slot_bytes = std::strtoull(argv[i + 1], nullptr, 10);
     if (a == "--iters") iters = std::atoi(argv[i + 1]);
@@ -118,10 +127,37 @@ int main(int argc, char** argv) {
   std::vector<CopyOp> ops;
   auto slot_src = [&](uint64_t s) { return obj[s / slots] + header + (s % slots) * slot_bytes; };
   for (uint64_t s = 0; s < total_slots; ++s) {
-    ops.push_back({reinterpret_cast<DevPtr>(dev + order[s] * page_stride),
-                   reinterpret_cast<DevPtr>(slot_src(s)), slot_bytes});
+    const auto page = reinterpret_cast<DevPtr>(dev + order[s] * page_stride);
+    const auto pooled = reinterpret_cast<DevPtr>(slot_src(s));
+    ops.push_back(to_host ? CopyOp{pooled, page, slot_bytes} : CopyOp{page, pooled, slot_bytes});
+  }
+  // --to-host: the pages hold what the pool holds now; the rows copy them
+  // back into zeroed slots.
+  auto zero_slots = [&] {
+    for (uint64_t s = 0; s < total_slots; ++s) std::memset(slot_src(s), 0, slot_bytes);
+  };
+  std::vector<uint8_t> want;
+  if (to_host) {
+    for (uint64_t s = 0; s < total_slots; ++s) {
+      CHECK_CUDA(cudaMemcpy(dev + order[s] * page_stride, slot_src(s), slot_bytes,
+                            cudaMemcpyHostToDevice));
+      want.insert(want.end(), slot_src(s), slot_src(s) + slot_bytes);
+    }
+    zero_slots();
   }
   auto verify = [&](const char* row) {
+    if (to_host) {
+      CHECK_CUDA(cudaDeviceSynchronize());
+      for (uint64_t s = 0; s < total_slots; ++s) {
+        if (std::memcmp(slot_src(s), want.data() + s * slot_bytes, slot_bytes) != 0) {
+          std::fprintf(stderr, "copy_latency_bench: %s: WRONG BYTES in slot %llu\n", row,
+                       static_cast<unsigned long long>(s));
+          std::exit(1);
+        }
+      }
+      zero_slots();
+      return;
+    }
     CHECK_CUDA(cudaDeviceSynchronize());
     std::vector<uint8_t> back(slot_bytes);
     for (uint64_t s = 0; s < total_slots; ++s) {
@@ -137,11 +173,11 @@ int main(int argc, char** argv) {
     CHECK_CUDA(cudaDeviceSynchronize());
   };
   std::printf(
-      "copy_latency_bench: %llu block(s) of %llu slots x %llu B (%.2f MiB in all) -> HBM, %d "
+      "copy_latency_bench: %llu block(s) of %llu slots x %llu B (%.2f MiB in all) %s, %d "
       "iterations%s, host memory %s\n",
       static_cast<unsigned long long>(objects), static_cast<unsigned long long>(slots),
       static_cast<unsigned long long>(slot_bytes), double(total_slots * slot_bytes) / (1 << 20),
-      iters, gap_us > 0 ? (", " + std::to_string(gap_us) + " us idle before each").c_str() : "",
+      to_host ? "HBM -> pool" : "pool -> HBM", iters, gap_us > 0 ? (", " + std::to_string(gap_us) + " us idle before each").c_str() : "",
       locked ? "mlocked" : "not locked (mlock failed)");
   std::printf("  %-18s %10s %10s %14s %14s %10s\n", "path", "p50 us", "p99 us", "enqueue p50",
               "wait p50", "GB/s p50");
@@ -157,14 +193,19 @@ int main(int argc, char** argv) {
       const auto t0 = Clock::now();
       if (row[7] == '1') {
         for (uint64_t o = 0; o < objects; ++o) {
-          CHECK_CUDA(
-              cudaMemcpyAsync(dev + o * object_span, obj[o], object, cudaMemcpyHostToDevice, st));
+          if (to_host) {
+            CHECK_CUDA(cudaMemcpyAsync(obj[o], dev + o * object_span, object,
+                                       cudaMemcpyDeviceToHost, st));
+          } else {
+            CHECK_CUDA(cudaMemcpyAsync(dev + o * object_span, obj[o], object,
+                                       cudaMemcpyHostToDevice, st));
+          }
         }
       } else {
         for (const CopyOp& op : ops) {
           CHECK_CUDA(cudaMemcpyAsync(reinterpret_cast<void*>(op.dst),
                                      reinterpret_cast<const void*>(op.src), op.bytes,
-                                     cudaMemcpyHostToDevice, st));
+                                     cudaMemcpyDefault, st));
         }
       }
       CHECK_CUDA(cudaEventRecord(ev, st));
@@ -172,11 +213,12 @@ int main(int argc, char** argv) {
       wall.push_back(Us(Clock::now() - t0));
     }
     if (row[7] != '1') verify(row);
+    if (to_host && row[7] == '1') zero_slots();  // whole objects came back: not per slot
     const Quant w = Q(wall);
     std::printf("  %-18s %10.1f %10.1f %14s %14s %10.1f\n", row, w.p50, w.p99, "-", "-",
                 double(total_slots * slot_bytes) / (w.p50 * 1e3));
   }
-  CHECK_CUDA(cudaMemset(dev, 0, total_slots * page_stride));
+  if (!to_host) CHECK_CUDA(cudaMemset(dev, 0, total_slots * page_stride));
 
   for (const char* mode : {"staged", "engines", "kernel"}) {
     ::setenv(orbitkv::gpu::kGpuCopyEnv, mode, 1);
