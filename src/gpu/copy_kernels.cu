@@ -173,9 +173,16 @@ cudaError_t EnqueueEngineCopies(const CopyDesc* ops, size_t count, cudaStream_t 
       if (batched != nullptr) *batched = true;
       return cudaSuccess;
     }
-    if (err != cudaErrorNotSupported && err != cudaErrorCallRequiresNewerDriver) return err;
     (void)cudaGetLastError();
-    g_batch_refused.store(true, std::memory_order_relaxed);
+    // Not supported here: never ask again. Refused as invalid (seen on the
+    // H200 for spans of several cudaHostAlloc allocations in one batch, which
+    // one cudaMemcpyAsync each accepts): this call goes op by op, and the
+    // per-op copies report whatever is really wrong with an op.
+    if (err == cudaErrorNotSupported || err == cudaErrorCallRequiresNewerDriver) {
+      g_batch_refused.store(true, std::memory_order_relaxed);
+    } else if (err != cudaErrorInvalidValue) {
+      return err;
+    }
   }
 #endif
   for (size_t i = 0; i < count; ++i) {

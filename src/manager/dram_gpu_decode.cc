@@ -9,9 +9,10 @@
 namespace orbitkv {
 namespace {
 
-// Segments (CRCs) and frames one lane batch checks and decodes: 128 objects
-// of a 64-slot model at once (more than a 64 MiB arena holds).
-constexpr uint32_t kLaneFrames = 8192;
+// Segments (CRCs) and frames one lane batch checks and decodes: 64 objects
+// of a 64-slot model (a 64 MiB restore of an 8B model at once), about 240
+// KiB of decoder scratch per pipeline stage.
+constexpr uint32_t kLaneFrames = 4096;
 // Encoded bytes per lane batch: large enough for full-rate H2D copies and few
 // launches (4 blocks of an 8B model at a 2x codec), small enough that a 64 MiB
 // call is several batches that the lane's two stages overlap.
@@ -28,10 +29,15 @@ DramGpuDecode::~DramGpuDecode() {
 }
 
 void DramGpuDecode::Attach(gpu::Device& device) {
-  MutexLock l(mu_);
-  std::unique_ptr<Lane>& lane = lanes_[&device];
-  if (!lane) lane = std::make_unique<Lane>();
-  ++lane->users;
+  {
+    MutexLock l(mu_);
+    std::unique_ptr<Lane>& lane = lanes_[&device];
+    if (!lane) lane = std::make_unique<Lane>();
+    ++lane->users;
+  }
+  // Made now, at register, not inside the first restore (its arena, decoders
+  // and streams take milliseconds).
+  LaneFor(device);
 }
 
 void DramGpuDecode::Detach(gpu::Device& device) {
@@ -74,8 +80,8 @@ DramGpuDecode::Lane* DramGpuDecode::LaneFor(gpu::Device& device) {
                           : GpuDecodeLane::Create(std::move(lo));
   if (made.ok()) {
     p->lane = std::move(made).value();
-    OKV_LOG_INFO("device {}: encoded DRAM entries decode on the GPU ({} arena)", device.ordinal(),
-                 FormatByteSize(p->lane->capacity()));
+    OKV_LOG_INFO("device {}: encoded DRAM entries decode on the GPU ({} arena, {} pipeline stages)",
+                 device.ordinal(), FormatByteSize(p->lane->capacity()), p->lane->stages());
   } else {
     OKV_LOG_WARN("device {}: encoded DRAM entries decode on the CPU: {}", device.ordinal(),
                  made.status().ToString());

@@ -10,7 +10,7 @@
 // the previous one's decode. Corruption is a per-block error
 // with the pages untouched, counted as on the other routes.
 //
-// One lane per CUDA device, created on the first such restore and kept while
+// One lane per CUDA device, made when the first such instance registers and kept while
 // CUDA instances of encoded namespaces of the device are registered (Attach /
 // Detach): it holds GpuCodecShare of --codec-budget (arena + decoder
 // scratch), given back with the device's last such instance. Where no lane can be made (the budget

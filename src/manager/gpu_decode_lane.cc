@@ -117,10 +117,17 @@ Result<std::unique_ptr<GpuDecodeLane>> GpuDecodeLane::Create(GpuDecodeLaneOption
   l.o_ = std::move(o);
   gpu::Device& d = *l.o_.device;
   Status st = [&]() -> Status {
+    // As many stages as keep the decoders' scratch within a quarter of the
+    // share (one at least).
     uint64_t scratch = 0;
-    for (Stage& s : l.stages_) {
-      ORBITKV_ASSIGN_OR_RETURN(s.decoder, d.CreateFrameDecoder(l.o_.max_frames));
-      scratch += s.decoder->scratch_bytes();
+    for (int i = 0; i < kMaxStages; ++i) {
+      std::unique_ptr<gpu::FrameDecoder> dec;
+      ORBITKV_ASSIGN_OR_RETURN(dec, d.CreateFrameDecoder(l.o_.max_frames));
+      const uint64_t more = dec->scratch_bytes();
+      if (i > 0 && 4 * (scratch + more) > l.o_.budget_bytes) break;
+      l.stages_[i].decoder = std::move(dec);
+      scratch += more;
+      l.stages_n_ = i + 1;
     }
     l.mem_.device = &d;
     l.mem_.budget = l.o_.budget;
@@ -129,7 +136,7 @@ Result<std::unique_ptr<GpuDecodeLane>> GpuDecodeLane::Create(GpuDecodeLaneOption
     l.arena_bytes_ = l.mem_.arena_bytes;
     l.arena_ = l.mem_.arena;
     l.stages_[0].stream = l.mem_.stream.get();
-    for (int i = 1; i < kStages; ++i) {
+    for (int i = 1; i < l.stages_n_; ++i) {
       ORBITKV_ASSIGN_OR_RETURN(l.stages_[i].own_stream, d.CreateStream());
       l.stages_[i].stream = l.stages_[i].own_stream.get();
     }
@@ -142,7 +149,7 @@ Result<std::unique_ptr<GpuDecodeLane>> GpuDecodeLane::Create(GpuDecodeLaneOption
   {
     MutexLock g(l.mu_);
     l.ranges_ = RangeAllocator(l.arena_bytes_);
-    for (Stage& s : l.stages_) l.free_.push_back(&s);
+    for (int i = 0; i < l.stages_n_; ++i) l.free_.push_back(&l.stages_[i]);
   }
   GpuDecodeLane* p = lane.get();
   l.thread_ = std::thread([p] { p->Loop(); });

@@ -9,11 +9,13 @@
 // the lane copies into the task's arena range first.
 //
 // The lane's thread takes queued tasks of one codec in batches (up to
-// max_frames segments) and enqueues each batch on one of two pipeline
-// stages (a stream and a frame decoder each): one H2D copy of their host
-// inputs, then one DecodeAsync of every segment of every task. A second
-// thread finishes the stages in order, so the next batch's H2D copy runs
-// while the previous one decodes. Failures stay per task.
+// max_frames segments) and enqueues each batch on one of up to three
+// pipeline stages (a stream and a frame decoder each): one H2D copy of their
+// host inputs, then one DecodeAsync of every segment of every task. A second
+// thread finishes the stages in order, so the next batches' H2D copies run
+// while the previous one decodes. A share too small for the stages' decoder
+// scratch to stay within a quarter of it gets fewer stages (at least one).
+// Failures stay per task.
 //
 // Each submitted object (a task) is checked on the GPU before a byte of it
 // is decoded: every segment's stored bytes against the header's payload
@@ -117,6 +119,7 @@ class GpuDecodeLane {
   ~GpuDecodeLane();  // Close(), then frees the arena and releases the budget
 
   uint64_t capacity() const { return arena_bytes_; }  // the largest object it takes
+  int stages() const { return stages_n_; }            // pipeline stages (1 to 3)
   // A range of the arena for an object of `bytes`; nullopt when it is full.
   std::optional<gpu::DevPtr> TryTake(uint64_t bytes) EXCLUDES(mu_);
   // Returns a range no GPU work uses any more, without decoding it.
@@ -148,7 +151,7 @@ class GpuDecodeLane {
 
  private:
   // A pipeline stage: one batch's GPU work at a time (on its own stream and
-  // decoder, so one stage's H2D copy overlaps the other's decode).
+  // decoder, so one stage's H2D copy overlaps another's decode).
   struct Stage {
     std::unique_ptr<gpu::FrameDecoder> decoder;
     gpu::Stream* stream = nullptr;  // stage 0: mem_'s; stage 1: own_stream
@@ -160,7 +163,7 @@ class GpuDecodeLane {
     std::vector<Status> failed;   // per task, set before the GPU ran (enqueue)
     std::chrono::steady_clock::time_point start;
   };
-  static constexpr int kStages = 2;
+  static constexpr int kMaxStages = 3;
 
   GpuDecodeLane() = default;
   void Loop() EXCLUDES(mu_);        // takes batches, enqueues them on free stages
@@ -179,7 +182,8 @@ class GpuDecodeLane {
   CodecLaneMemory mem_;
   uint64_t arena_bytes_ = 0;  // mem_'s
   gpu::DevPtr arena_ = 0;
-  Stage stages_[kStages];
+  Stage stages_[kMaxStages];
+  int stages_n_ = 0;  // in use
 
   Mutex mu_;
   CondVar cv_;  // the queue, a free stage or an enqueued one changed, or closing
