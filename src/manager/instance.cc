@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <utility>
 #include <cstring>
 
 #include "manager/sources.h"
@@ -99,7 +100,9 @@ Result<std::shared_ptr<Instance>> Instance::Create(SessionId session, const Regi
       }
     }
     ORBITKV_ASSIGN_OR_RETURN(inst->h2d_, inst->device_->CreateStream());
-    ORBITKV_ASSIGN_OR_RETURN(inst->d2h_, inst->device_->CreateStream());
+    // One D2H stream up front: the common single-job case never makes one.
+    ORBITKV_ASSIGN_OR_RETURN(gpu::Stream * d2h, inst->TakeD2hStream());
+    inst->GiveD2hStream(d2h);
   }
   for (size_t i = 0; i < region_fds.size(); ++i) {
     Result<std::unique_ptr<HostRegion>> r =
@@ -150,39 +153,79 @@ class CopyCostTimer {
 
 Status Instance::CopyAndWait(bool to_device, std::span<const gpu::CopyOp> ops) {
   if (ops.empty()) return Status::OK();
-  const int d = to_device ? 0 : 1;
-  CopyCostTimer cost(cost_copy_enqueue[d], cost_copy_wait[d]);
+  if (!to_device) return CopyToHostWithCrcs(ops, {}, nullptr);
+  CopyCostTimer cost(cost_copy_enqueue[0], cost_copy_wait[0]);
   ORBITKV_ASSIGN_OR_RETURN(std::unique_ptr<gpu::Event> ev, device_->CreateEvent());
   {
-    MutexLock l(to_device ? h2d_mu_ : d2h_mu_);
-    gpu::Stream& s = to_device ? *h2d_ : *d2h_;
-    ORBITKV_RETURN_IF_ERROR(device_->CopyAsync(ops, s));
-    ORBITKV_RETURN_IF_ERROR(device_->Record(*ev, s));
+    MutexLock l(h2d_mu_);
+    ORBITKV_RETURN_IF_ERROR(device_->CopyAsync(ops, *h2d_));
+    ORBITKV_RETURN_IF_ERROR(device_->Record(*ev, *h2d_));
   }
   cost.Enqueued();
-  Status st = device_->Wait(*ev).WithContext(to_device ? "H2D copy into engine pages"
-                                                       : "D2H copy from engine pages");
+  Status st = device_->Wait(*ev).WithContext("H2D copy into engine pages");
   cost.Waited();
   return st;
 }
 
 Status Instance::CopyToHostWithCrcs(std::span<const gpu::CopyOp> ops,
                                     std::span<const gpu::CrcOp> crcs, uint32_t* out) {
-  CopyCostTimer cost(cost_copy_enqueue[1], cost_copy_wait[1]);
-  ORBITKV_ASSIGN_OR_RETURN(std::unique_ptr<gpu::Event> ev, device_->CreateEvent());
-  {
-    MutexLock l(d2h_mu_);
-    // The copies first: the staged mover takes a caller stream with nothing
-    // pending; the CRC kernel then runs after them on the same stream.
-    if (!ops.empty()) ORBITKV_RETURN_IF_ERROR(device_->CopyAsync(ops, *d2h_));
-    ORBITKV_RETURN_IF_ERROR(device_->Crc32cAsync(crcs, out, *d2h_));
-    ORBITKV_RETURN_IF_ERROR(device_->Record(*ev, *d2h_));
+  ORBITKV_ASSIGN_OR_RETURN(ToHostJob job, EnqueueToHost(ops, crcs, out));
+  return WaitToHost(job);
+}
+
+Result<gpu::Stream*> Instance::TakeD2hStream() {
+  MutexLock l(d2h_mu_);
+  if (!d2h_idle_.empty()) {
+    gpu::Stream* s = d2h_idle_.back();
+    d2h_idle_.pop_back();
+    return s;
   }
-  cost.Enqueued();
-  Status st = device_->Wait(*ev).WithContext(ops.empty() ? "CRC32C of engine pages"
-                                                         : "D2H copy and CRC32C of engine pages");
-  cost.Waited();
-  return st;
+  ORBITKV_ASSIGN_OR_RETURN(std::unique_ptr<gpu::Stream> s, device_->CreateStream());
+  d2h_.push_back(std::move(s));
+  return d2h_.back().get();
+}
+
+void Instance::GiveD2hStream(gpu::Stream* s) {
+  MutexLock l(d2h_mu_);
+  d2h_idle_.push_back(s);
+}
+
+Result<Instance::ToHostJob> Instance::EnqueueToHost(std::span<const gpu::CopyOp> ops,
+                                                    std::span<const gpu::CrcOp> crcs,
+                                                    uint32_t* out) {
+  const auto start = std::chrono::steady_clock::now();
+  ToHostJob job;
+  job.crcs = !crcs.empty();
+  ORBITKV_ASSIGN_OR_RETURN(job.event, device_->CreateEvent());
+  ORBITKV_ASSIGN_OR_RETURN(job.stream, TakeD2hStream());
+  // The copies first: the staged mover takes a caller stream with nothing
+  // pending (this job's own); the CRC kernel then runs after them on it.
+  Status st = ops.empty() ? Status::OK() : device_->CopyAsync(ops, *job.stream);
+  if (st.ok() && !crcs.empty()) st = device_->Crc32cAsync(crcs, out, *job.stream);
+  if (st.ok()) st = device_->Record(*job.event, *job.stream);
+  if (!st.ok()) {
+    device_->Synchronize(*job.stream).IgnoreError("draining a failed D2H job");
+    GiveD2hStream(job.stream);
+    return st;
+  }
+  job.enqueued = std::chrono::steady_clock::now();
+  if (cost_copy_enqueue[1]) {
+    cost_copy_enqueue[1]->Observe(std::chrono::duration<double>(job.enqueued - start).count());
+  }
+  return job;
+}
+
+Status Instance::WaitToHost(ToHostJob& job) {
+  Status st = device_->Wait(*job.event);
+  if (!st.ok()) device_->Synchronize(*job.stream).IgnoreError("draining a failed D2H job");
+  if (cost_copy_wait[1]) {
+    cost_copy_wait[1]->Observe(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - job.enqueued).count());
+  }
+  GiveD2hStream(std::exchange(job.stream, nullptr));
+  job.event.reset();
+  return st.WithContext(job.crcs ? "D2H copy and CRC32C of engine pages"
+                                 : "D2H copy from engine pages");
 }
 
 Status Instance::PageCrcs(const GroupLayout& g, uint64_t page, uint32_t* out) {
@@ -264,11 +307,14 @@ void Instance::BeginClose() {
 
 void Instance::ReleaseDevice() {
   if (!device_) return;
-  for (auto* s : {h2d_.get(), d2h_.get()}) {
-    if (s) device_->Synchronize(*s).IgnoreError("instance teardown");
-  }
+  if (h2d_) device_->Synchronize(*h2d_).IgnoreError("instance teardown");
   h2d_.reset();
-  d2h_.reset();
+  {
+    MutexLock l(d2h_mu_);
+    for (auto& s : d2h_) device_->Synchronize(*s).IgnoreError("instance teardown");
+    d2h_idle_.clear();
+    d2h_.clear();
+  }
   for (const gpu::IpcMapping& m : mappings_) {
     if (Status st = device_->CloseIpc(m.base); !st.ok()) {
       OKV_LOG_WARN("instance {}: closing a CUDA IPC mapping failed: {}", id, st.ToString());

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -89,15 +90,32 @@ class Instance {
   size_t ipc_mappings() const { return ipc_mappings_.load(); }
 
   // ---- copies (the caller holds a guard) ----------------------------------
-  // Runs `ops` on the H2D (to_device) or D2H stream and waits for this job's
-  // own event. OK at once when ops is empty.
+  // Runs `ops` on the H2D (to_device) or a D2H stream and waits for this
+  // job's own event. OK at once when ops is empty.
   Status CopyAndWait(bool to_device, std::span<const gpu::CopyOp> ops) EXCLUDES(h2d_mu_, d2h_mu_);
   // D2H `ops`, then the CRC32C of each range of `crcs` (engine pages) into
-  // `out` (pinned or device memory, crcs.size() entries), on the D2H stream;
+  // `out` (pinned or device memory, crcs.size() entries), on a D2H stream;
   // waits for both (one event). Publish's batches: the segment CRCs on the
   // GPU, not the CPU.
   Status CopyToHostWithCrcs(std::span<const gpu::CopyOp> ops, std::span<const gpu::CrcOp> crcs,
                             uint32_t* out) EXCLUDES(d2h_mu_);
+  // The two halves of CopyToHostWithCrcs, so a caller can build its next job
+  // while this one's copies run (Publish's pipeline). Each job has a D2H
+  // stream to itself until its wait (made on demand, so as many jobs may be
+  // in flight as callers hold, and the staged mover always finds an idle
+  // stream); `crcs` may be empty. Wait on every enqueued job exactly once.
+  struct ToHostJob {
+    std::unique_ptr<gpu::Event> event;
+    gpu::Stream* stream = nullptr;
+    std::chrono::steady_clock::time_point enqueued;
+    bool crcs = false;
+  };
+  // On an error nothing of the job is left running (its stream is drained and
+  // given back).
+  Result<ToHostJob> EnqueueToHost(std::span<const gpu::CopyOp> ops,
+                                  std::span<const gpu::CrcOp> crcs, uint32_t* out)
+      EXCLUDES(d2h_mu_);
+  Status WaitToHost(ToHostJob& job) EXCLUDES(d2h_mu_);
   // CRC32C of each slot's bytes of `page` (g.slots order) into pinned `out`,
   // computed on the D2H stream.
   Status PageCrcs(const GroupLayout& g, uint64_t page, uint32_t* out) EXCLUDES(d2h_mu_);
@@ -172,11 +190,17 @@ class Instance {
   std::vector<std::unique_ptr<HostRegion>> regions_;
   gpu::Device* device_ = nullptr;
   std::vector<gpu::IpcMapping> mappings_;  // one per region
-  std::unique_ptr<gpu::Stream> h2d_, d2h_;
+  std::unique_ptr<gpu::Stream> h2d_;
   std::atomic<size_t> ipc_mappings_{0};
 
   // A job's copies and its event are contiguous on a stream.
-  Mutex h2d_mu_, d2h_mu_;
+  Mutex h2d_mu_;
+  // D2H streams: one per job in flight, kept for reuse.
+  Result<gpu::Stream*> TakeD2hStream() EXCLUDES(d2h_mu_);
+  void GiveD2hStream(gpu::Stream* s) EXCLUDES(d2h_mu_);
+  Mutex d2h_mu_;
+  std::vector<std::unique_ptr<gpu::Stream>> d2h_ GUARDED_BY(d2h_mu_);
+  std::vector<gpu::Stream*> d2h_idle_ GUARDED_BY(d2h_mu_);
 
   Mutex mu_;
   CondVar cv_;

@@ -91,69 +91,90 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
   Status failed;
   // Objects whose bytes are being copied into their pool assemblies: on CUDA
   // pages one D2H job moves a whole batch (the staged mover merges its copies
-  // into few large DMAs), then each is sealed. Bounded, so a call holds a
-  // bounded part of the pool unsealed.
+  // into few large DMAs), then each is sealed. Batches are pipelined: the
+  // next one is assembled and its job enqueued while the previous job's
+  // copies run, and only then is the previous one waited for and sealed.
+  // Bounded: a call holds at most two batches of the pool unsealed.
   struct Pending {
     ObjectId id;
     DramView view;
     uint64_t page = 0;
     uint64_t copied = 0;
-    size_t op_begin = 0, op_end = 0;  // its copies in `ops`
+    size_t op_begin = 0, op_end = 0;  // its copies in its batch's `ops`
   };
-  constexpr uint64_t kBatchBytes = 64ull << 20;
+  constexpr uint64_t kBatchBytes = 16ull << 20;
   std::vector<Pending> batch;
-  std::unordered_set<Key, KeyHash> batched;  // keys in `batch` (one ns and group)
+  std::unordered_set<Key, KeyHash> batched;  // keys in `batch` and `flying` (one ns and group)
   std::vector<gpu::CopyOp> ops;              // CUDA pages: the batch's D2H copies
   uint64_t batch_bytes = 0;
-  // Seals the batch once its bytes are in the pool; the first error aborts
-  // what is left of it. A failed batch copy is redone object by object, so
-  // the objects before the one that fails are stored, as one copy per object
-  // would have stored them.
-  auto flush = [&]() -> Status {
-    // CUDA pages: the segment CRCs come from the GPU (the CRC32C kernel over
-    // the same page bytes, after the D2H on its stream) into pinned scratch
-    // of the pool, so the CPU never reads the payload. No scratch, a CRC
-    // launch that fails, or a batch redone object by object: the CPU CRCs
-    // the pool copy as before.
-    const size_t per_object = slots.size();
+  // A batch whose D2H job (copies, then the segment CRCs) was enqueued.
+  struct Flight {
+    std::vector<Pending> batch;
+    std::vector<gpu::CopyOp> ops;
+    std::optional<DramView> crc_out;  // pinned pool scratch for the GPU CRCs
+    std::optional<Instance::ToHostJob> job;
+    Status enqueue_error;
+  };
+  std::optional<Flight> flying;
+  const size_t per_object = slots.size();
+  // Takes the batch and enqueues its job. CUDA pages: the segment CRCs come
+  // from the GPU (the CRC32C kernel over the same page bytes, after the D2H
+  // on its stream) into pinned scratch of the pool, so the CPU never reads
+  // the payload. No scratch, or a batch redone object by object: the CPU
+  // CRCs the pool copy as before.
+  auto launch = [&]() -> Flight {
+    Flight f;
+    f.batch = std::move(batch);
+    f.ops = std::move(ops);
+    batch.clear();
+    ops.clear();
+    batch_bytes = 0;
+    if (!inst->cuda() || f.batch.empty()) return f;
     std::vector<gpu::CrcOp> crc_ops;
-    std::optional<DramView> crc_out;
-    if (inst->cuda() && !batch.empty() && x.config.publish_gpu_crc) {
+    if (x.config.publish_gpu_crc) {
       Result<DramView> scratch =
-          x.dram->AllocateScratch(batch.size() * per_object * sizeof(uint32_t));
+          x.dram->AllocateScratch(f.batch.size() * per_object * sizeof(uint32_t));
       if (scratch.ok()) {
-        crc_out = *scratch;
-        crc_ops.reserve(batch.size() * per_object);
-        for (const Pending& p : batch) {
+        f.crc_out = *scratch;
+        crc_ops.reserve(f.batch.size() * per_object);
+        for (const Pending& p : f.batch) {
           for (const SlotLayout* sl : slots) {
             crc_ops.push_back({inst->DevicePage(*sl, p.page), sl->bytes_per_page});
           }
         }
       }
     }
-    Status copy_error =
-        crc_out ? inst->CopyToHostWithCrcs(ops, crc_ops, reinterpret_cast<uint32_t*>(crc_out->data))
-                : inst->CopyAndWait(/*to_device=*/false, ops);
+    Result<Instance::ToHostJob> job = inst->EnqueueToHost(
+        f.ops, crc_ops, f.crc_out ? reinterpret_cast<uint32_t*>(f.crc_out->data) : nullptr);
+    if (job.ok()) {
+      f.job = std::move(job).value();
+    } else {
+      f.enqueue_error = job.status();
+    }
+    return f;
+  };
+  // Waits for a launched batch and seals it; the first error aborts what is
+  // left of it. A failed batch copy is redone object by object, so the
+  // objects before the one that fails are stored, as one copy per object
+  // would have stored them.
+  auto land = [&](Flight& f) -> Status {
+    Status copy_error = f.job ? inst->WaitToHost(*f.job) : f.enqueue_error;
     const uint32_t* gpu_crcs = nullptr;
-    if (crc_out && copy_error.ok()) gpu_crcs = reinterpret_cast<const uint32_t*>(crc_out->data);
-    size_t copied_ok = batch.size();
+    if (f.crc_out && copy_error.ok()) gpu_crcs = reinterpret_cast<const uint32_t*>(f.crc_out->data);
+    size_t copied_ok = f.batch.size();
     if (!copy_error.ok()) {
       copy_error = Status::OK();
-      for (copied_ok = 0; copied_ok < batch.size(); ++copied_ok) {
-        const Pending& p = batch[copied_ok];
+      for (copied_ok = 0; copied_ok < f.batch.size(); ++copied_ok) {
+        const Pending& p = f.batch[copied_ok];
         copy_error = inst->CopyAndWait(/*to_device=*/false,
-                                       std::span(ops).subspan(p.op_begin, p.op_end - p.op_begin));
+                                       std::span(f.ops).subspan(p.op_begin, p.op_end - p.op_begin));
         if (!copy_error.ok()) break;
       }
     }
     Status st;  // the first sealing error
-    ops.clear();
-    batch_bytes = 0;
-    batched.clear();
-    std::vector<Pending> todo = std::move(batch);
-    batch.clear();
-    for (size_t k = 0; k < todo.size(); ++k) {
-      Pending& p = todo[k];
+    for (size_t k = 0; k < f.batch.size(); ++k) {
+      Pending& p = f.batch[k];
+      batched.erase(p.id.key);
       if (k >= copied_ok || !st.ok()) {
         x.dram->AbortAssembly(p.view);
         continue;
@@ -188,15 +209,37 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
       }
       if (x.ssd) x.writeback->Queue(p.id, inst->codec);
     }
-    if (crc_out) x.dram->ReleaseScratch(*crc_out);
+    if (f.crc_out) x.dram->ReleaseScratch(*f.crc_out);
     return st.ok() ? copy_error : st;
+  };
+  // Launches the batch, then lands the one launched before it.
+  auto flush = [&]() -> Status {
+    Flight f = launch();
+    Status st;
+    if (flying) {
+      st = land(*flying);
+      flying.reset();
+    }
+    if (!f.batch.empty()) flying = std::move(f);
+    return st;
+  };
+  // Launches and lands everything: this call's objects are all sealed (or
+  // aborted) when it returns.
+  auto drain = [&]() -> Status {
+    Status st = flush();
+    if (flying) {
+      Status last = land(*flying);
+      flying.reset();
+      if (st.ok()) st = last;
+    }
+    return st;
   };
   // One key of the request: skipped, sent to the GPU encode path, or copied
   // into the pool (and on through cuFile or the io_uring writeback lane).
   auto put = [&](size_t i) {
     const ObjectId id = inst->Object(req.group_id, req.keys[i]);
     // A key given twice: its first copy is sealed before the second is looked at.
-    if (batched.count(id.key)) failed = flush();
+    if (batched.count(id.key)) failed = drain();
     if (!failed.ok()) return;
     if (x.dram->Contains(id) || (x.ssd && x.ssd->catalog().Lookup(StoreKey(id)).has_value())) {
       ++out.skipped;
@@ -220,10 +263,11 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
     WriteObjectHeader(id, shape.slot_bytes, ObjectCodec{}, {}, header);  // CRCs at seal
     auto begin = [&] { return x.dram->BeginAssembly(id, shape.object_size, g.num_slots, header); };
     Result<DramView> v = begin();
-    if (!v.ok() && v.status().code() == StatusCode::kResourceExhausted && !batch.empty()) {
+    if (!v.ok() && v.status().code() == StatusCode::kResourceExhausted &&
+        (!batch.empty() || flying)) {
       // This call's own unsealed objects hold room: seal them (they become
       // writeback candidates) before waiting for any.
-      failed = flush();
+      failed = drain();
       if (!failed.ok()) return;
       v = begin();
     }
@@ -264,7 +308,7 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
     if (batch_bytes >= kBatchBytes) failed = flush();
   };
   for (size_t i = 0; i < req.keys.size() && failed.ok(); ++i) put(i);
-  if (Status st = flush(); failed.ok()) failed = st;
+  if (Status st = drain(); failed.ok()) failed = st;
   // On every return: the pages stay the engine's only after this call's SSD
   // writes finished (the GPU gathers from them), and each write's DRAM entry
   // leaves writeback-pending.
@@ -305,7 +349,7 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
       if (!failed.ok()) break;
       put(i);
     }
-    if (Status st = flush(); failed.ok()) failed = st;
+    if (Status st = drain(); failed.ok()) failed = st;
     finish_writes();
   }
   if (!failed.ok()) return failed;
