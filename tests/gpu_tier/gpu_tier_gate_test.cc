@@ -1269,6 +1269,50 @@ TEST_F(GpuTierGate, PublishWaitsForItsCufileWritesWhenALaterGroupFails) {
   RestoreExact(e, 1, {8});  // the first group reached SSD
 }
 
+// A Publish of more than one 16 MiB batch pipelines them (the next batch's
+// D2H job is enqueued before the one before it is waited for and sealed):
+// every object is stored with its own bytes.
+TEST_F(GpuTierGate, PublishOfSeveralPipelinedBatchesStoresEveryObjectExactly) {
+  Options o;
+  o.pool = 96u << 20;
+  o.capacity = 128u << 20;
+  ASSERT_NO_FATAL_FAILURE(Start(o));
+  Engine& e = Register(SplitLayout(40, {512u << 10, 512u << 10}));
+  FillAndPublish(e, 1, 0, 40);  // 40 MiB: three batches
+  EXPECT_EQ(Plain("orbitkv_publish_crc_bytes_total", {{"where", "gpu"}}), 40.0 * (1u << 20));
+  RestoreExact(e, 1, Range(0, 40));
+}
+
+// A batch's D2H job that fails, and its copies redone one object at a time:
+// the batch before it (already landed) and the objects of the failing batch
+// before the failing one are stored; the call returns the error.
+TEST_F(GpuTierGate, AFailedCopyInAPipelinedBatchKeepsTheBatchesBeforeIt) {
+  Options o;
+  o.pool = 96u << 20;
+  o.capacity = 128u << 20;
+  ASSERT_NO_FATAL_FAILURE(Start(o));
+  Engine& e = Register(SplitLayout(24, {1u << 20}));
+  std::vector<uint64_t> pages;
+  for (uint64_t p = 0; p < 24; ++p) {
+    Fill(e, p, 1 + p);
+    pages.push_back(p);
+  }
+  const SlotLayout& s = e.layout.groups[0].slots[0];
+  faults->RefuseCopiesFrom(SlotPtr(e, s, 20), s.bytes_per_page, 2,
+                           Status::IOError("injected D2H failure of page 20", EIO));
+  PublishRequest p;
+  p.instance = e.id;
+  for (uint64_t i = 0; i < 24; ++i) p.keys.push_back(K(1 + i));
+  p.pages = pages;
+  Result<PublishResult> r = mgr->Publish(session, p);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("injected D2H failure of page 20"), std::string::npos)
+      << r.status().ToString();
+  mgr->Drain();
+  EXPECT_EQ(Query(e, 1, 24).prefix, 20u);
+  RestoreExact(e, 1, Range(0, 20));
+}
+
 TEST_F(GpuTierGate, AutoFallbackPartWayThroughAPublishSendsTheLaterGroupsToIoUring) {
   Options o;
   o.backend = SsdBackend::kAuto;
