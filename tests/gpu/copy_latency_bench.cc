@@ -220,7 +220,20 @@ int main(int argc, char** argv) {
   }
   if (!to_host) CHECK_CUDA(cudaMemset(dev, 0, total_slots * page_stride));
 
-  for (const char* mode : {"staged", "engines", "kernel"}) {
+  // --to-host also: staged copies then the CRC32C of every page (Publish's D2H job).
+  std::vector<orbitkv::gpu::CrcOp> crc_ops;
+  uint32_t* crc_out = nullptr;
+  if (to_host) {
+    for (uint64_t s = 0; s < total_slots; ++s) {
+      crc_ops.push_back({reinterpret_cast<DevPtr>(dev + order[s] * page_stride), slot_bytes});
+    }
+    CHECK_CUDA(cudaMallocHost(reinterpret_cast<void**>(&crc_out), 4 * total_slots));
+  }
+  std::vector<std::string> modes = {"staged", "engines", "kernel"};
+  if (to_host) modes.push_back("staged+crc");
+  for (const std::string& row_mode : modes) {
+    const bool with_crc = row_mode == "staged+crc";
+    const char* mode = with_crc ? "staged" : row_mode.c_str();
     ::setenv(orbitkv::gpu::kGpuCopyEnv, mode, 1);
     auto platform = orbitkv::gpu::CreateCudaPlatform();
     ::unsetenv(orbitkv::gpu::kGpuCopyEnv);
@@ -238,7 +251,9 @@ int main(int argc, char** argv) {
       if (gap_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(gap_us));
       const auto t0 = Clock::now();
       auto e = d.CreateEvent();
-      if (!e.ok() || !d.CopyAsync(ops, **stream).ok() || !d.Record(**e, **stream).ok()) {
+      if (!e.ok() || !d.CopyAsync(ops, **stream).ok() ||
+          (with_crc && !d.Crc32cAsync(crc_ops, crc_out, **stream).ok()) ||
+          !d.Record(**e, **stream).ok()) {
         std::fprintf(stderr, "platform/%s: enqueue failed\n", mode);
         return 3;
       }
@@ -249,11 +264,12 @@ int main(int argc, char** argv) {
       enq.push_back(Us(t1 - t0));
       wait.push_back(Us(t2 - t1));
     }
-    const std::string row = std::string("platform/") + mode;
+    const std::string row = "platform/" + row_mode;
     verify(row.c_str());
     const Quant w = Q(wall), a = Q(enq), b = Q(wait);
     std::printf("  %-18s %10.1f %10.1f %14.1f %14.1f %10.1f\n", row.c_str(), w.p50, w.p99, a.p50,
                 b.p50, double(total_slots * slot_bytes) / (w.p50 * 1e3));
   }
+  if (crc_out) CHECK_CUDA(cudaFreeHost(crc_out));
   return 0;
 }
