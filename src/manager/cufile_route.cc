@@ -439,10 +439,13 @@ bool CufileRoute::SubmitEncodedWrite(Instance& inst, const GroupLayout& g, const
   struct State {
     bool dram_copy = false;
     DramView scratch{};
+    // Detached from the Publish (Done::detached); Drain waits for the token.
+    bool detached = false;
+    LaneToken token;
   };
   auto state = std::make_shared<State>();
   const uint64_t header_bytes = shape.header_bytes;
-  w.encoded = [this, state, id,
+  w.encoded = [this, state, id, index, dw,
                header_bytes](const EncodedObjectView& v) -> Result<const uint8_t*> {
     // The compressed DRAM copy for hot reuse, where the pool has room:
     // writeback-pending until the write finished (Publish ends it).
@@ -457,6 +460,20 @@ bool CufileRoute::SubmitEncodedWrite(Instance& inst, const GroupLayout& g, const
       Result<bool> sealed = o_.dram->CompleteParts(*dv, {&part, 1});
       if (sealed.ok() && *sealed) {
         state->dram_copy = true;
+        if (o_.detached_write_done) {
+          // The bytes are in the arena and the pool: the Publish may return
+          // and the engine reuse its pages while the disk write goes on.
+          state->detached = true;
+          state->token = o_.lanes->Start();
+          DirectWrites::Done d;
+          d.id = id;
+          d.dram_copy = true;
+          d.encoded = true;
+          d.object_size = v.object_size;
+          d.index = index;
+          d.detached = true;
+          dw->Finished(std::move(d));
+        }
         return header;
       }
     }
@@ -469,6 +486,11 @@ bool CufileRoute::SubmitEncodedWrite(Instance& inst, const GroupLayout& g, const
   };
   const int ordinal = inst.device().ordinal();
   w.done = [this, dw, id, index, state, ordinal](Result<ExtentRef> r, uint64_t size) {
+    if (state->detached) {  // its Publish counted it at the encode
+      o_.detached_write_done(id, size, r.status());
+      state->token.Release();
+      return;
+    }
     if (!r.ok() && !state->dram_copy) {
       OKV_LOG_DEBUG("GPU-encoded write of {} failed, the CPU path takes it: {}", id.key.ShortHex(),
                     r.status().ToString());

@@ -23,6 +23,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string_view>
@@ -86,6 +87,11 @@ class DirectWrites {
     bool encoded = false;
     uint64_t object_size = 0;
     size_t index = 0;
+    // A GPU-encoded write reported as soon as its object is encoded and its
+    // encoded DRAM copy sealed (status OK, dram_copy): the pages are free, and
+    // the disk write goes on after the Publish, its end reported through
+    // Options::detached_write_done.
+    bool detached = false;
   };
   void Add() EXCLUDES(mu_);
   void Cancel() EXCLUDES(mu_);  // an Add whose write was not submitted
@@ -129,6 +135,13 @@ class CufileRoute final : public SsdRoute {
     // the compressed DRAM copy goes into `dram`.
     uint64_t encode_budget_bytes = 0;
     DramCache* dram = nullptr;
+    // Set: GPU-encoded writes with a DRAM copy detach from their Publish
+    // (Done::detached) and this gets each one's end (the encoded object size
+    // and the write's status; Cancelled at Close) on a worker thread: it ends
+    // the DRAM entry's writeback or sends it to io_uring. Unset: the Publish
+    // waits for the write. Manager::Drain waits for detached writes.
+    std::function<void(const ObjectId& id, uint64_t object_size, Status status)>
+        detached_write_done;
   };
   // REQUIRES: options.selection.cufile.
   explicit CufileRoute(Options options);
@@ -162,7 +175,9 @@ class CufileRoute final : public SsdRoute {
   // for any sealed entry), and written through cuFile. False, counted by
   // reason (orbitkv_ssd_gpu_encode_fallbacks_total), when the path declines
   // it: the caller takes the CPU path. `index` names the key in the caller's
-  // request (Done::index). `dw` gets its completion.
+  // request (Done::index). `dw` gets its completion: once the object is
+  // encoded and its DRAM copy sealed when Options::detached_write_done is
+  // set (Done::detached), else once its write finished.
   bool SubmitEncodedWrite(Instance& inst, const GroupLayout& g, const ObjectShape& shape,
                           const ObjectId& id, uint64_t page, size_t index,
                           const std::shared_ptr<DirectWrites>& dw);

@@ -139,6 +139,17 @@ Result<std::unique_ptr<Manager>> Manager::Create(const ManagerConfig& config) {
       c.encode_budget_bytes = GpuCodecShare(o.codec_budget, lanes);
       c.dram = x.dram.get();
       c.codec_metrics = x.codec_metrics.get();
+      // A detached GPU-encoded write ended (Publish returned at its encode):
+      // as Publish ends an attached one.
+      c.detached_write_done = [xp = &x](const ObjectId& id, uint64_t size, Status st) {
+        if (st.ok()) {
+          xp->m.bytes_writeback_cufile->Inc(size);
+          if (auto w = xp->dram->TakeWriteback(id)) xp->dram->FinishWriteback(*w, true);
+        } else if (xp->writeback) {
+          // The encoded DRAM copy reaches SSD through io_uring, written as it is.
+          xp->writeback->Queue(id, NamespaceCodec{});
+        }
+      };
       x.cufile = std::make_unique<CufileRoute>(std::move(c));
     }
   }

@@ -310,8 +310,10 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
   for (size_t i = 0; i < req.keys.size() && failed.ok(); ++i) put(i);
   if (Status st = drain(); failed.ok()) failed = st;
   // On every return: the pages stay the engine's only after this call's SSD
-  // writes finished (the GPU gathers from them), and each write's DRAM entry
-  // leaves writeback-pending.
+  // writes finished (the GPU gathers from them) or, for a GPU-encoded group
+  // with a DRAM copy, once it was encoded (its write goes on from the encode
+  // arena, detached); each finished write's DRAM entry leaves
+  // writeback-pending.
   std::vector<size_t> retry;  // GPU-encoded groups that failed with no copy anywhere
   auto finish_writes = [&] {
     for (DirectWrites::Done& d : dw->Wait()) {
@@ -322,6 +324,7 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
         x.m.publish_objects->Inc();
         if (d.dram_copy) x.m.bytes_publish->Inc(d.object_size);
       }
+      if (d.detached) continue;  // its write ends after this call (detached_write_done)
       if (d.status.ok()) {
         x.m.bytes_writeback_cufile->Inc(d.encoded ? d.object_size : shape.object_size);
         if (auto w = x.dram->TakeWriteback(d.id)) x.dram->FinishWriteback(*w, true);

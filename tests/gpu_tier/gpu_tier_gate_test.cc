@@ -971,6 +971,34 @@ TEST_F(EncodedGate, AFailedGpuEncodedWriteGoesToIoUringFromTheEncodedDramCopy) {
   EXPECT_EQ(h.codec, static_cast<uint8_t>(id()));
 }
 
+// A GPU-encoded group with an encoded DRAM copy: Publish returns once the
+// group is encoded, while its cuFile write is still held, so the engine may
+// reuse the pages at once; the write then finishes from the encode arena and
+// the object on disk restores with the published bytes.
+TEST_F(EncodedGate, PublishReturnsAtTheEncodeWhileItsWriteGoesOn) {
+  ASSERT_NO_FATAL_FAILURE(Start({}));
+  Engine& e = RegisterEncoded(kAns);
+  FillKv(e, 0, 1);
+  FillKv(e, 1, 2);
+  faults->HoldWrites(true);
+  auto publish = std::async(std::launch::async, [&] { return Publish(e, 1, {0, 1}); });
+  ASSERT_EQ(publish.wait_for(std::chrono::seconds(20)), std::future_status::ready)
+      << "Publish waited for its held cuFile writes";
+  EXPECT_EQ(publish.get().sealed, 2u);
+  Scribble(e, 0);  // the engine reuses its pages
+  Scribble(e, 1);
+  WaitUntil([&] { return faults->held_events() >= 1; });
+  EXPECT_EQ(Gauge("orbitkv_ssd_gpu_encode_pending"), 2) << "the writes are still on their way";
+  EXPECT_EQ(mgr->gauges().dram.writeback_pending, 2u);
+  faults->HoldWrites(false);
+  faults->ReleaseHeld();
+  mgr->Drain();  // waits for the detached writes
+  EXPECT_TRUE(AllGpuEncoded());
+  EXPECT_EQ(mgr->gauges().dram.writeback_pending, 0u);
+  EXPECT_EQ(ObjectOnDisk(1).first.codec, static_cast<uint8_t>(id()));
+  RestoreKv(e, 1, {8, 9});
+}
+
 // Unregister after GPU-encoded writes: the worker's encode and decode lanes
 // go with it, their arenas and budget shares released (TearDown checks the
 // budget gauge is back to 0 with the workers gone).
