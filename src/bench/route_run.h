@@ -61,9 +61,9 @@ struct RouteRunConfig {
 // path. ManagerView::delta holds "cost_<path>_sum" and "cost_<path>_count"
 // over the measured phases.
 inline constexpr const char* kCostPaths[] = {
-    "dram_restore_plan", "h2d_copy_enqueue",   "h2d_copy_wait",      "d2h_copy_enqueue",
-    "d2h_copy_wait",     "gpu_decode_enqueue", "gpu_decode_wait",    "ssd_uring_restore",
-    "ssd_cufile_restore",
+    "dram_restore_plan", "h2d_copy_enqueue",  "h2d_copy_wait",
+    "d2h_copy_enqueue",  "d2h_copy_wait",     "gpu_decode_enqueue",
+    "gpu_decode_wait",   "ssd_uring_restore", "ssd_cufile_restore",
 };
 
 // Gauges' peaks and counters' deltas from the Manager's /metrics.

@@ -63,9 +63,10 @@ __global__ void CheckPrefixKernel(uint8_t codec, uint8_t version, const KernelFr
   int32_t code = kKernelOk;
   if (f.flags & kFrameCheckSegmentCrc) {
     // FrameCrcKernel read the CRC field as zero; the segment CRC covers it.
-    const uint32_t reg = has_field ? Crc32cWithWord(*tables, crc_acc[i], Load32(p + kFrameCrcOffset),
-                                                    kFrameCrcOffset, f.frame_size)
-                                   : crc_acc[i];
+    const uint32_t reg = has_field
+                             ? Crc32cWithWord(*tables, crc_acc[i], Load32(p + kFrameCrcOffset),
+                                              kFrameCrcOffset, f.frame_size)
+                             : crc_acc[i];
     if (~reg != f.segment_crc) code = kKernelSegmentCrc;
   }
   if (code == kKernelOk && !(f.flags & kFrameCheckOnly)) {
@@ -73,13 +74,12 @@ __global__ void CheckPrefixKernel(uint8_t codec, uint8_t version, const KernelFr
     if (f.frame_size >= kFramePrefixBytes) {
       const uint8_t dtype = p[kPrefixDType];
       const uint64_t elem = dtype == 3 ? 1 : 2;
-      const bool ok =
-          Load32(p) == kFrameMagic && p[kPrefixCodec] == codec && codec >= 1 && codec <= 4 &&
-          p[kPrefixVersion] == version && dtype >= 1 && dtype <= 3 &&
-          (f.dtype == 0 || dtype == f.dtype) && (p[kPrefixFlags] & ~1u) == 0 &&
-          Load64(p + kPrefixFrameSize) == f.frame_size &&
-          Load64(p + kPrefixDecodedSize) == f.out_size && f.out_size % elem == 0 &&
-          (!(f.flags & kFrameCheckParam) || Load32(p + kPrefixParam) == f.param);
+      const bool ok = Load32(p) == kFrameMagic && p[kPrefixCodec] == codec && codec >= 1 &&
+                      codec <= 4 && p[kPrefixVersion] == version && dtype >= 1 && dtype <= 3 &&
+                      (f.dtype == 0 || dtype == f.dtype) && (p[kPrefixFlags] & ~1u) == 0 &&
+                      Load64(p + kPrefixFrameSize) == f.frame_size &&
+                      Load64(p + kPrefixDecodedSize) == f.out_size && f.out_size % elem == 0 &&
+                      (!(f.flags & kFrameCheckParam) || Load32(p + kPrefixParam) == f.param);
       if (ok) code = ~crc_acc[i] == Load32(p + kFrameCrcOffset) ? kKernelOk : kKernelCrc;
     }
   }
@@ -838,28 +838,22 @@ cudaError_t LaunchCheckAndDecode(uint8_t codec, uint8_t version, const KernelFra
       const uint32_t threads = kTqWarps * 32;
       switch (head_dim) {
         case 32:
-          TurboQuantDecodeKernel<1><<<grid, threads, 0, stream>>>(bits, frames, status,
-                                                                          verdicts);
+          TurboQuantDecodeKernel<1><<<grid, threads, 0, stream>>>(bits, frames, status, verdicts);
           break;
         case 64:
-          TurboQuantDecodeKernel<2><<<grid, threads, 0, stream>>>(bits, frames, status,
-                                                                          verdicts);
+          TurboQuantDecodeKernel<2><<<grid, threads, 0, stream>>>(bits, frames, status, verdicts);
           break;
         case 128:
-          TurboQuantDecodeKernel<4><<<grid, threads, 0, stream>>>(bits, frames, status,
-                                                                          verdicts);
+          TurboQuantDecodeKernel<4><<<grid, threads, 0, stream>>>(bits, frames, status, verdicts);
           break;
         case 256:
-          TurboQuantDecodeKernel<8><<<grid, threads, 0, stream>>>(bits, frames, status,
-                                                                          verdicts);
+          TurboQuantDecodeKernel<8><<<grid, threads, 0, stream>>>(bits, frames, status, verdicts);
           break;
         case 512:
-          TurboQuantDecodeKernel<16><<<grid, threads, 0, stream>>>(bits, frames, status,
-                                                                          verdicts);
+          TurboQuantDecodeKernel<16><<<grid, threads, 0, stream>>>(bits, frames, status, verdicts);
           break;
         case 1024:
-          TurboQuantDecodeKernel<32><<<grid, threads, 0, stream>>>(bits, frames, status,
-                                                                          verdicts);
+          TurboQuantDecodeKernel<32><<<grid, threads, 0, stream>>>(bits, frames, status, verdicts);
           break;
         default:
           return cudaErrorInvalidValue;

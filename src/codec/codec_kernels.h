@@ -35,11 +35,11 @@ inline constexpr uint8_t kFrameCheckOnly = 4;        // segment CRC only, never 
 // Stored in status[]: 0 is success. Larger is worse (atomicMax).
 enum KernelError : int32_t {
   kKernelOk = 0,
-  kKernelBadStream = 1,  // a chunk stream that does not decode
-  kKernelBadHeader = 2,  // codec header fields out of range
-  kKernelCrc = 3,        // CRC32C mismatch (nothing written)
-  kKernelBadPrefix = 4,  // magic, codec, version, sizes (nothing written)
-  kKernelSegmentCrc = 5, // the stored bytes' CRC32C is not segment_crc (nothing written)
+  kKernelBadStream = 1,   // a chunk stream that does not decode
+  kKernelBadHeader = 2,   // codec header fields out of range
+  kKernelCrc = 3,         // CRC32C mismatch (nothing written)
+  kKernelBadPrefix = 4,   // magic, codec, version, sizes (nothing written)
+  kKernelSegmentCrc = 5,  // the stored bytes' CRC32C is not segment_crc (nothing written)
 };
 // Codes of the check pass: a frame with one (or whose verdict has one) is not decoded.
 inline constexpr int32_t kKernelFirstCheckError = kKernelCrc;

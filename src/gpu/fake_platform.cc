@@ -358,19 +358,18 @@ class FakeFrameDecoder : public FrameDecoder {
   static DecodeResult Check(codec::CodecId codec, uint32_t head_dim, const DecodeOp& op, size_t i) {
     const std::span<const uint8_t> frame{reinterpret_cast<const uint8_t*>(op.frame), op.frame_size};
     if (op.segment_crc && Crc32c(frame) != *op.segment_crc) {
-      return {Status::Corruption(fmt::format(
-                  "frame {}: payload CRC32C differs from the object header's", i)),
+      return {Status::Corruption(
+                  fmt::format("frame {}: payload CRC32C differs from the object header's", i)),
               DecodeCheck::kSegmentCrc};
     }
     if (op.check_only) return {};
     Result<codec::FrameInfo> info = codec::ParseFrame(frame);  // prefix and the frame's own CRC
     Status st = info.status();
     const bool tq = codec == codec::CodecId::kTurboQuant4 || codec == codec::CodecId::kTurboQuant3;
-    if (st.ok() &&
-        (info->codec != codec || info->decoded_size != op.out_size ||
-         (tq && info->param != head_dim) ||
-         (op.dtype != 0 && static_cast<uint8_t>(info->dtype) != op.dtype) ||
-         (op.param && info->param != *op.param))) {
+    if (st.ok() && (info->codec != codec || info->decoded_size != op.out_size ||
+                    (tq && info->param != head_dim) ||
+                    (op.dtype != 0 && static_cast<uint8_t>(info->dtype) != op.dtype) ||
+                    (op.param && info->param != *op.param))) {
       st = Status::Corruption("prefix does not match the expected codec, dtype and sizes");
     }
     if (st.ok()) return {};

@@ -243,9 +243,9 @@ void GpuDecodeLane::Loop() {
       while (!queue_.empty()) {
         const Task& t = queue_.front();
         const Task* first = s->batch.empty() ? nullptr : &s->batch[0];
-        if (first && (t.codec.id != first->codec.id ||
-                      t.codec.info.head_dim != first->codec.info.head_dim ||
-                      segments + Segments(t) > o_.max_frames)) {
+        if (first &&
+            (t.codec.id != first->codec.id || t.codec.info.head_dim != first->codec.info.head_dim ||
+             segments + Segments(t) > o_.max_frames)) {
           break;
         }
         segments += Segments(t);

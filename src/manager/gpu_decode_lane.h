@@ -37,8 +37,8 @@
 // on the caller's after Close) with no lock held.
 #pragma once
 
-#include <cstdint>
 #include <chrono>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
@@ -50,9 +50,9 @@
 #include <vector>
 
 #include "common/mutex.h"
-#include "orbitkv/metrics.h"
 #include "gpu/platform.h"
 #include "manager/storage_codec.h"
+#include "orbitkv/metrics.h"
 #include "store/object_format.h"
 
 namespace orbitkv {
@@ -160,7 +160,7 @@ class GpuDecodeLane {
     std::vector<gpu::DecodeOp> ops;
     std::vector<size_t> op_task;    // ops[i] belongs to batch[op_task[i]]
     std::vector<uint32_t> op_slot;  // and is its segment op_slot[i]
-    std::vector<Status> failed;   // per task, set before the GPU ran (enqueue)
+    std::vector<Status> failed;     // per task, set before the GPU ran (enqueue)
     std::chrono::steady_clock::time_point start;
   };
   static constexpr int kMaxStages = 3;

@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <utility>
 #include <cstring>
+#include <utility>
 
 #include "manager/sources.h"
 #include "orbitkv/device.h"

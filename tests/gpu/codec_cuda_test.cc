@@ -310,7 +310,7 @@ TEST_P(CodecCudaMatrixTest, ObjectChecksGateTheWholeGroup) {
   // Another dtype than the namespace's: a frame check, nothing written.
   reset();
   batch.mutable_frames()[0].dtype = p.dtype == DType::kBf16 ? static_cast<uint8_t>(DType::kFp16)
-                                                             : static_cast<uint8_t>(DType::kBf16);
+                                                            : static_cast<uint8_t>(DType::kBf16);
   r = run();
   EXPECT_EQ(r[0].check, gpu::DecodeCheck::kFrame);
   EXPECT_TRUE(untouched(0) && untouched(1) && untouched(2));

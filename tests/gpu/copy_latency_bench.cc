@@ -177,7 +177,8 @@ int main(int argc, char** argv) {
       "iterations%s, host memory %s\n",
       static_cast<unsigned long long>(objects), static_cast<unsigned long long>(slots),
       static_cast<unsigned long long>(slot_bytes), double(total_slots * slot_bytes) / (1 << 20),
-      to_host ? "HBM -> pool" : "pool -> HBM", iters, gap_us > 0 ? (", " + std::to_string(gap_us) + " us idle before each").c_str() : "",
+      to_host ? "HBM -> pool" : "pool -> HBM", iters,
+      gap_us > 0 ? (", " + std::to_string(gap_us) + " us idle before each").c_str() : "",
       locked ? "mlocked" : "not locked (mlock failed)");
   std::printf("  %-18s %10s %10s %14s %14s %10s\n", "path", "p50 us", "p99 us", "enqueue p50",
               "wait p50", "GB/s p50");
@@ -194,11 +195,11 @@ int main(int argc, char** argv) {
       if (row[7] == '1') {
         for (uint64_t o = 0; o < objects; ++o) {
           if (to_host) {
-            CHECK_CUDA(cudaMemcpyAsync(obj[o], dev + o * object_span, object,
-                                       cudaMemcpyDeviceToHost, st));
+            CHECK_CUDA(
+                cudaMemcpyAsync(obj[o], dev + o * object_span, object, cudaMemcpyDeviceToHost, st));
           } else {
-            CHECK_CUDA(cudaMemcpyAsync(dev + o * object_span, obj[o], object,
-                                       cudaMemcpyHostToDevice, st));
+            CHECK_CUDA(
+                cudaMemcpyAsync(dev + o * object_span, obj[o], object, cudaMemcpyHostToDevice, st));
           }
         }
       } else {

@@ -130,7 +130,8 @@ class DecodeLaneSeam : public ::testing::Test {
   }
   // The lane task restoring `slots` of `o` into `pages`.
   GpuDecodeLane::Task Task(GpuDecodeLane& lane, const NamespaceCodec& c, const Object& o,
-                           const std::vector<uint32_t>& slots, const std::vector<gpu::DevPtr>& pages,
+                           const std::vector<uint32_t>& slots,
+                           const std::vector<gpu::DevPtr>& pages,
                            std::function<void(Status)> done) {
     GpuDecodeLane::Task t;
     std::optional<gpu::DevPtr> at = lane.TryTake(o.size);
@@ -245,7 +246,8 @@ TEST_F(DecodeLaneSeam, CloseDecodesWhatWasQueuedAndLaterSubmitsAreCancelled) {
   }
   Pending p;
   std::vector<GpuDecodeLane::Task> tasks;
-  for (int i = 0; i < 8; ++i) tasks.push_back(Task(*lane, c, objects[i], {0, 1}, pages[i], p.One(i)));
+  for (int i = 0; i < 8; ++i)
+    tasks.push_back(Task(*lane, c, objects[i], {0, 1}, pages[i], p.One(i)));
   lane->SubmitBatch(std::move(tasks));
   GpuDecodeLane::Task late = Task(*lane, c, objects[8], {0, 1}, pages[8], p.One(8));
   lane->Close();

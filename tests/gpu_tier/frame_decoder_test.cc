@@ -127,8 +127,8 @@ TEST_F(FrameDecoderSeam, SegmentChecksGateTheWholeObject) {
     std::vector<uint32_t> crcs;
     std::vector<gpu::DevPtr> ins, outs;
     for (uint32_t k = 0; k < 3; ++k) {
-      raws.push_back(codec::testing::KvLikeSegment(128 * (32 + 8 * k), codec::DType::kBf16, 128,
-                                                   40 + k));
+      raws.push_back(
+          codec::testing::KvLikeSegment(128 * (32 + 8 * k), codec::DType::kBf16, 128, 40 + k));
       frames.push_back(codec::testing::EncodeOrDie(id, Info(), raws.back()));
       crcs.push_back(codec::Crc32c(frames.back()));
       ins.push_back(Put(frames.back()));
