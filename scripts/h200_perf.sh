@@ -73,8 +73,10 @@ case "${1:-}" in
     }
     command -v nvidia-smi >/dev/null && nvidia-smi -L
     # Storage codecs, DRAM -> HBM: encoded DRAM copies decoded on the GPU
-    # (dram-encoded) against raw ones (dram) of the same run; 16-token blocks.
-    codec=(--workload block-size-sweep --sweep-block-tokens 16 --device cuda:0 --working-set 512mib
+    # (dram-encoded) against raw ones (dram) of the same run; 16-token blocks,
+    # the 2 GiB working set of the other GPU runs (32 restore calls: with 512
+    # MiB, 8 calls, the phase's first and last calls weigh on the ratio).
+    codec=(--workload block-size-sweep --sweep-block-tokens 16 --device cuda:0 --working-set 2gib
       --model llama-3.1-8b --routes dram,dram-encoded --latency-probes 16)
     for c in fp8 ans turboquant-4; do
       one "codec-$c" "${codec[@]}" --storage-codec "$c"
