@@ -195,30 +195,17 @@ Result<Instance::ToHostJob> Instance::EnqueueToHost(std::span<const gpu::CopyOp>
                                                     uint32_t* out) {
   const auto start = std::chrono::steady_clock::now();
   ToHostJob job;
-  auto drain = [&] {
-    for (gpu::Stream* s : {job.stream, job.crc_stream}) {
-      if (!s) continue;
-      device_->Synchronize(*s).IgnoreError("draining a failed D2H job");
-      GiveD2hStream(s);
-    }
-  };
-  Status st = [&]() -> Status {
-    ORBITKV_ASSIGN_OR_RETURN(job.event, device_->CreateEvent());
-    ORBITKV_ASSIGN_OR_RETURN(job.stream, TakeD2hStream());
-    if (!crcs.empty()) {
-      ORBITKV_ASSIGN_OR_RETURN(job.crc_event, device_->CreateEvent());
-      ORBITKV_ASSIGN_OR_RETURN(job.crc_stream, TakeD2hStream());
-      // The CRCs first, on their own stream: the kernel runs while the
-      // copies' DMA moves the same pages.
-      ORBITKV_RETURN_IF_ERROR(device_->Crc32cAsync(crcs, out, *job.crc_stream));
-      ORBITKV_RETURN_IF_ERROR(device_->Record(*job.crc_event, *job.crc_stream));
-    }
-    // The staged mover takes a caller stream with nothing pending: the job's own.
-    if (!ops.empty()) ORBITKV_RETURN_IF_ERROR(device_->CopyAsync(ops, *job.stream));
-    return device_->Record(*job.event, *job.stream);
-  }();
+  job.crcs = !crcs.empty();
+  ORBITKV_ASSIGN_OR_RETURN(job.event, device_->CreateEvent());
+  ORBITKV_ASSIGN_OR_RETURN(job.stream, TakeD2hStream());
+  // The copies first: the staged mover takes a caller stream with nothing
+  // pending (this job's own); the CRC kernel then runs after them on it.
+  Status st = ops.empty() ? Status::OK() : device_->CopyAsync(ops, *job.stream);
+  if (st.ok() && !crcs.empty()) st = device_->Crc32cAsync(crcs, out, *job.stream);
+  if (st.ok()) st = device_->Record(*job.event, *job.stream);
   if (!st.ok()) {
-    drain();
+    device_->Synchronize(*job.stream).IgnoreError("draining a failed D2H job");
+    GiveD2hStream(job.stream);
     return st;
   }
   job.enqueued = std::chrono::steady_clock::now();
@@ -230,26 +217,15 @@ Result<Instance::ToHostJob> Instance::EnqueueToHost(std::span<const gpu::CopyOp>
 
 Status Instance::WaitToHost(ToHostJob& job) {
   Status st = device_->Wait(*job.event);
-  if (job.crc_event) {
-    Status crc = device_->Wait(*job.crc_event);
-    if (st.ok()) st = crc;
-  }
-  if (!st.ok()) {
-    for (gpu::Stream* s : {job.stream, job.crc_stream}) {
-      if (s) device_->Synchronize(*s).IgnoreError("draining a failed D2H job");
-    }
-  }
+  if (!st.ok()) device_->Synchronize(*job.stream).IgnoreError("draining a failed D2H job");
   if (cost_copy_wait[1]) {
     cost_copy_wait[1]->Observe(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - job.enqueued).count());
   }
-  const bool crcs = job.crc_stream != nullptr;
   GiveD2hStream(std::exchange(job.stream, nullptr));
-  if (crcs) GiveD2hStream(std::exchange(job.crc_stream, nullptr));
   job.event.reset();
-  job.crc_event.reset();
-  return st.WithContext(crcs ? "D2H copy and CRC32C of engine pages"
-                             : "D2H copy from engine pages");
+  return st.WithContext(job.crcs ? "D2H copy and CRC32C of engine pages"
+                                 : "D2H copy from engine pages");
 }
 
 Status Instance::PageCrcs(const GroupLayout& g, uint64_t page, uint32_t* out) {

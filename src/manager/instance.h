@@ -93,23 +93,22 @@ class Instance {
   // Runs `ops` on the H2D (to_device) or a D2H stream and waits for this
   // job's own event. OK at once when ops is empty.
   Status CopyAndWait(bool to_device, std::span<const gpu::CopyOp> ops) EXCLUDES(h2d_mu_, d2h_mu_);
-  // D2H `ops` and, beside them, the CRC32C of each range of `crcs` (engine
-  // pages) into `out` (pinned or device memory, crcs.size() entries); waits
-  // for both. Publish's batches: the segment CRCs on the GPU, not the CPU.
+  // D2H `ops`, then the CRC32C of each range of `crcs` (engine pages) into
+  // `out` (pinned or device memory, crcs.size() entries), on a D2H stream;
+  // waits for both (one event). Publish's batches: the segment CRCs on the
+  // GPU, not the CPU.
   Status CopyToHostWithCrcs(std::span<const gpu::CopyOp> ops, std::span<const gpu::CrcOp> crcs,
                             uint32_t* out) EXCLUDES(d2h_mu_);
   // The two halves of CopyToHostWithCrcs, so a caller can build its next job
   // while this one's copies run (Publish's pipeline). Each job has a D2H
   // stream to itself until its wait (made on demand, so as many jobs may be
   // in flight as callers hold, and the staged mover always finds an idle
-  // stream), and a second one for its CRCs: the CRC kernel reads the same
-  // engine pages as the copies, not their copy, so it runs beside the DMA.
-  // `crcs` may be empty. Wait on every enqueued job exactly once.
+  // stream); `crcs` may be empty. Wait on every enqueued job exactly once.
   struct ToHostJob {
-    std::unique_ptr<gpu::Event> event, crc_event;
+    std::unique_ptr<gpu::Event> event;
     gpu::Stream* stream = nullptr;
-    gpu::Stream* crc_stream = nullptr;  // null without CRCs
     std::chrono::steady_clock::time_point enqueued;
+    bool crcs = false;
   };
   // On an error nothing of the job is left running (its stream is drained and
   // given back).
