@@ -174,10 +174,10 @@ cudaError_t EnqueueEngineCopies(const CopyDesc* ops, size_t count, cudaStream_t 
       return cudaSuccess;
     }
     (void)cudaGetLastError();
-    // Not supported here: never ask again. Refused as invalid (seen on the
-    // H200 for spans of several cudaHostAlloc allocations in one batch, which
-    // one cudaMemcpyAsync each accepts): this call goes op by op, and the
-    // per-op copies report whatever is really wrong with an op.
+    // Not supported here: never ask again. Refused as invalid: this call goes
+    // op by op, and each op's own copy reports what is wrong with it (a
+    // defensive fallback; the H200 refusal it was added for came from the
+    // staged plan's spans, staged_copy_plan.h, which per-op copies refuse too).
     if (err == cudaErrorNotSupported || err == cudaErrorCallRequiresNewerDriver) {
       g_batch_refused.store(true, std::memory_order_relaxed);
     } else if (err != cudaErrorInvalidValue) {

@@ -65,7 +65,11 @@ struct StagedCopyPlan {
 
 // REQUIRES: every op has bytes > 0; for kToDevice op.src is host memory and
 // op.dst device memory, for kToHost the reverse; shape.chunk_bytes >=
-// shape.direct_min_bytes + shape.align; align a power of two.
+// shape.direct_min_bytes + shape.align; align a power of two. For kToDevice,
+// host ranges within max_gap of each other must lie in one pinned allocation
+// (a span reads the gap between them: the pool, one registered region, is
+// always; ops from separate cudaHostAlloc buffers may not be: a decode lane
+// test of such buffers saw the DMA refused as invalid on the H200).
 StagedCopyPlan PlanStagedCopy(std::span<const CopyOp> ops, CopyDirection direction,
                               const StagingShape& shape);
 

@@ -15,7 +15,7 @@ namespace {
 constexpr uint32_t kLaneFrames = 4096;
 // Encoded bytes per lane batch: large enough for full-rate H2D copies and few
 // launches (4 blocks of an 8B model at a 2x codec), small enough that a 64 MiB
-// call is several batches that the lane's two stages overlap.
+// call is several batches that the lane's pipeline stages overlap.
 constexpr uint64_t kDecodeBatchBytes = 8ull << 20;
 
 }  // namespace

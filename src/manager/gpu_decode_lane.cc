@@ -78,7 +78,9 @@ Status CodecLaneMemory::Acquire(uint64_t scratch, uint64_t host_bytes, const cha
   ORBITKV_ASSIGN_OR_RETURN(arena, device->Allocate(arena_bytes));
   ORBITKV_ASSIGN_OR_RETURN(stream, device->CreateStream());
   ORBITKV_ASSIGN_OR_RETURN(event, device->CreateEvent());
-  ORBITKV_ASSIGN_OR_RETURN(host, device->AllocateHost(host_bytes));
+  if (host_bytes > 0) {
+    ORBITKV_ASSIGN_OR_RETURN(host, device->AllocateHost(host_bytes));
+  }
   return Status::OK();
 }
 
@@ -132,7 +134,7 @@ Result<std::unique_ptr<GpuDecodeLane>> GpuDecodeLane::Create(GpuDecodeLaneOption
     l.mem_.device = &d;
     l.mem_.budget = l.o_.budget;
     l.mem_.budget_bytes = l.o_.budget_bytes;
-    ORBITKV_RETURN_IF_ERROR(l.mem_.Acquire(scratch, kRangeAlign, "decode"));
+    ORBITKV_RETURN_IF_ERROR(l.mem_.Acquire(scratch, 0, "decode"));
     l.arena_bytes_ = l.mem_.arena_bytes;
     l.arena_ = l.mem_.arena;
     l.stages_[0].stream = l.mem_.stream.get();

@@ -83,7 +83,8 @@ struct CodecLaneMemory {
   std::unique_ptr<gpu::Stream> stream;
   std::unique_ptr<gpu::Event> event;
   uint8_t* host = nullptr;
-  // Reserves budget_bytes and makes the rest. ResourceExhausted when
+  // Reserves budget_bytes and makes the rest (no pinned host memory when
+  // host_bytes is 0). ResourceExhausted when
   // `scratch` leaves no arena or the budget cannot hold the share (`what`
   // names the arena in the message); the platform's errors. On an error,
   // Free releases what was made.
@@ -154,7 +155,7 @@ class GpuDecodeLane {
   // decoder, so one stage's H2D copy overlaps another's decode).
   struct Stage {
     std::unique_ptr<gpu::FrameDecoder> decoder;
-    gpu::Stream* stream = nullptr;  // stage 0: mem_'s; stage 1: own_stream
+    gpu::Stream* stream = nullptr;  // stage 0: mem_'s; the others: own_stream
     std::unique_ptr<gpu::Stream> own_stream;
     std::vector<Task> batch;
     std::vector<gpu::DecodeOp> ops;
