@@ -74,15 +74,22 @@ case "${1:-}" in
     command -v nvidia-smi >/dev/null && nvidia-smi -L
     # Storage codecs, DRAM -> HBM: encoded DRAM copies decoded on the GPU
     # (dram-encoded) against raw ones (dram) of the same run; 16-token blocks,
-    # the 2 GiB working set of the other GPU runs (32 restore calls: with 512
-    # MiB, 8 calls, the phase's first and last calls weigh on the ratio).
+    # the 2 GiB working set of the other GPU runs, four passes over it (128
+    # restore calls, about 0.2 s per route: with 8 or 32 calls the phase's
+    # pipeline fill and last call weigh on the ratio, and one run is ~30 ms).
     codec=(--workload block-size-sweep --sweep-block-tokens 16 --device cuda:0 --working-set 2gib
-      --model llama-3.1-8b --routes dram,dram-encoded --latency-probes 16)
+      --passes 4 --model llama-3.1-8b --routes dram,dram-encoded --latency-probes 16)
     for c in fp8 ans turboquant-4; do
       one "codec-$c" "${codec[@]}" --storage-codec "$c"
     done
+    # HBM -> DRAM with fp8: the GPU-encoded write path (gpu-encoded: encode on
+    # the GPU, encoded D2H, cuFile write) against raw D2H with the CPU encode
+    # at writeback (dram-encoded).
+    one codec-publish-fp8 --workload publish-only --device cuda:0 --working-set 2gib \
+      --model llama-3.1-8b --routes dram-encoded,gpu-encoded --storage-codec fp8
     if [[ $what == codecs ]]; then
       grep -h -A1 "effective DRAM -> HBM" "$out"/codec-*.txt
+      grep -h -A4 "^  publish$" "$out"/codec-publish-fp8.txt
       echo "=== h200_perf.sh codecs: exit $rc"
       exit $rc
     fi

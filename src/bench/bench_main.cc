@@ -473,7 +473,8 @@ int Run(const Flags& f, const std::vector<Route>& routes, const ModelPreset& mod
   std::vector<Route> runnable;
   for (Route r : routes) {
     Status st = RouteSupported(r, f.device);
-    if (st.ok() && r == Route::kDramEncoded && f.storage_codec == "none") {
+    if (st.ok() && (r == Route::kDramEncoded || r == Route::kGpuEncoded) &&
+        f.storage_codec == "none") {
       st = Status::Unavailable(
           "needs --storage-codec (without a codec DRAM holds raw copies: the dram route)");
     }

@@ -173,6 +173,19 @@ TEST(RouteTest, DramEncodedKeepsEncodedDramCopiesOnAnyPages) {
   EXPECT_EQ(RestoreCeiling(Route::kDramEncoded, "cuda:0"), CeilingKind::kCudaH2D);
 }
 
+// gpu-encoded is the only route whose publishes encode on the GPU: the GPU
+// tier's cuFile backend with the encoded DRAM copy, CUDA pages only.
+TEST(RouteTest, GpuEncodedPublishesThroughTheGpuTierOnCudaPagesOnly) {
+  Result<std::vector<Route>> r = ParseRoutes("gpu-encoded");
+  ASSERT_TRUE(r.ok());
+  EXPECT_THAT(*r, ::testing::ElementsAre(Route::kGpuEncoded));
+  EXPECT_EQ(RouteSupported(Route::kGpuEncoded, "host").code(), StatusCode::kUnavailable);
+  EXPECT_TRUE(RouteSupported(Route::kGpuEncoded, "cuda:0").ok());
+  EXPECT_THAT(Info(Route::kGpuEncoded).manager_flags,
+              ::testing::ElementsAre("--admission", "all", "--ssd-backend", "auto",
+                                     "--codec-dram-copy", "encoded"));
+}
+
 // The fp8 target compares dram-encoded's effective KV GB/s with dram's (the
 // uncompressed route) of the same run, on CUDA pages only.
 TEST(ReportTest, Fp8EncodedDramTargetComparesWithTheUncompressedRoute) {

@@ -65,6 +65,15 @@ const std::vector<RouteInfo>& Routes() {
        false,
        false,
        {"--admission", "all", "--ssd-backend", "uring", "--codec-dram-copy", "encoded"}},
+      {Route::kGpuEncoded,
+       "gpu-encoded",
+       "dram-encoded on the GPU tier (--ssd-backend auto): Publish encodes complete groups on the "
+       "GPU, DRAM keeps the encoded copy and cuFile writes it (Publish returns at the encode); "
+       "restores move the encoded bytes and decode on the GPU",
+       Tier::kDram,
+       false,
+       true,
+       {"--admission", "all", "--ssd-backend", "auto", "--codec-dram-copy", "encoded"}},
   };
   return routes;
 }

@@ -26,6 +26,10 @@ enum class Route {
   // kDram with --codec-dram-copy encoded: DRAM holds the encoded objects once
   // written back (CUDA pages: GPU decode; host pages: CPU). Needs --storage-codec.
   kDramEncoded,
+  // kDramEncoded on the GPU tier (--ssd-backend auto, CUDA pages): complete
+  // groups encode on the GPU at publish; DRAM keeps the encoded copy and
+  // cuFile writes it. Needs --storage-codec.
+  kGpuEncoded,
 };
 
 // What a route's throughput is a fraction of.

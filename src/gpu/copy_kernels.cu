@@ -1,5 +1,6 @@
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "gpu/copy_kernels.h"
@@ -8,22 +9,31 @@ namespace orbitkv::gpu {
 namespace {
 
 constexpr unsigned kThreads = 256;
-// Caps the grid of one launch (kCopyOpsPerLaunch * this blocks at most); a
+// Caps the grid of one launch (kCopyOpsPerLargeLaunch * this blocks at most); a
 // larger op is covered by grid-stride loops.
 constexpr uint64_t kMaxBlocksPerOp = 1024;
 
 // One launch's ops, passed by value as the kernel's parameter (constant bank,
 // read in place through __grid_constant__). first_block[i] is the first block
-// of op i; op i owns blocks [first_block[i], first_block[i + 1]).
+// of op i; op i owns blocks [first_block[i], first_block[i + 1]). Two sizes:
+// up to kCopyOpsPerLaunch ops (3.6 KiB, within the classic 4 KiB parameter
+// limit) and up to kCopyOpsPerLargeLaunch (28 KiB: CUDA 12.1's 32 KiB limit,
+// Volta and later), so a plan of thousands of small ops (the 70B TP=8 rank's
+// 4 KiB slots) is a few launches, not one per 128 ops, while a one-block
+// copy still passes only a small parameter block.
+template <size_t N>
 struct GatherScatterParams {
-  uint64_t dst[kCopyOpsPerLaunch];
-  uint64_t src[kCopyOpsPerLaunch];
-  uint64_t bytes[kCopyOpsPerLaunch];
-  uint32_t first_block[kCopyOpsPerLaunch];
+  uint64_t dst[N];
+  uint64_t src[N];
+  uint64_t bytes[N];
+  uint32_t first_block[N];
   uint32_t count;
 };
-// The classic kernel parameter limit is 4 KiB; stay well inside it.
-static_assert(sizeof(GatherScatterParams) <= 4000, "kernel parameters must stay under 4 KiB");
+static_assert(sizeof(GatherScatterParams<kCopyOpsPerLaunch>) <= 4000,
+              "small launches stay under the classic 4 KiB parameter limit");
+static_assert(CUDART_VERSION >= 12010, "large kernel parameters need CUDA 12.1");
+static_assert(sizeof(GatherScatterParams<kCopyOpsPerLargeLaunch>) <= 32000,
+              "large launches stay under the 32 KiB parameter limit");
 
 // Copies n bytes with `nthreads` threads (this one is `tid`): bytes up to the
 // first V-aligned dst address, then V words, then the remaining bytes.
@@ -56,8 +66,9 @@ __device__ __forceinline__ void CopySpan(unsigned char* __restrict__ dst,
   if (tid < n - done) dst[done + tid] = src[done + tid];
 }
 
+template <size_t N>
 __global__ void __launch_bounds__(kThreads)
-    GatherScatterKernel(const __grid_constant__ GatherScatterParams p) {
+    GatherScatterKernel(const __grid_constant__ GatherScatterParams<N> p) {
   // The op owning this block: the last i with first_block[i] <= blockIdx.x.
   const uint32_t block = blockIdx.x;
   uint32_t lo = 0;
@@ -92,21 +103,20 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-cudaError_t Launch(const GatherScatterParams& params, uint32_t blocks, cudaStream_t stream) {
+template <size_t N>
+cudaError_t Launch(const GatherScatterParams<N>& params, uint32_t blocks, cudaStream_t stream) {
   (void)cudaGetLastError();  // report this launch's error, not an older one
-  GatherScatterKernel<<<blocks, kThreads, 0, stream>>>(params);
+  GatherScatterKernel<N><<<blocks, kThreads, 0, stream>>>(params);
   return cudaGetLastError();
 }
 
-#if CUDART_VERSION >= 12080
-// Set once a driver answered cudaMemcpyBatchAsync with "not supported".
-std::atomic<bool> g_batch_refused{false};
-#endif
-
-}  // namespace
-
-cudaError_t LaunchGatherScatter(const CopyDesc* ops, size_t count, cudaStream_t stream) {
-  GatherScatterParams params;
+// The non-empty ops of ops[0, count) in launches of up to N.
+template <size_t N>
+cudaError_t LaunchAll(const CopyDesc* ops, size_t count, cudaStream_t stream) {
+  // 28 KiB for the large size: on the heap, once per thread.
+  thread_local std::unique_ptr<GatherScatterParams<N>> held;
+  if (!held) held = std::make_unique<GatherScatterParams<N>>();
+  GatherScatterParams<N>& params = *held;
   params.count = 0;
   uint32_t blocks = 0;
   for (size_t i = 0; i < count; ++i) {
@@ -120,7 +130,7 @@ cudaError_t LaunchGatherScatter(const CopyDesc* ops, size_t count, cudaStream_t 
     params.bytes[k] = op.bytes;
     params.first_block[k] = blocks;
     blocks += static_cast<uint32_t>(op_blocks);
-    if (params.count == kCopyOpsPerLaunch) {
+    if (params.count == N) {
       const cudaError_t err = Launch(params, blocks, stream);
       if (err != cudaSuccess) return err;
       params.count = 0;
@@ -129,6 +139,20 @@ cudaError_t LaunchGatherScatter(const CopyDesc* ops, size_t count, cudaStream_t 
   }
   if (params.count > 0) return Launch(params, blocks, stream);
   return cudaSuccess;
+}
+
+#if CUDART_VERSION >= 12080
+// Set once a driver answered cudaMemcpyBatchAsync with "not supported".
+std::atomic<bool> g_batch_refused{false};
+#endif
+
+}  // namespace
+
+cudaError_t LaunchGatherScatter(const CopyDesc* ops, size_t count, cudaStream_t stream) {
+  size_t nonempty = 0;
+  for (size_t i = 0; i < count; ++i) nonempty += ops[i].bytes != 0;
+  if (nonempty > kCopyOpsPerLaunch) return LaunchAll<kCopyOpsPerLargeLaunch>(ops, count, stream);
+  return LaunchAll<kCopyOpsPerLaunch>(ops, count, stream);
 }
 
 bool EngineBatchCopyAvailable() {

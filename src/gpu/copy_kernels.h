@@ -36,12 +36,17 @@ struct CopyDesc {
   uint64_t bytes = 0;
 };
 
-// Ops per kernel launch; sized so the parameter block stays under 4 KiB.
+// Ops per kernel launch: a call of up to kCopyOpsPerLaunch ops passes a
+// parameter block under 4 KiB; a larger call launches kCopyOpsPerLargeLaunch
+// ops at a time (28 KiB of parameters, CUDA 12.1+ on Volta and later), so its
+// host cost is a few launches, not one per 128 ops.
 inline constexpr size_t kCopyOpsPerLaunch = 128;
+inline constexpr size_t kCopyOpsPerLargeLaunch = 1024;
 // The share of one op a thread block copies (larger ops get more blocks).
 inline constexpr uint64_t kCopyBytesPerBlock = 32u << 10;
 
-// Enqueues ceil(count / kCopyOpsPerLaunch) kernel launches. Zero-byte ops are
+// Enqueues ceil(count / kCopyOpsPerLaunch) kernel launches for at most
+// kCopyOpsPerLaunch non-empty ops, else ceil(count / kCopyOpsPerLargeLaunch). Zero-byte ops are
 // allowed (no-ops). REQUIRES: every address is device memory the current
 // device can access in a kernel.
 cudaError_t LaunchGatherScatter(const CopyDesc* ops, size_t count, cudaStream_t stream);

@@ -27,8 +27,10 @@ namespace orbitkv::gpu {
 inline constexpr uint32_t kCrcLeafBytes = 128;  // per thread
 inline constexpr uint32_t kCrcThreads = 128;    // leaves per piece
 inline constexpr uint64_t kCrcPieceBytes = uint64_t{kCrcLeafBytes} * kCrcThreads;  // 16 KiB
-inline constexpr size_t kCrcOpsPerLaunch = 128;  // ranges per launch
-inline constexpr int kCrcPiecePowers = 50;       // 2^50 pieces: beyond any u64 range
+// Ranges per launch: 20 KiB of kernel parameters (CUDA 12.1's 32 KiB limit),
+// so a publish batch's CRCs are one or two launches, not one per 128 ranges.
+inline constexpr size_t kCrcOpsPerLaunch = 1024;
+inline constexpr int kCrcPiecePowers = 50;  // 2^50 pieces: beyond any u64 range
 
 // Slice-by-4 tables: t[k][b] is the register after byte b then k zero bytes.
 struct CrcSliceTables {

@@ -107,7 +107,7 @@ TEST(Crc32cGridTest, EdgeLengthsAtEveryAlignment) {
   for (uint64_t n : lengths) {
     for (uint64_t align = 0; align < 16; ++align) ranges.push_back({buf.data() + align, n});
   }
-  ASSERT_GT(ranges.size(), 4 * kCrcOpsPerLaunch);
+  ASSERT_GT(ranges.size(), 2 * kCrcOpsPerLaunch);  // several launches
   ExpectEqualsIsal(ranges, buf.data());
 }
 

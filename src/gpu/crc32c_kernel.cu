@@ -7,7 +7,8 @@
 namespace orbitkv::gpu {
 namespace {
 
-static_assert(sizeof(CrcLaunch) <= 4000, "kernel parameters must stay under 4 KiB");
+static_assert(CUDART_VERSION >= 12010, "kernel parameters over 4 KiB need CUDA 12.1");
+static_assert(sizeof(CrcLaunch) <= 32000, "kernel parameters must stay under 32 KiB");
 static_assert(kCrcThreads % 32 == 0 && kCrcThreads >= 256 / 2, "two table entries per thread");
 
 __device__ const CrcShiftTables kShifts = MakeCrcShiftTables();
@@ -90,30 +91,41 @@ cudaError_t LaunchCrc32c(const CrcDesc* ops, size_t count, uint32_t* out, cudaSt
     data[i] = ops[i].data;
     bytes[i] = ops[i].bytes;
   }
-  for (size_t first = 0; first < count; first += kCrcOpsPerLaunch) {
+  // Every launch planned first, so that one allocation holds every launch's
+  // piece registers (one pool allocation and free per call, not per launch).
+  std::vector<CrcLaunch> launches((count + kCrcOpsPerLaunch - 1) / kCrcOpsPerLaunch);
+  std::vector<uint64_t> first_partial(launches.size());
+  uint64_t pieces = 0;
+  for (size_t k = 0; k < launches.size(); ++k) {
+    const size_t first = k * kCrcOpsPerLaunch;
     const size_t n = std::min(kCrcOpsPerLaunch, count - first);
-    CrcLaunch l;
-    if (!PlanCrcLaunch(data.data() + first, bytes.data() + first, n, &l)) {
+    if (!PlanCrcLaunch(data.data() + first, bytes.data() + first, n, &launches[k])) {
       return cudaErrorInvalidValue;
     }
-    const uint32_t pieces = l.first_piece[n];
-    uint32_t* partial = nullptr;
-    if (pieces > 0) {
-      if (cudaError_t e = cudaMallocFromPoolAsync(reinterpret_cast<void**>(&partial),
-                                                  sizeof(uint32_t) * pieces, pool, stream);
-          e != cudaSuccess) {
-        return e;
-      }
-      CrcPieceKernel<<<pieces, kCrcThreads, 0, stream>>>(l, partial);
-    }
-    CrcCombineKernel<<<static_cast<uint32_t>(n), kCrcThreads, 0, stream>>>(l, partial, out + first);
-    const cudaError_t launched = cudaGetLastError();
-    if (partial != nullptr) {
-      if (cudaError_t e = cudaFreeAsync(partial, stream); e != cudaSuccess) return e;
-    }
-    if (launched != cudaSuccess) return launched;
+    first_partial[k] = pieces;
+    pieces += launches[k].first_piece[n];
   }
-  return cudaSuccess;
+  uint32_t* partial = nullptr;
+  if (pieces > 0) {
+    if (cudaError_t e = cudaMallocFromPoolAsync(reinterpret_cast<void**>(&partial),
+                                                sizeof(uint32_t) * pieces, pool, stream);
+        e != cudaSuccess) {
+      return e;
+    }
+  }
+  cudaError_t launched = cudaSuccess;
+  for (size_t k = 0; k < launches.size() && launched == cudaSuccess; ++k) {
+    const CrcLaunch& l = launches[k];
+    uint32_t* const mine = partial == nullptr ? nullptr : partial + first_partial[k];
+    if (l.first_piece[l.count] > 0)
+      CrcPieceKernel<<<l.first_piece[l.count], kCrcThreads, 0, stream>>>(l, mine);
+    CrcCombineKernel<<<l.count, kCrcThreads, 0, stream>>>(l, mine, out + k * kCrcOpsPerLaunch);
+    launched = cudaGetLastError();
+  }
+  if (partial != nullptr) {
+    if (cudaError_t e = cudaFreeAsync(partial, stream); e != cudaSuccess) return e;
+  }
+  return launched;
 }
 
 }  // namespace orbitkv::gpu

@@ -21,7 +21,8 @@
 //    later ops of the same call only, so freed and reused addresses are safe:
 //    ops between memory the device's kernels can address (its own device
 //    memory, IPC mappings opened on it, managed memory) go through one
-//    gather/scatter kernel launch per kCopyOpsPerLaunch ops; ops between
+//    gather/scatter kernel launch per kCopyOpsPerLaunch ops (per
+//    kCopyOpsPerLargeLaunch in a call of more); ops between
 //    mapped pinned host memory and this device go as ORBITKV_GPU_COPY says
 //    (gpu/copy_options.h): staged through double-buffered device staging
 //    (gpu/staged_mover.h, the default), one copy-engine DMA each, or the

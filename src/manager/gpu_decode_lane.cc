@@ -1,5 +1,6 @@
 #include "manager/gpu_decode_lane.h"
 
+#include <algorithm>
 #include <chrono>
 #include "orbitkv/logging.h"
 #include "orbitkv/units.h"
@@ -148,6 +149,9 @@ Result<std::unique_ptr<GpuDecodeLane>> GpuDecodeLane::Create(GpuDecodeLaneOption
     l.Free();
     return st.WithContext("GPU decode lane on device " + std::to_string(d.ordinal()));
   }
+  l.batch_bytes_ = l.o_.max_batch_bytes != 0
+                       ? l.o_.max_batch_bytes
+                       : std::max<uint64_t>(l.arena_bytes_ / (l.stages_n_ + 1), kRangeAlign);
   {
     MutexLock g(l.mu_);
     l.ranges_ = RangeAllocator(l.arena_bytes_);
@@ -239,18 +243,20 @@ void GpuDecodeLane::Loop() {
       s = free_.front();
       free_.pop_front();
       // The queue's head and the tasks after it of the same codec, while
-      // their segments fit one batch (any one task does: max_frames >=
-      // kMaxSlotsPerGroup).
-      uint64_t segments = 0;
+      // their segments and bytes fit one batch (any one task does: max_frames
+      // >= kMaxSlotsPerGroup, and the head is taken whatever its size).
+      uint64_t segments = 0, bytes = 0;
       while (!queue_.empty()) {
         const Task& t = queue_.front();
         const Task* first = s->batch.empty() ? nullptr : &s->batch[0];
+        const uint64_t in = AlignUp(t.input_bytes, kRangeAlign);
         if (first &&
             (t.codec.id != first->codec.id || t.codec.info.head_dim != first->codec.info.head_dim ||
-             segments + Segments(t) > o_.max_frames)) {
+             segments + Segments(t) > o_.max_frames || bytes + in > batch_bytes_)) {
           break;
         }
         segments += Segments(t);
+        bytes += in;
         s->batch.push_back(std::move(queue_.front()));
         queue_.pop_front();
       }

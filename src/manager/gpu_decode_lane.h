@@ -9,7 +9,7 @@
 // the lane copies into the task's arena range first.
 //
 // The lane's thread takes queued tasks of one codec in batches (up to
-// max_frames segments) and enqueues each batch on one of up to three
+// max_frames segments and max_batch_bytes of input) and enqueues each batch on one of up to three
 // pipeline stages (a stream and a frame decoder each): one H2D copy of their
 // host inputs, then one DecodeAsync of every segment of every task. A second
 // thread finishes the stages in order, so the next batches' H2D copies run
@@ -106,6 +106,12 @@ struct GpuDecodeLaneOptions {
   // Segments one batch checks and decodes (a decoder's batch); at least
   // kMaxSlotsPerGroup, so any one object fits.
   uint32_t max_frames = kMaxSlotsPerGroup;
+  // Encoded bytes one batch holds at most (a task larger than it is a batch
+  // of its own); 0: the arena / (stages + 1). A batch's ranges come back only
+  // when it completes, so a batch that took the whole arena would leave the
+  // other stages, and the callers' next tasks, nothing: the pipeline would run
+  // one batch at a time.
+  uint64_t max_batch_bytes = 0;
   // Opt-in cost observations (ORBITKV_COST_OBSERVATIONS; null: none): the
   // host time to build and enqueue a batch, and a batch's wait for the GPU.
   Histogram* cost_enqueue = nullptr;
@@ -121,6 +127,7 @@ class GpuDecodeLane {
 
   uint64_t capacity() const { return arena_bytes_; }  // the largest object it takes
   int stages() const { return stages_n_; }            // pipeline stages (1 to 3)
+  uint64_t max_batch_bytes() const { return batch_bytes_; }
   // A range of the arena for an object of `bytes`; nullopt when it is full.
   std::optional<gpu::DevPtr> TryTake(uint64_t bytes) EXCLUDES(mu_);
   // Returns a range no GPU work uses any more, without decoding it.
@@ -184,7 +191,8 @@ class GpuDecodeLane {
   uint64_t arena_bytes_ = 0;  // mem_'s
   gpu::DevPtr arena_ = 0;
   Stage stages_[kMaxStages];
-  int stages_n_ = 0;  // in use
+  int stages_n_ = 0;          // in use
+  uint64_t batch_bytes_ = 0;  // a batch's encoded bytes at most (o_.max_batch_bytes resolved)
 
   Mutex mu_;
   CondVar cv_;  // the queue, a free stage or an enqueued one changed, or closing

@@ -56,8 +56,11 @@ class DecodeLaneSeam : public ::testing::Test {
     if (env) EXPECT_EQ(env->Leaks(), "");
   }
   // max_frames 8: four objects of two segments per batch at most.
-  std::unique_ptr<GpuDecodeLane> Lane(uint32_t max_frames = 8) {
+  std::unique_ptr<GpuDecodeLane> Lane(uint32_t max_frames = 8, uint64_t max_batch_bytes = 0,
+                                      Histogram* enqueues = nullptr) {
     GpuDecodeLaneOptions o;
+    o.max_batch_bytes = max_batch_bytes;
+    o.cost_enqueue = enqueues;
     o.device = dev;
     o.budget_bytes = 8u << 20;
     o.budget = budget.get();
@@ -259,6 +262,45 @@ TEST_F(DecodeLaneSeam, CloseDecodesWhatWasQueuedAndLaterSubmitsAreCancelled) {
   }
   EXPECT_EQ(st[8].code(), StatusCode::kCancelled);
   EXPECT_EQ(Get(pages[8][0], kSlot0), std::vector<uint8_t>(kSlot0, kPoison));
+  lane.reset();
+  EXPECT_EQ(budget->reserved(), 0u);
+}
+
+// A batch's arena ranges come back only when it completes. A submission
+// that filled the arena went to the GPU as one batch, so the lane ran one
+// batch at a time with the other stages idle (the fp8 DRAM restore's lost
+// H2D time). Batches now hold at most max_batch_bytes, by default a share of
+// the arena that leaves room for the other stages.
+TEST_F(DecodeLaneSeam, OneLargeSubmissionSpansSeveralBatches) {
+  const NamespaceCodec c = Codec(CodecId::kFp8);
+  {
+    auto lane = Lane();
+    ASSERT_TRUE(lane);
+    EXPECT_LE(lane->max_batch_bytes() * (lane->stages() + 1), lane->capacity());
+  }
+  std::vector<Object> objects;
+  std::vector<std::vector<gpu::DevPtr>> pages;
+  for (int i = 0; i < 8; ++i) {
+    objects.push_back(Make(c, 70 + i));
+    pages.push_back({Poisoned(kSlot0), Poisoned(kSlot1)});
+  }
+  Histogram enqueues(LatencyBuckets());
+  // Two objects per batch by bytes; max_frames would take all eight.
+  auto lane = Lane(/*max_frames=*/64, 2 * AlignUp(objects[0].size, 4096), &enqueues);
+  ASSERT_TRUE(lane);
+  Pending p;
+  std::vector<GpuDecodeLane::Task> tasks;
+  for (int i = 0; i < 8; ++i) {
+    tasks.push_back(Task(*lane, c, objects[i], {0, 1}, pages[i], p.One(i)));
+  }
+  lane->SubmitBatch(std::move(tasks));
+  const std::vector<Status> st = p.Wait();
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_TRUE(st[i].ok()) << i << ": " << st[i].ToString();
+    EXPECT_EQ(Get(pages[i][0], kSlot0), objects[i].decoded[0]) << i;
+    EXPECT_EQ(Get(pages[i][1], kSlot1), objects[i].decoded[1]) << i;
+  }
+  EXPECT_EQ(enqueues.Snap().count, 4u);
   lane.reset();
   EXPECT_EQ(budget->reserved(), 0u);
 }
