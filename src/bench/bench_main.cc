@@ -716,15 +716,21 @@ int Run(const Flags& f, const std::vector<Route>& routes, const ModelPreset& mod
                          : "",
           fig.mismatched ? fmt::format(", {} MISMATCHED blocks", fig.mismatched).c_str() : "");
       if (!fig.codec.codec.empty()) PrintCodecLine(fig.codec, ceil);
-      if (!fig.cost.empty()) {
-        // ORBITKV_COST_OBSERVATIONS=1: where the Manager's calls went (children
-        // overlap their parents: never add them up).
+      // ORBITKV_COST_OBSERVATIONS=1: where the Manager's calls went (children
+      // overlap their parents: never add them up), then the probes' alone.
+      auto cost_line = [](const std::map<std::string, RouteFigures::Cost>& cost) {
         std::string line;
-        for (const auto& [path, c] : fig.cost) {
+        for (const auto& [path, c] : cost) {
           line += fmt::format("{}{} {:.3f} ms x{:.0f}", line.empty() ? "" : ", ", path,
                               c.mean_s * 1e3, c.count);
         }
-        std::printf("  %-10s cost (mean per observation): %s\n", "", line.c_str());
+        return line;
+      };
+      if (!fig.cost.empty()) {
+        std::printf("  %-10s cost (mean per observation): %s\n", "", cost_line(fig.cost).c_str());
+      }
+      if (!fig.probe_cost.empty()) {
+        std::printf("  %-10s one-block probes' cost: %s\n", "", cost_line(fig.probe_cost).c_str());
       }
       std::fflush(stdout);
       p.routes.push_back(std::move(fig));

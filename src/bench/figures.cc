@@ -217,6 +217,8 @@ RouteFigures ComputeFigures(const RouteRunResult& run, uint64_t block_bytes, uin
       const std::string key = std::string("cost_") + path;
       const double n = Value(v.delta, key + "_count");
       if (n > 0) f.cost[path] = {n, Value(v.delta, key + "_sum") / n};
+      const double probes = Value(v.probe_cost, key + "_count");
+      if (probes > 0) f.probe_cost[path] = {probes, Value(v.probe_cost, key + "_sum") / probes};
     }
   } else {
     f.cpu_who = "engine threads in pread/pwrite + memcpy (CLOCK_THREAD_CPUTIME_ID)";

@@ -108,6 +108,7 @@ struct RouteFigures {
     double count = 0, mean_s = 0;
   };
   std::map<std::string, Cost> cost;
+  std::map<std::string, Cost> probe_cost;  // of the one-block latency probes alone
   CodecFigures codec;
   double measured_wall_s = 0;
   std::string first_error;

@@ -612,13 +612,15 @@ json ToJson(const BenchReport& r) {
       jr["latency_ms"] = {{"per_block", QuantilesJson(f.block_ms)},
                           {"per_request", QuantilesJson(f.request_ms)}};
       jr["timeline_ms"] = StagesJson(f.stages);
-      if (!f.cost.empty()) {
+      auto cost_json = [](const std::map<std::string, RouteFigures::Cost>& costs) {
         json cost = json::object();
-        for (const auto& [path, c] : f.cost) {
+        for (const auto& [path, c] : costs) {
           cost[path] = {{"count", c.count}, {"mean_ms", c.mean_s * 1e3}};
         }
-        jr["cost_observations"] = cost;
-      }
+        return cost;
+      };
+      if (!f.cost.empty()) jr["cost_observations"] = cost_json(f.cost);
+      if (!f.probe_cost.empty()) jr["probe_cost_observations"] = cost_json(f.probe_cost);
       jr["probe_timeline_ms"] = StagesJson(f.probe_stages);
       jr["hits"] = {{"requests", f.requests}, {"queried", f.queried}, {"dram", f.hit_dram},
                     {"ssd", f.hit_ssd},       {"failed", f.failed},   {"missed", f.missed}};

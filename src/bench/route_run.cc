@@ -343,9 +343,15 @@ class Driver {
       out_.writeback_drain_s = PollUntil(end, 300, WritebackIdle);
     }
     phase_name_ = "latency probes";
+    std::optional<demo::MetricsSnapshot> before_probes;
+    if (manager_) before_probes = Scrape();
     gate_->Open(plan.phases.size());
     ORBITKV_RETURN_IF_ERROR(Wait(plan.phases.size()));
     if (std::optional<demo::MetricsSnapshot> m = Scrape()) {
+      if (before_probes) {
+        AddCost(out_.view.probe_cost, *m, 1);
+        AddCost(out_.view.probe_cost, *before_probes, -1);
+      }
       for (const Series& s : kCounters) out_.view.end[s.key] = Get(*m, s);
       for (const Series& s : kGauges) out_.view.end[s.key] = Get(*m, s);
       AddCodec(out_.view.end, *m, 1);

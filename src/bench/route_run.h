@@ -61,9 +61,9 @@ struct RouteRunConfig {
 // path. ManagerView::delta holds "cost_<path>_sum" and "cost_<path>_count"
 // over the measured phases.
 inline constexpr const char* kCostPaths[] = {
-    "dram_restore_plan", "h2d_copy_enqueue",  "h2d_copy_wait",
-    "d2h_copy_enqueue",  "d2h_copy_wait",     "gpu_decode_enqueue",
-    "gpu_decode_wait",   "ssd_uring_restore", "ssd_cufile_restore",
+    "dram_restore_plan",  "h2d_copy_enqueue",   "h2d_copy_wait",   "d2h_copy_enqueue",
+    "d2h_copy_wait",      "gpu_decode_enqueue", "gpu_decode_wait", "ssd_uring_restore",
+    "ssd_cufile_restore", "publish_assemble",   "publish_seal",
 };
 
 // Gauges' peaks and counters' deltas from the Manager's /metrics.
@@ -72,6 +72,9 @@ struct ManagerView {
   std::map<std::string, double> delta;  // counters: sum over measured phases
   std::map<std::string, double> peak;   // gauges: maximum seen during the run
   std::map<std::string, double> end;    // counters and gauges after the last phase
+  // The cost observations ("cost_<path>_sum"/"_count") of the one-block
+  // latency probes alone (they run after the phases, on an idle Manager).
+  std::map<std::string, double> probe_cost;
   std::string log_path;
   std::string exit;  // how it stopped
 };

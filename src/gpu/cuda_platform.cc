@@ -215,15 +215,23 @@ class CudaDevice final : public Device {
   // Allocations classified during one CopyAsync call. Valid only within that
   // call: the caller keeps the memory allocated until the copies ran, but an
   // address may name different memory in a later call.
+  // Every allocation of the call is kept (sorted by begin), not a few: a
+  // split layout's slots are one allocation each (64 for an 8B model, 160 for
+  // the 70B TP=8 rank), and a ring of eight missed on every slot op, paying a
+  // locked map lookup per address (the 70B restore's and publish's enqueue).
   struct ClassifiedRanges {
     struct Entry {
       uint64_t begin = 0;
       uint64_t end = 0;
       Memory kind = Memory::kUnknown;
     };
-    Entry entries[8];
-    size_t size = 0;
-    size_t next = 0;  // round-robin replacement
+    std::vector<Entry> sorted;  // by begin
+    // The last two answers (an op's source and destination), checked first.
+    Entry recent[2];
+    size_t recent_next = 0;
+    // The kept entry wholly holding [address, +bytes); false when none does.
+    bool Find(uint64_t address, uint64_t bytes, Memory* kind);
+    Memory Keep(uint64_t begin, uint64_t end, Memory kind);
   };
 
   Status MakeCurrent() const { return ORBITKV_CUDA_STATUS(cudaSetDevice(ordinal_)); }
@@ -571,24 +579,44 @@ bool CudaDevice::Known(uint64_t address, uint64_t bytes,
   return true;
 }
 
+bool CudaDevice::ClassifiedRanges::Find(uint64_t address, uint64_t bytes, Memory* kind) {
+  auto holds = [&](const Entry& e) {
+    return address >= e.begin && address - e.begin < e.end - e.begin && bytes <= e.end - address;
+  };
+  for (const Entry& e : recent) {
+    if (holds(e)) {
+      *kind = e.kind;
+      return true;
+    }
+  }
+  auto it = std::upper_bound(sorted.begin(), sorted.end(), address,
+                             [](uint64_t a, const Entry& e) { return a < e.begin; });
+  if (it == sorted.begin() || !holds(*std::prev(it))) return false;
+  const Entry& e = *std::prev(it);
+  recent[recent_next++ % 2] = e;
+  *kind = e.kind;
+  return true;
+}
+
+CudaDevice::Memory CudaDevice::ClassifiedRanges::Keep(uint64_t begin, uint64_t end, Memory kind) {
+  const Entry e{begin, end, kind};
+  auto it = std::upper_bound(sorted.begin(), sorted.end(), begin,
+                             [](uint64_t a, const Entry& x) { return a < x.begin; });
+  sorted.insert(it, e);
+  recent[recent_next++ % 2] = e;
+  return kind;
+}
+
 CudaDevice::Memory CudaDevice::Classify(uint64_t address, uint64_t bytes,
                                         ClassifiedRanges* ranges) const {
   // An allocation an earlier op of the call fell in: no lock, no driver call
   // (a restore classifies two addresses per slot of every block: with a lock
   // and a map lookup each, 2048 slots took a few hundred microseconds before
   // the first DMA of a 64 MiB restore was enqueued).
-  for (size_t i = 0; i < ranges->size; ++i) {
-    const ClassifiedRanges::Entry& e = ranges->entries[i];
-    if (address >= e.begin && address - e.begin < e.end - e.begin && bytes <= e.end - address) {
-      return e.kind;
-    }
-  }
+  Memory found = Memory::kUnknown;
+  if (ranges->Find(address, bytes, &found)) return found;
   auto keep = [ranges](uint64_t begin, uint64_t end, Memory kind) {
-    ClassifiedRanges::Entry& slot = ranges->entries[ranges->next];
-    slot = {begin, end, kind};
-    ranges->next = (ranges->next + 1) % std::size(ranges->entries);
-    if (ranges->size < std::size(ranges->entries)) ++ranges->size;
-    return kind;
+    return ranges->Keep(begin, end, kind);
   };
   // Memory this process registered or this device mapped: no driver call.
   std::pair<uint64_t, uint64_t> known;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <utility>
 
 namespace orbitkv::gpu {
 
@@ -11,20 +12,23 @@ StagedCopyPlan PlanStagedCopy(std::span<const CopyOp> ops, CopyDirection directi
   auto host_of = [&](const CopyOp& op) { return to_device ? op.src : op.dst; };
   auto device_of = [&](const CopyOp& op) { return to_device ? op.dst : op.src; };
   StagedCopyPlan plan;
-  std::vector<size_t> order;
+  // (host address, op) pairs: the sort compares keys in place, not through
+  // the ops (a 70B TP=8 restore plans 16000 ops of 4 KiB per 64 MiB), and a
+  // call already in host order (one object's slots) is not sorted at all.
+  std::vector<std::pair<uint64_t, size_t>> order;
   order.reserve(ops.size());
   for (size_t i = 0; i < ops.size(); ++i) {
     if (ops[i].bytes >= shape.direct_min_bytes) {
       plan.direct.push_back(ops[i]);
     } else {
-      order.push_back(i);
+      order.emplace_back(host_of(ops[i]), i);
     }
   }
-  std::sort(order.begin(), order.end(),
-            [&](size_t a, size_t b) { return host_of(ops[a]) < host_of(ops[b]); });
+  if (!std::is_sorted(order.begin(), order.end())) std::sort(order.begin(), order.end());
+  plan.pieces.reserve(order.size());
   const uint64_t mask = shape.align - 1;
   StagedCopyPlan::Span* span = nullptr;  // the open span (last of plan.spans)
-  for (size_t i : order) {
+  for (const auto& [key, i] : order) {
     const CopyOp& op = ops[i];
     const uint64_t host = host_of(op);
     if (span != nullptr) {

@@ -78,6 +78,8 @@ ManagerMetrics ManagerMetrics::Register(MetricsRegistry& m, bool ssd, bool cost_
       return m.GetHistogram("orbitkv_cost_seconds", help, LatencyBuckets(), {{"path", path}});
     };
     x.cost_dram_plan = child("dram_restore_plan");
+    x.cost_publish_assemble = child("publish_assemble");
+    x.cost_publish_seal = child("publish_seal");
     x.cost_gpu_decode_enqueue = child("gpu_decode_enqueue");
     x.cost_gpu_decode_wait = child("gpu_decode_wait");
     x.cost_copy_enqueue[0] = child("h2d_copy_enqueue");

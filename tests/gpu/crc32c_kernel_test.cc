@@ -93,8 +93,8 @@ TEST_F(Crc32cKernelTest, EqualsIsalOnRandomSizesAndAlignments) {
                      4097ul, 65536ul + 3, (1ul << 20) + 1, 4ul << 20, 40ul << 20}) {
     for (uint64_t align = 0; align < 4; ++align) ops.push_back({buf + 1000 + align, n});
   }
-  for (int i = 0; i < 300; ++i) {
-    const uint64_t n = i % 50 == 0 ? rng() % (40u << 20) : rng() % 70000;
+  for (int i = 0; i < 2200; ++i) {
+    const uint64_t n = i % 400 == 0 ? rng() % (40u << 20) : rng() % 70000;
     ops.push_back({buf + rng() % (kBuffer - n), n});
   }
   ASSERT_GT(ops.size(), 2 * kCrcOpsPerLaunch);
@@ -149,9 +149,12 @@ TEST_F(Crc32cKernelTest, EqualsIsalAroundLeafAndPieceBoundaries) {
                      uint64_t{2} << 20, uint64_t{6} << 20}) {
     for (int64_t d : {-17, -16, -5, -4, -3, -1, 0, 1, 3, 4, 5, 16, 17}) lengths.push_back(b + d);
   }
-  for (uint64_t n : lengths) {
-    for (uint64_t align = 0; align<16; align += n>(1u << 20) ? 5 : 1) {
-      ops.push_back({buf + 4096 + align, n});
+  // Three times over, at three bases: more ranges than four launches carry.
+  for (uint64_t base : {4096, 4096 + 64, 4096 + 128}) {
+    for (uint64_t n : lengths) {
+      for (uint64_t align = 0; align<16; align += n>(1u << 20) ? 5 : 1) {
+        ops.push_back({buf + base + align, n});
+      }
     }
   }
   ASSERT_GT(ops.size(), 4 * kCrcOpsPerLaunch);
