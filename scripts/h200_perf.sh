@@ -100,6 +100,11 @@ case "${1:-}" in
     one qwen3-8b "${gpu[@]}" --model qwen3-8b --routes $movers
     one llama70b-tp8 "${gpu[@]}" --model llama-3.1-70b-tp8 --routes $movers
     one llama8b-page-first "${gpu[@]}" --model llama-3.1-8b --layout page-first --routes $movers
+    # The same restores without the bench's own read-back verification (its
+    # engines compare every restored page, which overlaps their calls less):
+    # what the Manager's mover alone delivers.
+    one llama8b-noverify "${gpu[@]}" --model llama-3.1-8b --routes dram --no-verify
+    one llama70b-tp8-noverify "${gpu[@]}" --model llama-3.1-70b-tp8 --routes dram --no-verify
     # HBM -> DRAM: publish-only measures every Publish call.
     pub=(--workload publish-only --device cuda:0 --working-set 2gib --routes $movers)
     one publish-llama8b "${pub[@]}" --model llama-3.1-8b
@@ -123,6 +128,20 @@ case "${1:-}" in
     ((rc == 0 && st != 0)) && rc=$st
     # The same the other way: a 64 MiB Publish call's copies (HBM -> pool).
     "$dir/copy_latency_bench" --objects 32 --iters 200 --to-host | tee "$out/copy_latency_d2h.txt"
+    st=${PIPESTATUS[0]}
+    ((rc == 0 && st != 0)) && rc=$st
+    # One block's copy again, 1 ms apart (a Manager's one-block restores
+    # arrive on an idle host): what idleness costs the enqueue and the wait.
+    "$dir/copy_latency_bench" --iters 300 --gap-us 1000 | tee "$out/copy_latency_gap.txt"
+    st=${PIPESTATUS[0]}
+    ((rc == 0 && st != 0)) && rc=$st
+    # 70B TP=8 slots (160 of 4 KiB per block): a restore and a publish call's copies.
+    "$dir/copy_latency_bench" --objects 100 --slots 160 --slot-bytes 4096 --iters 100 |
+      tee "$out/copy_latency_70b.txt"
+    st=${PIPESTATUS[0]}
+    ((rc == 0 && st != 0)) && rc=$st
+    "$dir/copy_latency_bench" --objects 100 --slots 160 --slot-bytes 4096 --iters 100 --to-host |
+      tee "$out/copy_latency_70b_d2h.txt"
     st=${PIPESTATUS[0]}
     ((rc == 0 && st != 0)) && rc=$st
     # Costs against work: host pages, the tiny model.

@@ -5,6 +5,45 @@
 #include <utility>
 
 namespace orbitkv::gpu {
+namespace {
+
+// Sorts (host address, op) pairs. A call's ops come as one run per object
+// (its slots in order, each next to the one before: the pool keeps an
+// object's segments in order), objects in any order. Runs are cut where the
+// next op starts below, or more than `gap` bytes past the end of, the one
+// before, so a run is one object's range; runs are put in order by their
+// first address and concatenated when they do not interleave: O(n + runs log
+// runs), instead of a comparison sort of every op (1.2 ms for the 16000 ops
+// of a 64 MiB 70B TP=8 restore on the project's VM). Interleaving runs:
+// std::sort.
+void SortByHost(std::vector<std::pair<uint64_t, size_t>>& order, std::span<const CopyOp> ops,
+                uint64_t gap) {
+  std::vector<std::pair<size_t, size_t>> runs;  // [begin, end) in `order`
+  size_t begin = 0;
+  for (size_t i = 1; i <= order.size(); ++i) {
+    if (i < order.size()) {
+      const uint64_t prev_end = order[i - 1].first + ops[order[i - 1].second].bytes;
+      if (order[i].first >= order[i - 1].first && order[i].first <= prev_end + gap) continue;
+    }
+    runs.emplace_back(begin, i);
+    begin = i;
+  }
+  if (runs.size() <= 1) return;  // sorted already
+  std::sort(runs.begin(), runs.end(),
+            [&](const auto& a, const auto& b) { return order[a.first] < order[b.first]; });
+  for (size_t r = 1; r < runs.size(); ++r) {
+    if (order[runs[r].first] < order[runs[r - 1].second - 1]) {
+      std::sort(order.begin(), order.end());  // the runs interleave
+      return;
+    }
+  }
+  std::vector<std::pair<uint64_t, size_t>> sorted;
+  sorted.reserve(order.size());
+  for (const auto& [b, e] : runs) sorted.insert(sorted.end(), order.begin() + b, order.begin() + e);
+  order = std::move(sorted);
+}
+
+}  // namespace
 
 StagedCopyPlan PlanStagedCopy(std::span<const CopyOp> ops, CopyDirection direction,
                               const StagingShape& shape) {
@@ -12,9 +51,7 @@ StagedCopyPlan PlanStagedCopy(std::span<const CopyOp> ops, CopyDirection directi
   auto host_of = [&](const CopyOp& op) { return to_device ? op.src : op.dst; };
   auto device_of = [&](const CopyOp& op) { return to_device ? op.dst : op.src; };
   StagedCopyPlan plan;
-  // (host address, op) pairs: the sort compares keys in place, not through
-  // the ops (a 70B TP=8 restore plans 16000 ops of 4 KiB per 64 MiB), and a
-  // call already in host order (one object's slots) is not sorted at all.
+  // (host address, op) pairs, in host order (SortByHost).
   std::vector<std::pair<uint64_t, size_t>> order;
   order.reserve(ops.size());
   for (size_t i = 0; i < ops.size(); ++i) {
@@ -24,7 +61,7 @@ StagedCopyPlan PlanStagedCopy(std::span<const CopyOp> ops, CopyDirection directi
       order.emplace_back(host_of(ops[i]), i);
     }
   }
-  if (!std::is_sorted(order.begin(), order.end())) std::sort(order.begin(), order.end());
+  SortByHost(order, ops, shape.max_gap);
   plan.pieces.reserve(order.size());
   const uint64_t mask = shape.align - 1;
   StagedCopyPlan::Span* span = nullptr;  // the open span (last of plan.spans)
