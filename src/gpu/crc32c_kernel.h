@@ -10,9 +10,9 @@
 // written to out[i] (device memory or mapped pinned host memory) when the
 // kernels run. The pieces' registers live in stream-ordered scratch from a
 // per-device memory pool (4 bytes per 16 KiB; one allocation per call,
-// allocated and freed on the stream). Ranges may start at any address and have any length, 0 included.
-// Returns the first CUDA error; REQUIRES: the calling thread's current device
-// is the stream's. Thread-safe. C++17 and CUDA runtime types only.
+// allocated and freed on the stream). Ranges may start at any address and have any length, 0
+// included. Returns the first CUDA error; REQUIRES: the calling thread's current device is the
+// stream's. Thread-safe. C++17 and CUDA runtime types only.
 #pragma once
 
 #include <cuda_runtime_api.h>
