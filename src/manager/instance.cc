@@ -155,16 +155,44 @@ Status Instance::CopyAndWait(bool to_device, std::span<const gpu::CopyOp> ops) {
   if (ops.empty()) return Status::OK();
   if (!to_device) return CopyToHostWithCrcs(ops, {}, nullptr);
   CopyCostTimer cost(cost_copy_enqueue[0], cost_copy_wait[0]);
-  ORBITKV_ASSIGN_OR_RETURN(std::unique_ptr<gpu::Event> ev, device_->CreateEvent());
+  ORBITKV_ASSIGN_OR_RETURN(std::unique_ptr<gpu::Event> ev, TakeEvent());
   {
     MutexLock l(h2d_mu_);
-    ORBITKV_RETURN_IF_ERROR(device_->CopyAsync(ops, *h2d_));
-    ORBITKV_RETURN_IF_ERROR(device_->Record(*ev, *h2d_));
+    const auto call = std::chrono::steady_clock::now();
+    Status st = device_->CopyAsync(ops, *h2d_);
+    if (cost_copy_call[0]) {
+      cost_copy_call[0]->Observe(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - call).count());
+    }
+    if (st.ok()) st = device_->Record(*ev, *h2d_);
+    if (!st.ok()) {
+      device_->Synchronize(*h2d_).IgnoreError("draining a failed H2D job");
+      GiveEvent(std::move(ev));
+      return st;
+    }
   }
   cost.Enqueued();
   Status st = device_->Wait(*ev).WithContext("H2D copy into engine pages");
   cost.Waited();
+  if (st.ok()) GiveEvent(std::move(ev));  // an event of a failed wait is not reused
   return st;
+}
+
+Result<std::unique_ptr<gpu::Event>> Instance::TakeEvent() {
+  {
+    MutexLock l(events_mu_);
+    if (!idle_events_.empty()) {
+      std::unique_ptr<gpu::Event> e = std::move(idle_events_.back());
+      idle_events_.pop_back();
+      return e;
+    }
+  }
+  return device_->CreateEvent();
+}
+
+void Instance::GiveEvent(std::unique_ptr<gpu::Event> e) {
+  MutexLock l(events_mu_);
+  idle_events_.push_back(std::move(e));
 }
 
 Status Instance::CopyToHostWithCrcs(std::span<const gpu::CopyOp> ops,
@@ -196,16 +224,27 @@ Result<Instance::ToHostJob> Instance::EnqueueToHost(std::span<const gpu::CopyOp>
   const auto start = std::chrono::steady_clock::now();
   ToHostJob job;
   job.crcs = !crcs.empty();
-  ORBITKV_ASSIGN_OR_RETURN(job.event, device_->CreateEvent());
-  ORBITKV_ASSIGN_OR_RETURN(job.stream, TakeD2hStream());
+  ORBITKV_ASSIGN_OR_RETURN(job.event, TakeEvent());
+  Result<gpu::Stream*> stream = TakeD2hStream();
+  if (!stream.ok()) {
+    GiveEvent(std::move(job.event));
+    return stream.status();
+  }
+  job.stream = *stream;
   // The copies first: the staged mover takes a caller stream with nothing
   // pending (this job's own); the CRC kernel then runs after them on it.
+  const auto call = std::chrono::steady_clock::now();
   Status st = ops.empty() ? Status::OK() : device_->CopyAsync(ops, *job.stream);
+  if (cost_copy_call[1]) {
+    cost_copy_call[1]->Observe(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - call).count());
+  }
   if (st.ok() && !crcs.empty()) st = device_->Crc32cAsync(crcs, out, *job.stream);
   if (st.ok()) st = device_->Record(*job.event, *job.stream);
   if (!st.ok()) {
     device_->Synchronize(*job.stream).IgnoreError("draining a failed D2H job");
     GiveD2hStream(job.stream);
+    GiveEvent(std::move(job.event));  // idle: its stream was drained
     return st;
   }
   job.enqueued = std::chrono::steady_clock::now();
@@ -223,7 +262,11 @@ Status Instance::WaitToHost(ToHostJob& job) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - job.enqueued).count());
   }
   GiveD2hStream(std::exchange(job.stream, nullptr));
-  job.event.reset();
+  if (st.ok()) {
+    GiveEvent(std::move(job.event));
+  } else {
+    job.event.reset();  // an event of a failed wait is not reused
+  }
   return st.WithContext(job.crcs ? "D2H copy and CRC32C of engine pages"
                                  : "D2H copy from engine pages");
 }
@@ -314,6 +357,10 @@ void Instance::ReleaseDevice() {
     for (auto& s : d2h_) device_->Synchronize(*s).IgnoreError("instance teardown");
     d2h_idle_.clear();
     d2h_.clear();
+  }
+  {
+    MutexLock l(events_mu_);
+    idle_events_.clear();
   }
   for (const gpu::IpcMapping& m : mappings_) {
     if (Status st = device_->CloseIpc(m.base); !st.ok()) {

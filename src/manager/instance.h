@@ -77,6 +77,7 @@ class Instance {
   // index 0 H2D, 1 D2H; null when off. Set before the instance is shared.
   Histogram* cost_copy_enqueue[2] = {nullptr, nullptr};
   Histogram* cost_copy_wait[2] = {nullptr, nullptr};
+  Histogram* cost_copy_call[2] = {nullptr, nullptr};  // the CopyAsync call alone (enqueue's part)
 
   bool cuda() const { return device_ != nullptr; }
   // REQUIRES: cuda(), and a guard is held (the device lives until ReleaseDevice).
@@ -201,6 +202,12 @@ class Instance {
   Mutex d2h_mu_;
   std::vector<std::unique_ptr<gpu::Stream>> d2h_ GUARDED_BY(d2h_mu_);
   std::vector<gpu::Stream*> d2h_idle_ GUARDED_BY(d2h_mu_);
+  // Copy jobs' events, kept for reuse (an event is idle once waited for): a
+  // job does not create and destroy one.
+  Result<std::unique_ptr<gpu::Event>> TakeEvent() EXCLUDES(events_mu_);
+  void GiveEvent(std::unique_ptr<gpu::Event> e) EXCLUDES(events_mu_);
+  Mutex events_mu_;
+  std::vector<std::unique_ptr<gpu::Event>> idle_events_ GUARDED_BY(events_mu_);
 
   Mutex mu_;
   CondVar cv_;

@@ -283,6 +283,7 @@ Result<InstanceId> Manager::RegisterInstance(SessionId session, const RegisterRe
   for (int d = 0; d < 2; ++d) {
     inst->cost_copy_enqueue[d] = impl_->m.cost_copy_enqueue[d];
     inst->cost_copy_wait[d] = impl_->m.cost_copy_wait[d];
+    inst->cost_copy_call[d] = impl_->m.cost_copy_call[d];
   }
   // Attached before its first restore can run; detached at unregister.
   const bool gpu_decode = inst->cuda() && !inst->codec.raw() && impl_->dram_decode;

@@ -86,6 +86,8 @@ ManagerMetrics ManagerMetrics::Register(MetricsRegistry& m, bool ssd, bool cost_
     x.cost_copy_wait[0] = child("h2d_copy_wait");
     x.cost_copy_enqueue[1] = child("d2h_copy_enqueue");
     x.cost_copy_wait[1] = child("d2h_copy_wait");
+    x.cost_copy_call[0] = child("h2d_copy_call");
+    x.cost_copy_call[1] = child("d2h_copy_call");
   }
   if (!ssd) {
     // Keep the SSD series on /metrics even with SSD caching off.

@@ -31,6 +31,7 @@ struct ManagerMetrics {
   Histogram* cost_gpu_decode_wait = nullptr;
   Histogram* cost_copy_enqueue[2] = {nullptr, nullptr};
   Histogram* cost_copy_wait[2] = {nullptr, nullptr};
+  Histogram* cost_copy_call[2] = {nullptr, nullptr};  // the CopyAsync call inside an enqueue
 
   // `ssd`: SSD caching is on (else its series are still put on /metrics).
   static ManagerMetrics Register(MetricsRegistry& m, bool ssd, bool cost_observations);
