@@ -10,7 +10,10 @@
 //   platform/M    CudaDevice::CreateEvent + CopyAsync + Record + Wait, exactly the
 //                 Manager's Instance::CopyAndWait, with ORBITKV_GPU_COPY=M
 // (--gap-us N: N us idle before each iteration, calls spaced as a Manager's are;
-// --to-host: the other way, HBM pages -> the pool's objects, as Publish copies)
+// --to-host: the other way, HBM pages -> the pool's objects, as Publish copies;
+// --ipc-pages: the platform rows' pages are one allocation per slot, made by a
+// child process and opened here with Device::OpenIpc, as a Manager opens an
+// engine's regions, instead of one local allocation)
 // printing p50/p99 of the wall time and, for the platform rows, of the
 // enqueue (CreateEvent + CopyAsync + Record) apart from the wait. Every
 // iteration's pages are checked against the object once at the end of each
@@ -18,6 +21,8 @@
 #include <cuda_runtime_api.h>
 
 #include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -64,13 +69,14 @@ int main(int argc, char** argv) {
   uint64_t slots = 64, slot_bytes = 32 << 10, objects = 1;
   int iters = 500;
   int gap_us = 0;  // idle time between iterations (the Manager's calls are not back to back)
-  bool to_host = false;
+  bool to_host = false, ipc_pages = false;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--to-host") to_host = true;
+    if (std::string(argv[i]) == "--ipc-pages") ipc_pages = true;
   }
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
-    if (a == "--to-host") {
+    if (a == "--to-host" || a == "--ipc-pages") {
       --i;
       continue;
     }
@@ -79,6 +85,52 @@ int main(int argc, char** argv) {
     if (a == "--iters") iters = std::atoi(argv[i + 1]);
     if (a == "--gap-us") gap_us = std::max(0, std::atoi(argv[i + 1]));
     if (a == "--objects") objects = std::max<uint64_t>(1, std::strtoull(argv[i + 1], nullptr, 10));
+  }
+  // --ipc-pages: the child process that owns the pages, forked before this
+  // process touches CUDA. It sends one IPC handle per slot and keeps the
+  // allocations until the pipe back to it closes.
+  const uint64_t ipc_region = objects * 4 * slot_bytes;  // a slot's pages, 4 apart
+  std::vector<orbitkv::gpu::IpcHandle> handles;
+  int release_fd = -1;
+  pid_t child = -1;
+  if (ipc_pages) {
+    int to_parent[2], to_child[2];
+    if (::pipe(to_parent) != 0 || ::pipe(to_child) != 0) return 3;
+    child = ::fork();
+    if (child == 0) {
+      ::close(to_parent[0]);
+      ::close(to_child[1]);
+      if (cudaSetDevice(0) != cudaSuccess) ::_exit(3);
+      for (uint64_t k = 0; k < slots; ++k) {
+        void* p = nullptr;
+        cudaIpcMemHandle_t h;
+        if (cudaMalloc(&p, ipc_region) != cudaSuccess ||
+            cudaIpcGetMemHandle(&h, p) != cudaSuccess ||
+            ::write(to_parent[1], &h, sizeof(h)) != static_cast<ssize_t>(sizeof(h))) {
+          ::_exit(3);
+        }
+      }
+      char c;
+      while (::read(to_child[0], &c, 1) > 0) {
+      }
+      ::_exit(0);
+    }
+    ::close(to_parent[1]);
+    ::close(to_child[0]);
+    release_fd = to_child[1];
+    handles.resize(slots);
+    for (auto& h : handles) {
+      size_t got = 0;
+      while (got < h.size()) {
+        const ssize_t n = ::read(to_parent[0], h.data() + got, h.size() - got);
+        if (n <= 0) {
+          std::fprintf(stderr, "copy_latency_bench: the page owner process failed\n");
+          return 3;
+        }
+        got += static_cast<size_t>(n);
+      }
+    }
+    ::close(to_parent[0]);
   }
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
@@ -247,13 +299,39 @@ int main(int argc, char** argv) {
     orbitkv::gpu::Device& d = **device;
     auto stream = d.CreateStream();
     if (!stream.ok()) return 3;
+    // --ipc-pages: slot s's page at its slot's mapping, object s / slots.
+    std::vector<orbitkv::gpu::IpcMapping> maps;
+    std::vector<CopyOp> row_ops = ops;
+    std::vector<orbitkv::gpu::CrcOp> row_crcs = crc_ops;
+    auto ipc_page = [&](uint64_t s) { return maps[s % slots].base + (s / slots) * 4 * slot_bytes; };
+    if (ipc_pages) {
+      for (const auto& h : handles) {
+        auto m = d.OpenIpc(h);
+        if (!m.ok()) {
+          std::fprintf(stderr, "OpenIpc: %s\n", m.status().ToString().c_str());
+          return 3;
+        }
+        maps.push_back(*m);
+      }
+      for (uint64_t s = 0; s < total_slots; ++s) {
+        const DevPtr page = ipc_page(s);
+        if (to_host) {
+          row_ops[s].src = page;
+          row_crcs[s].data = page;
+          CHECK_CUDA(cudaMemcpy(reinterpret_cast<void*>(page), want.data() + s * slot_bytes,
+                                slot_bytes, cudaMemcpyHostToDevice));
+        } else {
+          row_ops[s].dst = page;
+        }
+      }
+    }
     std::vector<double> wall, enq, wait;
     for (int i = 0; i < iters; ++i) {
       if (gap_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(gap_us));
       const auto t0 = Clock::now();
       auto e = d.CreateEvent();
-      if (!e.ok() || !d.CopyAsync(ops, **stream).ok() ||
-          (with_crc && !d.Crc32cAsync(crc_ops, crc_out, **stream).ok()) ||
+      if (!e.ok() || !d.CopyAsync(row_ops, **stream).ok() ||
+          (with_crc && !d.Crc32cAsync(row_crcs, crc_out, **stream).ok()) ||
           !d.Record(**e, **stream).ok()) {
         std::fprintf(stderr, "platform/%s: enqueue failed\n", mode);
         return 3;
@@ -265,12 +343,41 @@ int main(int argc, char** argv) {
       enq.push_back(Us(t1 - t0));
       wait.push_back(Us(t2 - t1));
     }
-    const std::string row = "platform/" + row_mode;
-    verify(row.c_str());
+    const std::string row = "platform/" + row_mode + (ipc_pages ? " ipc" : "");
+    if (ipc_pages) {
+      CHECK_CUDA(cudaDeviceSynchronize());
+      std::vector<uint8_t> back(slot_bytes);
+      for (uint64_t s = 0; s < total_slots; ++s) {
+        const uint8_t* want_s = to_host ? want.data() + s * slot_bytes : slot_src(s);
+        const uint8_t* got = back.data();
+        if (to_host) {
+          got = slot_src(s);
+        } else {
+          CHECK_CUDA(cudaMemcpy(back.data(), reinterpret_cast<void*>(ipc_page(s)), slot_bytes,
+                                cudaMemcpyDeviceToHost));
+        }
+        if (std::memcmp(got, want_s, slot_bytes) != 0) {
+          std::fprintf(stderr, "copy_latency_bench: %s: WRONG BYTES in slot %llu\n", row.c_str(),
+                       static_cast<unsigned long long>(s));
+          return 1;
+        }
+      }
+      if (to_host) zero_slots();
+      for (const auto& m : maps) {
+        if (!d.CloseIpc(m.base).ok()) return 3;
+      }
+    } else {
+      verify(row.c_str());
+    }
     const Quant w = Q(wall), a = Q(enq), b = Q(wait);
     std::printf("  %-18s %10.1f %10.1f %14.1f %14.1f %10.1f\n", row.c_str(), w.p50, w.p99, a.p50,
                 b.p50, double(total_slots * slot_bytes) / (w.p50 * 1e3));
   }
   if (crc_out) CHECK_CUDA(cudaFreeHost(crc_out));
+  if (child > 0) {
+    ::close(release_fd);
+    int status = 0;
+    ::waitpid(child, &status, 0);
+  }
   return 0;
 }
