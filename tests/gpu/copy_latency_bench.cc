@@ -13,7 +13,8 @@
 // --to-host: the other way, HBM pages -> the pool's objects, as Publish copies;
 // --ipc-pages: the platform rows' pages are one allocation per slot, made by a
 // child process and opened here with Device::OpenIpc, as a Manager opens an
-// engine's regions, instead of one local allocation)
+// engine's regions, instead of one local allocation; --extra-ipc N: N more
+// such mappings opened and not copied to, as other instances' regions are)
 // printing p50/p99 of the wall time and, for the platform rows, of the
 // enqueue (CreateEvent + CopyAsync + Record) apart from the wait. Every
 // iteration's pages are checked against the object once at the end of each
@@ -69,6 +70,7 @@ int main(int argc, char** argv) {
   uint64_t slots = 64, slot_bytes = 32 << 10, objects = 1;
   int iters = 500;
   int gap_us = 0;  // idle time between iterations (the Manager's calls are not back to back)
+  uint64_t extra_ipc = 0;
   bool to_host = false, ipc_pages = false;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--to-host") to_host = true;
@@ -84,6 +86,7 @@ int main(int argc, char** argv) {
     if (a == "--slot-bytes") slot_bytes = std::strtoull(argv[i + 1], nullptr, 10);
     if (a == "--iters") iters = std::atoi(argv[i + 1]);
     if (a == "--gap-us") gap_us = std::max(0, std::atoi(argv[i + 1]));
+    if (a == "--extra-ipc") extra_ipc = std::strtoull(argv[i + 1], nullptr, 10);
     if (a == "--objects") objects = std::max<uint64_t>(1, std::strtoull(argv[i + 1], nullptr, 10));
   }
   // --ipc-pages: the child process that owns the pages, forked before this
@@ -101,7 +104,7 @@ int main(int argc, char** argv) {
       ::close(to_parent[0]);
       ::close(to_child[1]);
       if (cudaSetDevice(0) != cudaSuccess) ::_exit(3);
-      for (uint64_t k = 0; k < slots; ++k) {
+      for (uint64_t k = 0; k < slots + extra_ipc; ++k) {
         void* p = nullptr;
         cudaIpcMemHandle_t h;
         if (cudaMalloc(&p, ipc_region) != cudaSuccess ||
@@ -118,7 +121,7 @@ int main(int argc, char** argv) {
     ::close(to_parent[1]);
     ::close(to_child[0]);
     release_fd = to_child[1];
-    handles.resize(slots);
+    handles.resize(slots + extra_ipc);
     for (auto& h : handles) {
       size_t got = 0;
       while (got < h.size()) {
