@@ -247,6 +247,7 @@ TEST_F(ManagerSsdTest, CorruptSsdCopyIsDroppedAndTheDramCopyStillServes) {
   ASSERT_TRUE(r1.blocks[0].status.ok()) << r1.blocks[0].status.ToString();
   FlipPayloadByte(0, 5);
   RestoreResult r2 = Restore(inst, second.query, {0}, {61});
+  ASSERT_EQ(r2.blocks.size(), 1u);  // a failed call is a test failure, not a crash
   EXPECT_EQ(r2.blocks[0].status.code(), StatusCode::kCorruption) << r2.blocks[0].status.ToString();
   EXPECT_EQ(metrics.Read("orbitkv_ssd_corrupt_objects_dropped_total"), 1);
   ExpectRestores(pages, inst, 0, 62, Tier::kDram);
