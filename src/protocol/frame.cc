@@ -167,58 +167,6 @@ Status SendFrame(int fd, std::span<const uint8_t> payload, std::span<const int> 
   return SendRange(fd, header, payload, pos, total, last);
 }
 
-namespace {
-
-std::array<uint8_t, kFrameHeaderBytes> FrameHeader(size_t len) {
-  return {static_cast<uint8_t>(len), static_cast<uint8_t>(len >> 8),
-          static_cast<uint8_t>(len >> 16), static_cast<uint8_t>(len >> 24)};
-}
-
-}  // namespace
-
-Result<size_t> TrySendFrame(int fd, std::span<const uint8_t> payload) {
-  if (payload.size() > UINT32_MAX) {
-    return Status::InvalidArgument("frame payload of " + std::to_string(payload.size()) +
-                                   " bytes does not fit the 32-bit length prefix");
-  }
-  const auto header = FrameHeader(payload.size());
-  const size_t total = kFrameHeaderBytes + payload.size();
-  size_t pos = 0;
-  while (pos < total) {
-    std::array<iovec, 2> iov{};
-    size_t n_iov = 0;
-    if (pos < kFrameHeaderBytes) {
-      iov[n_iov++] = {const_cast<uint8_t*>(header.data() + pos), kFrameHeaderBytes - pos};
-    }
-    const size_t p0 = std::max(pos, kFrameHeaderBytes) - kFrameHeaderBytes;
-    if (p0 < payload.size()) {
-      iov[n_iov++] = {const_cast<uint8_t*>(payload.data() + p0), payload.size() - p0};
-    }
-    msghdr msg{};
-    msg.msg_iov = iov.data();
-    msg.msg_iovlen = n_iov;
-    const ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n > 0) {
-      pos += static_cast<size_t>(n);
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return pos;
-    if (n == 0) return Status::IOError("sendmsg wrote 0 bytes", EIO);
-    return SendError(errno);
-  }
-  return pos;
-}
-
-Status SendFrameFrom(int fd, std::span<const uint8_t> payload, size_t from) {
-  if (payload.size() > UINT32_MAX) {
-    return Status::InvalidArgument("frame payload of " + std::to_string(payload.size()) +
-                                   " bytes does not fit the 32-bit length prefix");
-  }
-  const auto header = FrameHeader(payload.size());
-  return SendRange(fd, header.data(), payload, from, kFrameHeaderBytes + payload.size(), {});
-}
-
 Result<Frame> RecvFrame(int fd, uint32_t max_payload, uint32_t max_fds) {
   Frame frame;
   uint8_t header[kFrameHeaderBytes];

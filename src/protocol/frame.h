@@ -57,15 +57,6 @@ struct Frame {
 // SO_SNDTIMEO expires; IOError otherwise.
 Status SendFrame(int fd, std::span<const uint8_t> payload, std::span<const int> fds = {});
 
-// Writes as much of one frame (no fds) as the socket takes without blocking
-// (MSG_DONTWAIT): the bytes of the frame (header included) written, 0 when
-// the socket would block at once. Errors as SendFrame.
-Result<size_t> TrySendFrame(int fd, std::span<const uint8_t> payload);
-// Writes bytes [from, end) of one frame (no fds), blocking: the rest of a
-// frame that TrySendFrame began. REQUIRES: no other bytes were written to the
-// socket since.
-Status SendFrameFrom(int fd, std::span<const uint8_t> payload, size_t from);
-
 // Reads one frame (retrying EINTR and short reads). The payload buffer grows
 // as bytes arrive, so a peer must send what it announces before we allocate it.
 // Errors:

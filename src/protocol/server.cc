@@ -164,61 +164,24 @@ Session::~Session() {
   if (writer_.joinable()) writer_.join();
 }
 
-void Session::StartWriterLocked() {
-  if (writer_running_) return;
-  // A writer that ran out of work has returned (or is returning) from
-  // WriterLoop without touching outbox_mu_ again: joining it here is brief.
-  if (writer_.joinable()) writer_.join();
-  writer_running_ = true;
-  writer_ = std::thread([this] { WriterLoop(); });
-}
-
 void Session::SendAsync(std::vector<uint8_t> payload) {
   if (closed()) return;
-  bool overflow = false, direct = false;
+  bool overflow = false;
   {
     std::lock_guard<std::mutex> l(outbox_mu_);
     if (writer_stop_) return;
-    if (outbox_.empty() && !writer_busy_ && !direct_) {
-      direct_ = true;  // nothing ahead of this frame: written here
-      direct = true;
-    } else if (outbox_.size() >= kMaxQueuedFrames) {
+    if (outbox_.size() >= kMaxQueuedFrames) {
       overflow = true;
     } else {
-      outbox_.push_back({std::move(payload), 0});
-      StartWriterLocked();
-    }
-  }
-  if (direct) {
-    const size_t total = kFrameHeaderBytes + payload.size();
-    bool tried = false;
-    Result<size_t> sent = size_t{0};
-    {
-      // Never waits for the socket: a Send in progress (or a frame's rest
-      // pending) sends this one to the writer instead.
-      std::unique_lock<std::mutex> s(send_mu_, std::try_to_lock);
-      if (s.owns_lock() && !mid_frame_ && !closed()) {
-        tried = true;
-        sent = TrySendFrame(fd_.get(), payload);
-        if (sent.ok() && *sent > 0 && *sent < total) mid_frame_ = true;
+      outbox_.push_back(std::move(payload));
+      if (!writer_running_) {
+        // A writer that ran out of work has returned (or is returning) from
+        // WriterLoop without touching outbox_mu_ again: joining it here is brief.
+        if (writer_.joinable()) writer_.join();
+        writer_running_ = true;
+        writer_ = std::thread([this] { WriterLoop(); });
       }
     }
-    {
-      std::lock_guard<std::mutex> l(outbox_mu_);
-      direct_ = false;
-      if (!sent.ok()) {
-        outbox_.clear();  // the peer may have seen half a frame: nothing more can be delivered
-      } else if (!tried || *sent < total) {
-        // First in line: what queued behind it during the attempt follows it.
-        outbox_.push_front({std::move(payload), *sent});
-        if (!writer_stop_) StartWriterLocked();
-      } else if (!outbox_.empty() && !writer_stop_) {
-        StartWriterLocked();
-      }
-    }
-    outbox_cv_.notify_all();
-    if (!sent.ok()) Close();
-    return;
   }
   if (overflow) {
     Close();  // the client stopped reading: its replies cannot be delivered
@@ -229,52 +192,27 @@ void Session::SendAsync(std::vector<uint8_t> payload) {
 
 void Session::WriterLoop() {
   while (true) {
-    Outgoing frame;
+    std::vector<uint8_t> frame;
     {
       std::unique_lock<std::mutex> l(outbox_mu_);
-      outbox_cv_.wait_for(l, kWriterLinger,
-                          [&] { return writer_stop_ || (!outbox_.empty() && !direct_); });
+      outbox_cv_.wait_for(l, kWriterLinger, [&] { return writer_stop_ || !outbox_.empty(); });
       if (outbox_.empty()) {
         writer_running_ = false;  // SendAsync starts another when needed
         return;
       }
-      if (direct_) continue;  // a caller's direct send goes first; it notifies when done
       frame = std::move(outbox_.front());
       outbox_.pop_front();
-      writer_busy_ = true;
     }
-    const Status st = frame.sent > 0 ? SendRest(frame) : Send(frame.payload);
-    {
+    if (!Send(frame).ok()) {
       std::lock_guard<std::mutex> l(outbox_mu_);
-      writer_busy_ = false;
-      if (!st.ok()) outbox_.clear();  // Send closed the session; nothing more can be delivered
+      outbox_.clear();  // Send closed the session; nothing more can be delivered
     }
   }
-}
-
-Status Session::SendRest(const Outgoing& frame) {
-  Status st;
-  {
-    std::lock_guard<std::mutex> lock(send_mu_);
-    // mid_frame_ is set: this rest is what every other sender waits for.
-    st = closed() ? Status::Cancelled("session closed")
-                  : SendFrameFrom(fd_.get(), frame.payload, frame.sent);
-    mid_frame_ = false;
-  }
-  send_cv_.notify_all();
-  if (!st.ok()) {
-    const bool was_closed = closed();
-    Close();
-    if (!was_closed) return st.WithContext("session " + std::to_string(id_));
-  }
-  return st;
 }
 
 Status Session::Send(std::span<const uint8_t> payload, std::span<const int> fds) {
   if (closed()) return Status::Cancelled("session closed");
-  std::unique_lock lock(send_mu_);
-  // A frame half written by a direct send is finished first (by the writer).
-  send_cv_.wait(lock, [&] { return !mid_frame_ || closed(); });
+  std::lock_guard lock(send_mu_);
   if (closed()) return Status::Cancelled("session closed");
   Status st = SendFrame(fd_.get(), payload, fds);
   if (!st.ok()) {

@@ -86,13 +86,10 @@ class Session : public std::enable_shared_from_this<Session> {
   void Close();
   bool closed() const { return closed_.load(std::memory_order_acquire); }
 
-  // Sends a frame (no fds) without blocking the caller: what worker threads
-  // use, so a client that stops reading delays only its own replies. When
-  // nothing is queued or being written, the caller writes it itself as far as
-  // the socket takes it at once (MSG_DONTWAIT: no writer-thread wake-up on the
-  // reply's path); what is left, and every frame behind another, goes to this
-  // session's own writer thread, in order. More than kMaxQueuedFrames waiting
-  // closes the session. The writer thread exits after kWriterLinger without work.
+  // Queues a frame (no fds) for this session's own writer thread and returns
+  // at once: what worker threads use, so a client that stops reading delays
+  // only its own replies. More than kMaxQueuedFrames waiting closes the session.
+  // The writer thread exits after kWriterLinger without work.
   void SendAsync(std::vector<uint8_t> payload);
   static constexpr size_t kMaxQueuedFrames = 4096;
   static constexpr std::chrono::milliseconds kWriterLinger{2000};
@@ -121,21 +118,9 @@ class Session : public std::enable_shared_from_this<Session> {
   const gid_t peer_gid_;
 
   void WriterLoop();
-  // A frame for the writer; `sent` of its bytes (header included) went out
-  // already (a direct send the socket took part of).
-  struct Outgoing {
-    std::vector<uint8_t> payload;
-    size_t sent = 0;
-  };
-  void StartWriterLocked();                // REQUIRES: outbox_mu_ held
-  Status SendRest(const Outgoing& frame);  // the rest of a frame begun directly
 
   std::atomic<bool> closed_{false};
   std::mutex send_mu_;  // held across a whole SendFrame
-  // A direct send left a frame half written: only its rest (the writer's
-  // SendRest) may write until it is cleared. Guarded by send_mu_.
-  bool mid_frame_ = false;
-  std::condition_variable send_cv_;  // mid_frame_ cleared
 
   // Guarded by SocketServer::pool_mu_.
   std::deque<Task> tasks_;
@@ -147,12 +132,10 @@ class Session : public std::enable_shared_from_this<Session> {
 
   std::mutex outbox_mu_;
   std::condition_variable outbox_cv_;
-  std::deque<Outgoing> outbox_;  // guarded by outbox_mu_
-  bool writer_stop_ = false;     // guarded by outbox_mu_
-  bool writer_running_ = false;  // guarded by outbox_mu_
-  bool writer_busy_ = false;     // guarded by outbox_mu_: the writer is writing a frame
-  bool direct_ = false;          // guarded by outbox_mu_: a caller is writing one directly
-  std::thread writer_;           // guarded by outbox_mu_; started by SendAsync
+  std::deque<std::vector<uint8_t>> outbox_;  // guarded by outbox_mu_
+  bool writer_stop_ = false;                 // guarded by outbox_mu_
+  bool writer_running_ = false;              // guarded by outbox_mu_
+  std::thread writer_;                       // guarded by outbox_mu_; started by SendAsync
 };
 
 class SessionHandler {

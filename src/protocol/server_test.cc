@@ -325,59 +325,6 @@ TEST(SocketServerTest, AsyncReplyAfterOnFrameAndSendAfterClose) {
   EXPECT_TRUE(session->Send(std::vector<uint8_t>{4}).IsCancelled());
 }
 
-// SendAsync writes a frame itself when nothing is queued, as far as the
-// socket takes it at once; the rest goes to the writer thread. With a client
-// that does not read yet, the first 256 KiB frame fills the socket part way:
-// its rest, the frames queued behind it and another thread's Send calls must
-// all arrive whole, SendAsync's frames in order.
-TEST(SocketServerTest, SendAsyncKeepsFramesWholeAndInOrderWhenTheSocketTakesPartOfOne) {
-  TempDir dir;
-  RecordingHandler h;
-  constexpr int kAsync = 24, kSync = 8;
-  constexpr size_t kBig = 256 << 10;
-  auto frame_of = [](uint8_t tag, uint32_t i, size_t bytes) {
-    std::vector<uint8_t> f(bytes, static_cast<uint8_t>(tag + i));
-    f[0] = tag;
-    std::memcpy(f.data() + 1, &i, sizeof(i));
-    return f;
-  };
-  std::thread async_sender, sync_sender;
-  h.on_frame = [&](Session& s, Frame&&) {
-    async_sender = std::thread([session = s.Ref(), &frame_of] {
-      for (uint32_t i = 0; i < kAsync; ++i) session->SendAsync(frame_of('a', i, kBig));
-    });
-    sync_sender = std::thread([session = s.Ref(), &frame_of] {
-      for (uint32_t i = 0; i < kSync; ++i) {
-        EXPECT_TRUE(session->Send(frame_of('s', i, 1000)).ok());
-        std::this_thread::sleep_for(std::chrono::milliseconds(2));
-      }
-    });
-  };
-  auto server = SocketServer::Start(Options(dir), &h);
-  ASSERT_TRUE(server.ok());
-  UniqueFd c = RawConnect((*server)->path());
-  ASSERT_TRUE(SendFrame(c.get(), std::vector<uint8_t>{1}).ok());
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the socket fills meanwhile
-  timeval tv{10, 0};  // a broken stream fails here, not by hanging
-  ::setsockopt(c.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  uint32_t next_async = 0, next_sync = 0;
-  for (int n = 0; n < kAsync + kSync; ++n) {
-    Result<Frame> f = RecvFrame(c.get(), 1 << 20, 0);
-    ASSERT_TRUE(f.ok()) << f.status().ToString();
-    ASSERT_GE(f->payload.size(), 5u);
-    const uint8_t tag = f->payload[0];
-    uint32_t i = 0;
-    std::memcpy(&i, f->payload.data() + 1, sizeof(i));
-    ASSERT_TRUE(tag == 'a' || tag == 's') << int(tag);
-    EXPECT_EQ(i, tag == 'a' ? next_async++ : next_sync++);
-    EXPECT_EQ(f->payload, frame_of(tag, i, tag == 'a' ? kBig : 1000)) << tag << i;
-  }
-  EXPECT_EQ(next_async, static_cast<uint32_t>(kAsync));
-  EXPECT_EQ(next_sync, static_cast<uint32_t>(kSync));
-  async_sender.join();
-  sync_sender.join();
-}
-
 TEST(SocketServerTest, MaxConnections) {
   TempDir dir;
   RecordingHandler h;
