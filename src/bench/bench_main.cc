@@ -107,10 +107,15 @@ void PrintCodecLine(const CodecFigures& c, const Ceiling* ceil) {
   auto ratio = [](const std::optional<double>& v) {
     return v ? fmt::format("{:.3f}x", *v) : std::string("n/a");
   };
+  std::string fallbacks;
+  for (const auto& [reason, n] : c.gpu_encode_fallbacks) {
+    fallbacks +=
+        fmt::format("{} {} {:.0f}", fallbacks.empty() ? "; GPU encode fell back:" : ",", reason, n);
+  }
   const bool eff = c.effective_gbps > 0;
   std::printf(
       "  %-10s codec %s: ratio %s written (%s -> %s), %s read back; effective KV %s GB/s, "
-      "stored bytes %s GB/s%s%s\n",
+      "stored bytes %s GB/s%s%s%s\n",
       "", c.codec.c_str(), ratio(c.ratio_written).c_str(),
       FormatByteSize(static_cast<uint64_t>(c.encode_raw_bytes)).c_str(),
       FormatByteSize(static_cast<uint64_t>(c.encode_frame_bytes)).c_str(),
@@ -124,7 +129,8 @@ void PrintCodecLine(const CodecFigures& c, const Ceiling* ceil) {
           ? fmt::format("; encoded DRAM blocks decoded on the GPU {:.0f}, CPU {:.0f}",
                         c.dram_gpu_decodes, c.dram_cpu_decodes)
                 .c_str()
-          : "");
+          : "",
+      fallbacks.c_str());
 }
 
 int Fail(const std::string& msg) {

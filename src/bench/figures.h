@@ -61,6 +61,9 @@ struct CodecFigures {
   // on the GPU, or on the CPU for want of a lane; raw DRAM entries the
   // writeback replaced by their encoded objects (over the run).
   double dram_gpu_decodes = 0, dram_cpu_decodes = 0, dram_encoded_copies = 0, dram_saved_bytes = 0;
+  // Complete groups the GPU encode path did not take, by reason (over the
+  // run; non-zero ones only): they were encoded on the CPU at writeback.
+  std::map<std::string, double> gpu_encode_fallbacks;
   std::optional<double> ratio_written;  // raw / frame bytes the writeback encoded
   std::optional<double> ratio_read;     // raw / frame bytes the restores decoded
   std::optional<double> encode_gbps;    // raw bytes per codec second

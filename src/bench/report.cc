@@ -110,7 +110,8 @@ json CodecJson(const CodecFigures& c, const Ceiling* ceiling) {
       {"dram_gpu_decodes", c.dram_gpu_decodes},
       {"dram_cpu_decodes", c.dram_cpu_decodes},
       {"dram_encoded_copies", c.dram_encoded_copies},
-      {"dram_saved_bytes", c.dram_saved_bytes}};
+      {"dram_saved_bytes", c.dram_saved_bytes},
+      {"gpu_encode_fallbacks", c.gpu_encode_fallbacks}};
 }
 
 std::string OptGbps(const std::optional<double>& v) {

@@ -165,6 +165,10 @@ class Driver {
           sign * m.Value("orbitkv_codec_dram_restores_total", {{"codec", c}, {"where", where}});
     }
     into["codec_dram_copies"] += sign * m.Value("orbitkv_codec_dram_copies_total", {{"codec", c}});
+    for (const char* reason : kGpuEncodeFallbacks) {
+      into[std::string("codec_gpu_encode_fallback_") + reason] +=
+          sign * m.Value("orbitkv_ssd_gpu_encode_fallbacks_total", {{"reason", reason}});
+    }
     into["codec_dram_saved_bytes"] +=
         sign * m.Value("orbitkv_codec_dram_bytes_saved_total", {{"codec", c}});
   }
