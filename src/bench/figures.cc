@@ -1,8 +1,11 @@
 #include "bench/figures.h"
 
 #include <algorithm>
+#include <string>
+#include <string_view>
 #include <vector>
 
+#include "manager/cufile_route.h"
 #include "orbitkv/units.h"
 #include "workload/format.h"
 
@@ -106,9 +109,9 @@ CodecFigures CodecOf(const RouteRunResult& run, const Throughput& restore) {
   c.dram_cpu_decodes = Value(v.delta, "codec_dram_cpu");
   c.dram_encoded_copies = Value(v.end, "codec_dram_copies");
   c.dram_saved_bytes = Value(v.end, "codec_dram_saved_bytes");
-  for (const char* reason : kGpuEncodeFallbacks) {
-    const double n = Value(v.end, std::string("codec_gpu_encode_fallback_") + reason);
-    if (n > 0) c.gpu_encode_fallbacks[reason] = n;
+  for (std::string_view reason : CufileSeries::kEncodeFallbacks) {
+    const double n = Value(v.end, "codec_gpu_encode_fallback_" + std::string(reason));
+    if (n > 0) c.gpu_encode_fallbacks[std::string(reason)] = n;
   }
   if (c.encode_frame_bytes > 0) c.ratio_written = c.encode_raw_bytes / c.encode_frame_bytes;
   if (c.decode_frame_bytes > 0) c.ratio_read = c.decode_raw_bytes / c.decode_frame_bytes;

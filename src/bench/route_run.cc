@@ -15,6 +15,7 @@
 #include "bench/naive_store.h"
 #include "bench/phase_gate.h"
 #include "bench/proc_stat.h"
+#include "manager/cufile_route.h"
 #include "workload/format.h"
 #include "workload/machine.h"
 #include "workload/manager_process.h"
@@ -165,9 +166,10 @@ class Driver {
           sign * m.Value("orbitkv_codec_dram_restores_total", {{"codec", c}, {"where", where}});
     }
     into["codec_dram_copies"] += sign * m.Value("orbitkv_codec_dram_copies_total", {{"codec", c}});
-    for (const char* reason : kGpuEncodeFallbacks) {
-      into[std::string("codec_gpu_encode_fallback_") + reason] +=
-          sign * m.Value("orbitkv_ssd_gpu_encode_fallbacks_total", {{"reason", reason}});
+    for (std::string_view reason : CufileSeries::kEncodeFallbacks) {
+      into["codec_gpu_encode_fallback_" + std::string(reason)] +=
+          sign *
+          m.Value("orbitkv_ssd_gpu_encode_fallbacks_total", {{"reason", std::string(reason)}});
     }
     into["codec_dram_saved_bytes"] +=
         sign * m.Value("orbitkv_codec_dram_bytes_saved_total", {{"codec", c}});

@@ -67,11 +67,6 @@ inline constexpr const char* kCostPaths[] = {
     "d2h_copy_call",
 };
 
-// The reasons of orbitkv_ssd_gpu_encode_fallbacks_total (manager/cufile_route.h).
-inline constexpr const char* kGpuEncodeFallbacks[] = {
-    "fragmented", "oversized", "unaligned", "no_lane", "lane_full", "arena_full", "failed",
-};
-
 // Gauges' peaks and counters' deltas from the Manager's /metrics.
 struct ManagerView {
   double cpu_seconds = 0;               // during measured phases

@@ -65,9 +65,8 @@ StagedCopyPlan PlanStagedCopy(std::span<const CopyOp> ops, CopyDirection directi
   plan.pieces.reserve(order.size());
   const uint64_t mask = shape.align - 1;
   StagedCopyPlan::Span* span = nullptr;  // the open span (last of plan.spans)
-  for (const auto& [key, i] : order) {
+  for (const auto& [host, i] : order) {
     const CopyOp& op = ops[i];
-    const uint64_t host = host_of(op);
     if (span != nullptr) {
       const uint64_t end = span->host + span->bytes;
       const bool joins = to_device ? host <= end + shape.max_gap : host == end;

@@ -13,9 +13,10 @@ namespace {
 // of a 64-slot model (a 64 MiB restore of an 8B model at once), about 240
 // KiB of decoder scratch per pipeline stage.
 constexpr uint32_t kLaneFrames = 4096;
-// Encoded bytes per lane batch: large enough for full-rate H2D copies and few
-// launches (4 blocks of an 8B model at a 2x codec), small enough that a 64 MiB
-// call is several batches that the lane's pipeline stages overlap.
+// Encoded bytes per submission to the lane (at most its max_batch_bytes):
+// large enough for full-rate H2D copies and few launches (4 blocks of an 8B
+// model at a 2x codec), small enough that the lane starts on a 64 MiB call's
+// first blocks while the rest are built, and its pipeline stages overlap.
 constexpr uint64_t kDecodeBatchBytes = 8ull << 20;
 
 }  // namespace
@@ -172,7 +173,7 @@ std::vector<std::optional<Status>> DramGpuDecode::Restore(const Instance& inst,
     batch.push_back(std::move(t));
     batch_bytes += AlignUp(size, 4096);
     // The lane copies and decodes one batch while this call fills the next.
-    if (batch_bytes >= std::min(kDecodeBatchBytes, lane->lane->capacity() / 4)) submit();
+    if (batch_bytes >= std::min(kDecodeBatchBytes, lane->lane->max_batch_bytes())) submit();
   }
   if (lane) submit();
   {

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <utility>
 
+#include "manager/cost_timer.h"
 #include "manager/sources.h"
 #include "orbitkv/device.h"
 #include "orbitkv/logging.h"
@@ -158,12 +159,9 @@ Status Instance::CopyAndWait(bool to_device, std::span<const gpu::CopyOp> ops) {
   ORBITKV_ASSIGN_OR_RETURN(std::unique_ptr<gpu::Event> ev, TakeEvent());
   {
     MutexLock l(h2d_mu_);
-    const auto call = std::chrono::steady_clock::now();
+    const CostTimer call(cost_copy_call[0]);
     Status st = device_->CopyAsync(ops, *h2d_);
-    if (cost_copy_call[0]) {
-      cost_copy_call[0]->Observe(
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - call).count());
-    }
+    call.Observe();
     if (st.ok()) st = device_->Record(*ev, *h2d_);
     if (!st.ok()) {
       device_->Synchronize(*h2d_).IgnoreError("draining a failed H2D job");
@@ -233,12 +231,9 @@ Result<Instance::ToHostJob> Instance::EnqueueToHost(std::span<const gpu::CopyOp>
   job.stream = *stream;
   // The copies first: the staged mover takes a caller stream with nothing
   // pending (this job's own); the CRC kernel then runs after them on it.
-  const auto call = std::chrono::steady_clock::now();
+  const CostTimer call(cost_copy_call[1]);
   Status st = ops.empty() ? Status::OK() : device_->CopyAsync(ops, *job.stream);
-  if (cost_copy_call[1]) {
-    cost_copy_call[1]->Observe(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - call).count());
-  }
+  call.Observe();
   if (st.ok() && !crcs.empty()) st = device_->Crc32cAsync(crcs, out, *job.stream);
   if (st.ok()) st = device_->Record(*job.event, *job.stream);
   if (!st.ok()) {

@@ -3,11 +3,11 @@
 // then writeback to SSD; complete groups of CUDA instances go straight from
 // their pages to SSD through cuFile (CufileRoute).
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <optional>
 #include <unordered_set>
 
+#include "manager/cost_timer.h"
 #include "manager/manager_impl.h"
 #include "store/crc32c.h"
 #include "store/object_format.h"
@@ -160,7 +160,7 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
   // would have stored them.
   auto land = [&](Flight& f) -> Status {
     Status copy_error = f.job ? inst->WaitToHost(*f.job) : f.enqueue_error;
-    const auto seal_start = std::chrono::steady_clock::now();
+    const CostTimer seal(x.m.cost_publish_seal);
     const uint32_t* gpu_crcs = nullptr;
     if (f.crc_out && copy_error.ok()) gpu_crcs = reinterpret_cast<const uint32_t*>(f.crc_out->data);
     size_t copied_ok = f.batch.size();
@@ -212,10 +212,7 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
       if (x.ssd) x.writeback->Queue(p.id, inst->codec);
     }
     if (f.crc_out) x.dram->ReleaseScratch(*f.crc_out);
-    if (x.m.cost_publish_seal) {
-      x.m.cost_publish_seal->Observe(
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - seal_start).count());
-    }
+    seal.Observe();
     return st.ok() ? copy_error : st;
   };
   // Launches the batch, then lands the one launched before it.
@@ -243,7 +240,7 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
   // One key of the request: skipped, sent to the GPU encode path, or copied
   // into the pool (and on through cuFile or the io_uring writeback lane).
   auto put = [&](size_t i) {
-    const auto put_start = std::chrono::steady_clock::now();
+    const CostTimer assemble(x.m.cost_publish_assemble);
     const ObjectId id = inst->Object(req.group_id, req.keys[i]);
     // A key given twice: its first copy is sealed before the second is looked at.
     if (batched.count(id.key)) failed = drain();
@@ -312,10 +309,7 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
     batch.push_back({id, *v, req.pages[i], copied, op_begin, ops.size()});
     batched.insert(id.key);
     batch_bytes += copied;
-    if (x.m.cost_publish_assemble) {
-      x.m.cost_publish_assemble->Observe(
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - put_start).count());
-    }
+    assemble.Observe();
     if (batch_bytes >= kBatchBytes) failed = flush();
   };
   for (size_t i = 0; i < req.keys.size() && failed.ok(); ++i) put(i);
