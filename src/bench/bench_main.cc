@@ -76,6 +76,7 @@ struct Flags {
   std::string dir;
   uint32_t ssd_shards = 4, ssd_queue_depth = 64, ssd_io_workers = 2;
   std::string ssd_read_staging = "auto";
+  std::vector<std::string> manager_flags;
   std::string manager;
   double prefill_tokens_per_s = 10000;
   uint32_t latency_probes = 64;
@@ -668,6 +669,7 @@ int Run(const Flags& f, const std::vector<Route>& routes, const ModelPreset& mod
       rc.ssd_queue_depth = f.ssd_queue_depth;
       rc.ssd_io_workers = f.ssd_io_workers;
       rc.ssd_read_staging = f.ssd_read_staging;
+      rc.manager_flags = f.manager_flags;
       rc.dir = dir + "/" + std::string(Info(r).name);
       rc.manager_binary = f.manager;
       const codec::CodecId storage = *codec::ParseCodecName(f.storage_codec);
@@ -876,6 +878,10 @@ int Main(int argc, char** argv) {
   app.add_option("--ssd-read-staging", f.ssd_read_staging,
                  "Manager --ssd-read-staging: a size or auto (ManagerOptions::ReadStagingBytes)")
       ->capture_default_str()
+      ->group(g);
+  app.add_option("--manager-flag", f.manager_flags,
+                 "One more orbitkv-cache-manager flag for every Manager route, after the route's "
+                 "own (repeat it; e.g. --manager-flag=--publish-batch-bytes=4mib)")
       ->group(g);
   app.add_option("--manager", f.manager,
                  "orbitkv-cache-manager binary (default: $ORBITKV_MANAGER_BINARY or "

@@ -1,15 +1,18 @@
 // CUDA pages for orbitkv-bench: each region of the layout (a slot's, or a
 // page-first group's) is one cudaMalloc allocation on the device, registered with the Manager by
-// IPC handle. Fill and Check stage through a pinned host buffer (cudaMemcpy), so the engine side
-// never goes through the Manager's copies. Copy ceilings are pinned cudaMemcpyAsync H2D and D2H and
-// device-to-device, timed with CUDA events on one stream, `block_bytes` per copy, over about
-// `seconds` each.
+// IPC handle. Fill and Check run a kernel over the page's slots (cuda_fill.h: the bytes of
+// FillBlockSlot, made and compared on the GPU), so the engine side never goes through the Manager's
+// copies and makes and checks pages at HBM speed; a layout whose slots are not whole 8-byte words
+// stages them through a pinned host buffer (cudaMemcpy) instead. Copy ceilings are pinned
+// cudaMemcpyAsync H2D and D2H and device-to-device, timed with CUDA events on one stream,
+// `block_bytes` per copy, over about `seconds` each.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <array>
 #include <cstring>
 
+#include "bench/cuda_fill.h"
 #include "bench/cuda_pages.h"
 #include "orbitkv/device.h"
 #include "orbitkv/units.h"
@@ -41,6 +44,10 @@ class CudaPageTarget : public PageTarget {
     if (stream_) cudaStreamDestroy(stream_);
     for (void* p : regions_) cudaFree(p);
     if (staging_) cudaFreeHost(staging_);
+    if (fills_host_) cudaFreeHost(fills_host_);
+    if (bad_host_) cudaFreeHost(bad_host_);
+    if (fills_dev_) cudaFree(fills_dev_);
+    if (bad_dev_) cudaFree(bad_dev_);
   }
   static Result<std::unique_ptr<PageTarget>> Create(const std::string& device,
                                                     const InstanceLayout& layout) {
@@ -66,6 +73,7 @@ class CudaPageTarget : public PageTarget {
         Cuda(cudaMallocHost(reinterpret_cast<void**>(&t->staging_), max_slot), "cudaMallocHost"));
     ORBITKV_RETURN_IF_ERROR(
         Cuda(cudaStreamCreateWithFlags(&t->stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
+    ORBITKV_RETURN_IF_ERROR(t->SetUpKernels());
     return std::unique_ptr<PageTarget>(std::move(t));
   }
 
@@ -77,6 +85,7 @@ class CudaPageTarget : public PageTarget {
   }
   void Poison(uint32_t group, uint64_t page) override {
     cudaSetDevice(ordinal_);
+    if (kernels_ && PoisonOnGpu(group, page) == cudaSuccess) return;
     for (const SlotLayout& s : layout_.groups[group].slots) {
       cudaMemset(Slot(s, page), 0xA5, s.bytes_per_page);
     }
@@ -86,6 +95,7 @@ class CudaPageTarget : public PageTarget {
   }
   void Fill(uint32_t group, const BlockKey& key, uint64_t page) override {
     cudaSetDevice(ordinal_);
+    if (kernels_ && FillOnGpu(group, key, page) == cudaSuccess) return;
     for (const SlotLayout& s : layout_.groups[group].slots) {
       demo::FillBlockSlot(key, s.slot_id, staging_, s.bytes_per_page);
       cudaMemcpy(Slot(s, page), staging_, s.bytes_per_page, cudaMemcpyHostToDevice);
@@ -93,6 +103,7 @@ class CudaPageTarget : public PageTarget {
   }
   bool Check(uint32_t group, const BlockKey& key, uint64_t page) override {
     cudaSetDevice(ordinal_);
+    if (kernels_) return CheckOnGpu(group, key, page);
     for (const SlotLayout& s : layout_.groups[group].slots) {
       if (cudaMemcpy(staging_, Slot(s, page), s.bytes_per_page, cudaMemcpyDeviceToHost) !=
               cudaSuccess ||
@@ -137,13 +148,121 @@ class CudaPageTarget : public PageTarget {
   uint8_t* Slot(const SlotLayout& s, uint64_t page) {
     return static_cast<uint8_t*>(regions_[s.region]) + SlotPageOffset(s, page);
   }
+  // The fill and check kernels, when every slot of every page is whole
+  // 8-byte words at 8-byte aligned addresses; then a self-check: a page the
+  // kernel filled holds FillBlockSlot's bytes, and the check kernel tells a
+  // right page from one with a byte changed. Internal when it does not.
+  Status SetUpKernels() {
+    uint32_t most = 0;
+    for (const GroupLayout& g : layout_.groups) {
+      most = std::max<uint32_t>(most, static_cast<uint32_t>(g.slots.size()));
+      for (const SlotLayout& s : g.slots) {
+        if (s.bytes_per_page % 8 || SlotPageOffset(s, 0) % 8 || s.page_stride % 8)
+          return Status::OK();
+      }
+    }
+    if (most == 0 || layout_.num_pages == 0) return Status::OK();
+    ORBITKV_RETURN_IF_ERROR(
+        Cuda(cudaMallocHost(reinterpret_cast<void**>(&fills_host_), sizeof(SlotFill) * most),
+             "cudaMallocHost"));
+    ORBITKV_RETURN_IF_ERROR(
+        Cuda(cudaMallocHost(reinterpret_cast<void**>(&bad_host_), sizeof(uint32_t) * most),
+             "cudaMallocHost"));
+    ORBITKV_RETURN_IF_ERROR(Cuda(
+        cudaMalloc(reinterpret_cast<void**>(&fills_dev_), sizeof(SlotFill) * most), "cudaMalloc"));
+    ORBITKV_RETURN_IF_ERROR(Cuda(
+        cudaMalloc(reinterpret_cast<void**>(&bad_dev_), sizeof(uint32_t) * most), "cudaMalloc"));
+    kernels_ = true;
+    BlockKey probe{};
+    for (size_t i = 0; i < probe.size(); ++i) probe[i] = static_cast<uint8_t>(37 * i + 1);
+    ORBITKV_RETURN_IF_ERROR(Cuda(FillOnGpu(0, probe, 0), "the CUDA page fill kernel"));
+    for (const SlotLayout& s : layout_.groups[0].slots) {
+      ORBITKV_RETURN_IF_ERROR(
+          Cuda(cudaMemcpy(staging_, Slot(s, 0), s.bytes_per_page, cudaMemcpyDeviceToHost),
+               "cudaMemcpy"));
+      if (!demo::CheckBlockSlot(probe, s.slot_id, staging_, s.bytes_per_page)) {
+        return Status::Internal("the CUDA page fill kernel wrote other bytes than FillBlockSlot");
+      }
+    }
+    if (!CheckOnGpu(0, probe, 0)) {
+      return Status::Internal("the CUDA page check kernel refused a right page");
+    }
+    const SlotLayout& last = layout_.groups[0].slots.back();
+    ORBITKV_RETURN_IF_ERROR(
+        Cuda(cudaMemset(Slot(last, 0) + last.bytes_per_page - 1, 0x5A, 1), "cudaMemset"));
+    ORBITKV_RETURN_IF_ERROR(Cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize"));
+    if (CheckOnGpu(0, probe, 0)) {
+      return Status::Internal("the CUDA page check kernel passed a page with a byte changed");
+    }
+    ORBITKV_RETURN_IF_ERROR(Cuda(PoisonOnGpu(0, 0), "the CUDA page poison kernel"));
+    uint8_t poisoned = 0;
+    ORBITKV_RETURN_IF_ERROR(Cuda(
+        cudaMemcpy(&poisoned, Slot(last, 0) + last.bytes_per_page - 1, 1, cudaMemcpyDeviceToHost),
+        "cudaMemcpy"));
+    if (poisoned != 0xA5)
+      return Status::Internal("the CUDA page poison kernel left a slot as it was");
+    return Status::OK();
+  }
+  // The descriptors of `group`'s slots of `page` into fills_dev_ (on stream_).
+  cudaError_t Describe(uint32_t group, const BlockKey& key, uint64_t page, uint32_t* count,
+                       uint32_t* max_words) {
+    const std::vector<SlotLayout>& slots = layout_.groups[group].slots;
+    *count = static_cast<uint32_t>(slots.size());
+    *max_words = 0;
+    for (uint32_t k = 0; k < *count; ++k) {
+      const SlotLayout& s = slots[k];
+      fills_host_[k] = {reinterpret_cast<uint64_t*>(Slot(s, page)), s.bytes_per_page / 8,
+                        demo::BlockSlotSeed(key, s.slot_id)};
+      *max_words = std::max<uint32_t>(*max_words, static_cast<uint32_t>(s.bytes_per_page / 8));
+    }
+    return cudaMemcpyAsync(fills_dev_, fills_host_, sizeof(SlotFill) * *count,
+                           cudaMemcpyHostToDevice, stream_);
+  }
+  cudaError_t FillOnGpu(uint32_t group, const BlockKey& key, uint64_t page) {
+    uint32_t count = 0, max_words = 0;
+    cudaError_t e = Describe(group, key, page, &count, &max_words);
+    if (e == cudaSuccess) e = LaunchSlotFill(fills_dev_, count, max_words, stream_);
+    const cudaError_t synced = cudaStreamSynchronize(stream_);  // fills_host_ is free again
+    return e != cudaSuccess ? e : synced;
+  }
+  // 0xA5 bytes over the slots, on stream_ (synchronised: the Manager's
+  // restore into the page must come after it).
+  cudaError_t PoisonOnGpu(uint32_t group, uint64_t page) {
+    uint32_t count = 0, max_words = 0;
+    cudaError_t e = Describe(group, BlockKey{}, page, &count, &max_words);
+    if (e == cudaSuccess)
+      e = LaunchSlotSet(fills_dev_, count, max_words, 0xA5A5A5A5A5A5A5A5ull, stream_);
+    const cudaError_t synced = cudaStreamSynchronize(stream_);
+    return e != cudaSuccess ? e : synced;
+  }
+  bool CheckOnGpu(uint32_t group, const BlockKey& key, uint64_t page) {
+    uint32_t count = 0, max_words = 0;
+    cudaError_t e = Describe(group, key, page, &count, &max_words);
+    if (e == cudaSuccess) e = cudaMemsetAsync(bad_dev_, 0, sizeof(uint32_t) * count, stream_);
+    if (e == cudaSuccess) e = LaunchSlotCheck(fills_dev_, count, max_words, bad_dev_, stream_);
+    if (e == cudaSuccess) {
+      e = cudaMemcpyAsync(bad_host_, bad_dev_, sizeof(uint32_t) * count, cudaMemcpyDeviceToHost,
+                          stream_);
+    }
+    const cudaError_t synced = cudaStreamSynchronize(stream_);
+    if (e != cudaSuccess || synced != cudaSuccess) return false;
+    for (uint32_t k = 0; k < count; ++k) {
+      if (bad_host_[k]) return false;
+    }
+    return true;
+  }
   std::string device_;
   int ordinal_ = 0;
   InstanceLayout layout_;
   std::vector<void*> regions_;
   std::vector<std::array<uint8_t, 64>> handles_;
-  uint8_t* staging_ = nullptr;     // pinned, one slot
-  cudaStream_t stream_ = nullptr;  // the naive route's copies
+  uint8_t* staging_ = nullptr;      // pinned, one slot
+  cudaStream_t stream_ = nullptr;   // the naive route's copies; the fill and check kernels
+  bool kernels_ = false;            // Fill and Check on the GPU (SetUpKernels)
+  SlotFill* fills_host_ = nullptr;  // pinned: one group's slot descriptors
+  SlotFill* fills_dev_ = nullptr;
+  uint32_t* bad_host_ = nullptr;  // pinned: the check kernel's verdicts
+  uint32_t* bad_dev_ = nullptr;
 };
 
 // Bytes/s of repeated cudaMemcpyAsync(dst, src, n) on one stream for ~seconds.

@@ -207,6 +207,7 @@ class Driver {
                    "--ssd-read-staging",   c_.ssd_read_staging,
                    "--log-level",          "warn"};
     launch.args.insert(launch.args.end(), info_.manager_flags.begin(), info_.manager_flags.end());
+    launch.args.insert(launch.args.end(), c_.manager_flags.begin(), c_.manager_flags.end());
     launch.env = info_.manager_env;
     launch.socket = socket_;
     launch.log_path = c_.dir + "/manager.log";

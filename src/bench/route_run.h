@@ -46,6 +46,8 @@ struct RouteRunConfig {
   uint32_t ssd_queue_depth = 64;
   uint32_t ssd_io_workers = 2;
   std::string ssd_read_staging = "auto";  // --ssd-read-staging
+  std::vector<std::string>
+      manager_flags;           // --manager-flag: appended to every Manager route's flags
   std::string dir;             // this route's files: SSD shards or the naive file, socket, log
   std::string manager_binary;  // Manager routes
   bool verify = true;
@@ -64,7 +66,7 @@ inline constexpr const char* kCostPaths[] = {
     "dram_restore_plan",  "h2d_copy_enqueue",   "h2d_copy_wait",   "d2h_copy_enqueue",
     "d2h_copy_wait",      "gpu_decode_enqueue", "gpu_decode_wait", "ssd_uring_restore",
     "ssd_cufile_restore", "publish_assemble",   "publish_seal",    "h2d_copy_call",
-    "d2h_copy_call",
+    "d2h_copy_call",      "d2h_crc_launch",     "publish_call",
 };
 
 // Gauges' peaks and counters' deltas from the Manager's /metrics.

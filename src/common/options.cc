@@ -40,6 +40,9 @@ Status ManagerOptions::Validate() const {
     return Status::InvalidArgument("--ssd-io-workers must be between 1 and 64");
   }
   if (codec_budget == 0) return Status::InvalidArgument("--codec-budget must be more than 0");
+  if (publish_batch_bytes < (64u << 10) || publish_batch_bytes > (1ull << 30)) {
+    return Status::InvalidArgument("--publish-batch-bytes must be between 64kib and 1gib");
+  }
   if (!ssd_cache_path.empty() && ssd_read_staging != 0 &&
       (ssd_read_staging < (64u << 10) || ssd_read_staging > pool_size / 2)) {
     return Status::InvalidArgument(

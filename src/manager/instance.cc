@@ -234,7 +234,11 @@ Result<Instance::ToHostJob> Instance::EnqueueToHost(std::span<const gpu::CopyOp>
   const CostTimer call(cost_copy_call[1]);
   Status st = ops.empty() ? Status::OK() : device_->CopyAsync(ops, *job.stream);
   call.Observe();
-  if (st.ok() && !crcs.empty()) st = device_->Crc32cAsync(crcs, out, *job.stream);
+  if (st.ok() && !crcs.empty()) {
+    const CostTimer crc(cost_crc_launch);
+    st = device_->Crc32cAsync(crcs, out, *job.stream);
+    crc.Observe();
+  }
   if (st.ok()) st = device_->Record(*job.event, *job.stream);
   if (!st.ok()) {
     device_->Synchronize(*job.stream).IgnoreError("draining a failed D2H job");

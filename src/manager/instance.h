@@ -78,6 +78,7 @@ class Instance {
   Histogram* cost_copy_enqueue[2] = {nullptr, nullptr};
   Histogram* cost_copy_wait[2] = {nullptr, nullptr};
   Histogram* cost_copy_call[2] = {nullptr, nullptr};  // the CopyAsync call alone (enqueue's part)
+  Histogram* cost_crc_launch = nullptr;  // a D2H job's Crc32cAsync call (enqueue's part)
 
   bool cuda() const { return device_ != nullptr; }
   // REQUIRES: cuda(), and a guard is held (the device lives until ReleaseDevice).

@@ -285,6 +285,7 @@ Result<InstanceId> Manager::RegisterInstance(SessionId session, const RegisterRe
     inst->cost_copy_wait[d] = impl_->m.cost_copy_wait[d];
     inst->cost_copy_call[d] = impl_->m.cost_copy_call[d];
   }
+  inst->cost_crc_launch = impl_->m.cost_crc_launch;
   // Attached before its first restore can run; detached at unregister.
   const bool gpu_decode = inst->cuda() && !inst->codec.raw() && impl_->dram_decode;
   if (gpu_decode) impl_->dram_decode->Attach(inst->device());

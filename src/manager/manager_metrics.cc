@@ -88,6 +88,8 @@ ManagerMetrics ManagerMetrics::Register(MetricsRegistry& m, bool ssd, bool cost_
     x.cost_copy_wait[1] = child("d2h_copy_wait");
     x.cost_copy_call[0] = child("h2d_copy_call");
     x.cost_copy_call[1] = child("d2h_copy_call");
+    x.cost_crc_launch = child("d2h_crc_launch");
+    x.cost_publish_call = child("publish_call");
   }
   if (!ssd) {
     // Keep the SSD series on /metrics even with SSD caching off.

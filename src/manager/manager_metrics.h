@@ -32,6 +32,8 @@ struct ManagerMetrics {
   Histogram* cost_copy_enqueue[2] = {nullptr, nullptr};
   Histogram* cost_copy_wait[2] = {nullptr, nullptr};
   Histogram* cost_copy_call[2] = {nullptr, nullptr};  // the CopyAsync call inside an enqueue
+  Histogram* cost_crc_launch = nullptr;               // a D2H job's CRC32C launch
+  Histogram* cost_publish_call = nullptr;             // Manager::Publish, whole
 
   // `ssd`: SSD caching is on (else its series are still put on /metrics).
   static ManagerMetrics Register(MetricsRegistry& m, bool ssd, bool cost_observations);

@@ -9,6 +9,7 @@
 
 #include "manager/cost_timer.h"
 #include "manager/manager_impl.h"
+#include "manager/publish_batches.h"
 #include "store/crc32c.h"
 #include "store/object_format.h"
 
@@ -49,6 +50,7 @@ Result<std::vector<const SlotLayout*>> PublishedSlots(const GroupLayout& g,
 Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& req) {
   Impl& x = *impl_;
   const Clock::TimePoint start = x.config.clock->Now();
+  const CostTimer call(x.m.cost_publish_call);
   ORBITKV_ASSIGN_OR_RETURN(InstanceGuard inst, x.sessions->Acquire(session, req.instance));
   auto git = inst->groups.find(req.group_id);
   if (git == inst->groups.end()) {
@@ -95,7 +97,9 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
   // into few large DMAs), then each is sealed. Batches are pipelined: the
   // next one is assembled and its job enqueued while the previous job's
   // copies run, and only then is the previous one waited for and sealed.
-  // Bounded: a call holds at most two batches of the pool unsealed.
+  // Bounded: a call holds at most two batches of the pool unsealed. Batch
+  // sizes: PublishBatchTarget (the last ones shrink, so little copy is left
+  // after the last enqueue), at most --publish-batch-bytes.
   struct Pending {
     ObjectId id;
     DramView view;
@@ -103,7 +107,7 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
     uint64_t copied = 0;
     size_t op_begin = 0, op_end = 0;  // its copies in its batch's `ops`
   };
-  constexpr uint64_t kBatchBytes = 16ull << 20;
+  const uint64_t batch_cap = x.config.options.publish_batch_bytes;
   std::vector<Pending> batch;
   std::unordered_set<Key, KeyHash> batched;  // keys in `batch` and `flying` (one ns and group)
   std::vector<gpu::CopyOp> ops;              // CUDA pages: the batch's D2H copies
@@ -118,6 +122,8 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
   };
   std::optional<Flight> flying;
   const size_t per_object = slots.size();
+  uint64_t object_bytes = 0;  // this call's bytes of one object
+  for (const SlotLayout* s : slots) object_bytes += s->bytes_per_page;
   // Takes the batch and enqueues its job. CUDA pages: the segment CRCs come
   // from the GPU (the CRC32C kernel over the same page bytes, after the D2H
   // on its stream) into pinned scratch of the pool, so the CPU never reads
@@ -310,7 +316,8 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
     batched.insert(id.key);
     batch_bytes += copied;
     assemble.Observe();
-    if (batch_bytes >= kBatchBytes) failed = flush();
+    const uint64_t remaining = batch_bytes + (req.keys.size() - i - 1) * object_bytes;
+    if (batch_bytes >= PublishBatchTarget(remaining, batch_cap)) failed = flush();
   };
   for (size_t i = 0; i < req.keys.size() && failed.ok(); ++i) put(i);
   if (Status st = drain(); failed.ok()) failed = st;
@@ -362,6 +369,7 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
   }
   if (!failed.ok()) return failed;
   x.m.publish_seconds->Observe(ToSeconds(x.config.clock->Now() - start));
+  call.Observe();
   return out;
 }
 

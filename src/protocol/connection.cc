@@ -4,11 +4,13 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 
+#include <algorithm>
 #include <cstring>
 #include <system_error>
 #include <utility>
 #include <vector>
 
+#include "common/cpu_relax.h"
 #include "orbitkv/logging.h"
 #include "protocol/wire.h"
 
@@ -128,7 +130,18 @@ Result<Frame> ClientConnection::Wait(uint64_t id, std::chrono::milliseconds time
                                    " is waiting for a reply on this connection");
   }
   std::shared_ptr<Waiter> waiter = it->second;
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto now = std::chrono::steady_clock::now();
+  const auto deadline = now + timeout;
+  if (options_.spin_wait.count() > 0 && !waiter->result.has_value()) {
+    // Poll for the reply before sleeping (ClientOptions::spin_wait).
+    const auto spin_end = std::min(deadline, now + options_.spin_wait);
+    lock.unlock();
+    while (!waiter->ready.load(std::memory_order_acquire) &&
+           std::chrono::steady_clock::now() < spin_end) {
+      CpuRelax();
+    }
+    lock.lock();
+  }
   while (!waiter->result.has_value()) {
     if (waiter->cv.wait_until(lock, deadline) == std::cv_status::timeout &&
         !waiter->result.has_value()) {
@@ -168,6 +181,7 @@ void ClientConnection::FailAll(const Status& why) {
   broken_cv_.notify_all();
   for (auto& [id, waiter] : waiters_) {
     waiter->result.emplace(broken_);
+    waiter->ready.store(true, std::memory_order_release);
     waiter->cv.notify_one();
   }
   waiters_.clear();
@@ -215,6 +229,7 @@ void ClientConnection::ReadLoop() {
     if (it->second->result.has_value()) continue;  // a second reply to one id is dropped
     // Wait takes the result and erases the entry.
     it->second->result.emplace(std::move(frame).value());
+    it->second->ready.store(true, std::memory_order_release);
     it->second->cv.notify_one();
   }
 }

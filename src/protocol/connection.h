@@ -49,6 +49,12 @@ struct ClientOptions {
   // The uid the server may run as besides this process's euid (e.g. a root
   // engine using a user's Manager). Unset: the same uid only.
   std::optional<uid_t> server_uid;
+  // How long Wait spins (the caller's thread polls for its reply, no lock
+  // held) before it sleeps on its condition variable. A reply that arrives
+  // within it reaches the caller without a futex wake, one thread hand-off
+  // off a short call's latency (a one-block DRAM restore); a longer call
+  // costs its caller at most this much CPU. 0: sleep at once.
+  std::chrono::microseconds spin_wait{50};
 };
 
 class ClientConnection {
@@ -97,6 +103,7 @@ class ClientConnection {
   struct Waiter {
     std::condition_variable cv;
     std::optional<Result<Frame>> result;  // guarded by ClientConnection::mu_
+    std::atomic<bool> ready{false};       // set (release) after result, for Wait's spin
   };
 
   ClientConnection(UniqueFd fd, ClientOptions options);

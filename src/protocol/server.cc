@@ -16,6 +16,7 @@
 #include <system_error>
 #include <utility>
 
+#include "common/cpu_relax.h"
 #include "orbitkv/logging.h"
 #include "protocol/wire.h"
 
@@ -416,17 +417,39 @@ void SocketServer::Enqueue(const std::shared_ptr<Session>& session, Session::Tas
     if (session->scheduled_) return;
     session->scheduled_ = true;
     ready_.push_back(session);
+    ready_count_.store(ready_.size(), std::memory_order_release);
+    // A spinning worker takes a lone task without a wake.
+    if (spinners_ > 0 && ready_.size() == 1) return;
   }
   pool_cv_.notify_one();
 }
 
 void SocketServer::WorkerThread() {
   std::unique_lock lock(pool_mu_);
+  bool ran = false;  // a task ran since this worker last slept
   for (;;) {
+    // ServerOptions::worker_spin: poll for the next task before sleeping.
+    // spinners_ changes only under pool_mu_, so Enqueue (which skips its
+    // notify for a spinner) never misses a worker that went to sleep.
+    if (ran && ready_.empty() && !workers_stop_ && options_.worker_spin.count() > 0 &&
+        spinners_ == 0) {
+      spinners_ = 1;
+      lock.unlock();
+      const auto end = std::chrono::steady_clock::now() + options_.worker_spin;
+      while (ready_count_.load(std::memory_order_acquire) == 0 &&
+             std::chrono::steady_clock::now() < end) {
+        CpuRelax();
+      }
+      lock.lock();
+      spinners_ = 0;
+    }
+    ran = false;
     pool_cv_.wait(lock, [&] { return workers_stop_ || !ready_.empty(); });
     if (ready_.empty()) return;  // stopping, and nothing left to run
+    ran = true;
     std::shared_ptr<Session> session = std::move(ready_.front());
     ready_.pop_front();
+    ready_count_.store(ready_.size(), std::memory_order_release);
     Session::Task task = std::move(session->tasks_.front());
     session->tasks_.pop_front();
     lock.unlock();
@@ -451,6 +474,7 @@ void SocketServer::WorkerThread() {
       session->scheduled_ = false;
     } else {
       ready_.push_back(std::move(session));  // behind the others: one task per turn
+      ready_count_.store(ready_.size(), std::memory_order_release);
     }
   }
 }

@@ -169,6 +169,11 @@ struct ServerOptions {
   // MayCloseIdle allows it (0: never).
   std::chrono::milliseconds idle_timeout{60000};
   uint32_t worker_threads = 4;
+  // How long a worker that just ran a task polls for the next one before it
+  // sleeps (at most one worker spins at a time). A frame handed over within
+  // it starts without a futex wake: one thread hand-off off a short call's
+  // latency; an idle server spins this long once after its last task. 0: off.
+  std::chrono::microseconds worker_spin{50};
   // A Send that makes no progress for this long fails and closes the session
   // (a client that stops reading must not wedge the Manager's workers).
   std::chrono::milliseconds send_timeout{30000};
@@ -267,6 +272,9 @@ class SocketServer {
   std::condition_variable pool_cv_;
   std::deque<std::shared_ptr<Session>> ready_;  // guarded by pool_mu_
   bool workers_stop_ = false;                   // guarded by pool_mu_
+  // ready_.size() (written under pool_mu_), for a spinning worker's poll.
+  std::atomic<size_t> ready_count_{0};
+  uint32_t spinners_ = 0;  // guarded by pool_mu_: workers polling (0 or 1)
 };
 
 }  // namespace orbitkv::protocol

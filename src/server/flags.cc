@@ -58,6 +58,11 @@ Result<ParsedFlags> ParseFlags(int argc, const char* const* argv, std::string* o
                  "raw|encoded: what DRAM keeps of an encoded namespace's object once writeback "
                  "encoded it (encoded: less pool per object, GPU decode into CUDA pages)")
       ->capture_default_str();
+  std::string publish_batch = std::to_string(o.publish_batch_bytes >> 20) + "mib";
+  app.add_option("--publish-batch-bytes", publish_batch,
+                 "Publish of CUDA pages: the largest D2H batch (one copy job; a call's last "
+                 "batches are smaller)")
+      ->capture_default_str();
   app.add_option("--codec-budget", codec_budget,
                  "Codec memory: encoded output the SSD writeback lanes hold at once (split "
                  "between them)")
@@ -70,6 +75,7 @@ Result<ParsedFlags> ParseFlags(int argc, const char* const* argv, std::string* o
   std::string request_buffer = std::to_string(so.max_buffered_bytes >> 20) + "mib";
   std::string frame_size = std::to_string(so.max_frame_payload >> 20) + "mib";
   uint64_t frame_timeout = so.frame_timeout.count(), idle_timeout = so.idle_timeout.count();
+  uint64_t worker_spin_us = so.worker_spin.count();
   app.add_option("--max-connections", so.max_connections, "Engine connections open at once")
       ->capture_default_str();
   app.add_option("--max-connections-per-uid", so.max_connections_per_uid,
@@ -93,6 +99,10 @@ Result<ParsedFlags> ParseFlags(int argc, const char* const* argv, std::string* o
       ->capture_default_str();
   app.add_option("--protocol-threads", so.worker_threads,
                  "Threads that handle engine requests (connections share them)")
+      ->capture_default_str();
+  app.add_option("--protocol-spin-us", worker_spin_us,
+                 "How long a request thread that just ran a request polls for the next one "
+                 "before sleeping (one at a time; 0: off, at most 1000)")
       ->capture_default_str();
   app.add_option("--checkpoint-dram-percent", o.checkpoint_dram_percent,
                  "Share of the pool (0..100) that hybrid models' written-back recurrent "
@@ -131,6 +141,8 @@ Result<ParsedFlags> ParseFlags(int argc, const char* const* argv, std::string* o
   ORBITKV_RETURN_IF_ERROR(size_flag("--pool-size", pool, &o.pool_size));
   ORBITKV_RETURN_IF_ERROR(size_flag("--ssd-cache-capacity", capacity, &o.ssd_cache_capacity));
   ORBITKV_RETURN_IF_ERROR(size_flag("--codec-budget", codec_budget, &o.codec_budget));
+  ORBITKV_RETURN_IF_ERROR(
+      size_flag("--publish-batch-bytes", publish_batch, &o.publish_batch_bytes));
   if (Result<codec::CodecId> c = codec::ParseCodecName(o.storage_codec); !c.ok()) {
     return Status::InvalidArgument("--storage-codec: " + std::string(c.status().message()));
   }
@@ -185,6 +197,8 @@ Result<ParsedFlags> ParseFlags(int argc, const char* const* argv, std::string* o
   }
   so.frame_timeout = std::chrono::milliseconds(frame_timeout);
   so.idle_timeout = std::chrono::milliseconds(idle_timeout);
+  if (worker_spin_us > 1000) return Status::InvalidArgument("--protocol-spin-us: more than 1000");
+  so.worker_spin = std::chrono::microseconds(worker_spin_us);
   for (auto [flag, v] : {std::pair{"--max-connections", so.max_connections},
                          std::pair{"--max-connections-per-uid", so.max_connections_per_uid},
                          std::pair{"--protocol-threads", so.worker_threads}}) {

@@ -20,6 +20,7 @@ TEST(Flags, DefaultsMatchTheSpec) {
   EXPECT_EQ(p->options.max_query_ttl_ms, 60000u);
   EXPECT_EQ(p->options.storage_codec, "none");  // compression is off by default
   EXPECT_EQ(p->options.codec_budget, 256ull << 20);
+  EXPECT_EQ(p->options.publish_batch_bytes, 16ull << 20);
   EXPECT_FALSE(p->options.codec_dram_copy_encoded);  // DRAM keeps raw copies
 }
 
@@ -50,18 +51,21 @@ TEST(Flags, HelpListsEveryFlagWithItsDefault) {
                            "none",
                            "--codec-budget",
                            "--codec-dram-copy",
+                           "--publish-batch-bytes",
+                           "--protocol-spin-us",
+                           "16mib",
                            "256mib"}) {
     EXPECT_NE(help.find(want), std::string::npos) << want << "\n" << help;
   }
 }
 
 TEST(Flags, ParsesValues) {
-  auto p = Parse({"--pool-size",          "8gb",   "--ssd-cache-path", "/x/cache.bin",
-                  "--ssd-cache-capacity", "100gb", "--ssd-backend",    "cufile",
-                  "--ssd-read-path",      "uring", "--ssd-shards",     "8",
-                  "--ssd-queue-depth",    "128",   "--metrics-port",   "0",
-                  "--max-query-ttl-ms",   "5000",  "--storage-codec",  "turboquant-3",
-                  "--codec-budget",       "1gib"});
+  auto p = Parse({"--pool-size",          "8gb",   "--ssd-cache-path",      "/x/cache.bin",
+                  "--ssd-cache-capacity", "100gb", "--ssd-backend",         "cufile",
+                  "--ssd-read-path",      "uring", "--ssd-shards",          "8",
+                  "--ssd-queue-depth",    "128",   "--metrics-port",        "0",
+                  "--max-query-ttl-ms",   "5000",  "--storage-codec",       "turboquant-3",
+                  "--codec-budget",       "1gib",  "--publish-batch-bytes", "4mib"});
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   EXPECT_EQ(p->options.pool_size, 8ull * 1000 * 1000 * 1000);
   EXPECT_EQ(p->options.ssd_cache_capacity, 100ull * 1000 * 1000 * 1000);
@@ -73,6 +77,7 @@ TEST(Flags, ParsesValues) {
   EXPECT_EQ(p->options.max_query_ttl_ms, 5000u);
   EXPECT_EQ(p->options.storage_codec, "turboquant-3");
   EXPECT_EQ(p->options.codec_budget, 1ull << 30);
+  EXPECT_EQ(p->options.publish_batch_bytes, 4ull << 20);
   auto e = Parse({"--codec-dram-copy", "encoded"});
   ASSERT_TRUE(e.ok()) << e.status().ToString();
   EXPECT_TRUE(e->options.codec_dram_copy_encoded);
@@ -103,10 +108,11 @@ TEST(Flags, ProtocolLimits) {
   EXPECT_EQ(d->server.max_buffered_bytes, 256ull << 20);
   EXPECT_EQ(d->server.max_frame_payload, 64u << 20);
   EXPECT_EQ(d->server.idle_timeout, std::chrono::milliseconds(60000));
-  auto p =
-      Parse({"--max-connections", "4096", "--max-connections-per-uid", "100", "--max-frame-size",
-             "1mib", "--max-fds-per-frame", "8", "--max-request-buffer", "2mib",
-             "--frame-timeout-ms", "500", "--idle-timeout-ms", "0", "--protocol-threads", "2"});
+  EXPECT_EQ(d->server.worker_spin, std::chrono::microseconds(50));
+  auto p = Parse({"--max-connections", "4096", "--max-connections-per-uid", "100",
+                  "--max-frame-size", "1mib", "--max-fds-per-frame", "8", "--max-request-buffer",
+                  "2mib", "--frame-timeout-ms", "500", "--idle-timeout-ms", "0",
+                  "--protocol-threads", "2", "--protocol-spin-us", "0"});
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   EXPECT_EQ(p->server.max_connections, 4096u);
   EXPECT_EQ(p->server.max_connections_per_uid, 100u);
@@ -116,6 +122,7 @@ TEST(Flags, ProtocolLimits) {
   EXPECT_EQ(p->server.frame_timeout, std::chrono::milliseconds(500));
   EXPECT_EQ(p->server.idle_timeout, std::chrono::milliseconds(0));
   EXPECT_EQ(p->server.worker_threads, 2u);
+  EXPECT_EQ(p->server.worker_spin, std::chrono::microseconds(0));
   EXPECT_TRUE(p->server.path.empty());
 }
 
@@ -135,6 +142,10 @@ TEST(Flags, BadValuesNameTheFlagOnOneLine) {
            {{"--storage-codec", ""}, "--storage-codec"},
            {{"--codec-budget", "lots"}, "--codec-budget"},
            {{"--codec-budget", "0"}, "--codec-budget"},
+           {{"--publish-batch-bytes", "32kib"}, "--publish-batch-bytes"},
+           {{"--publish-batch-bytes", "2gib"}, "--publish-batch-bytes"},
+           {{"--publish-batch-bytes", "lots"}, "--publish-batch-bytes"},
+           {{"--protocol-spin-us", "1001"}, "--protocol-spin-us"},
            {{"--codec-dram-copy", "compressed"}, "--codec-dram-copy"},
            {{"--ssd-read-path", "auto"}, "--ssd-read-path"},
            {{"--ssd-queue-depth", "0"}, "--ssd-queue-depth"},

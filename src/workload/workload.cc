@@ -2,15 +2,12 @@
 
 #include <cstring>
 
+#include "workload/slot_words.h"
+
 namespace orbitkv::demo {
 namespace {
 
-inline uint64_t Mix(uint64_t x) {  // splitmix64 finalizer
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
+inline uint64_t Mix(uint64_t x) { return SlotMix(x); }
 
 inline uint64_t Load64(const uint8_t* p) {
   uint64_t v;
@@ -18,15 +15,8 @@ inline uint64_t Load64(const uint8_t* p) {
   return v;
 }
 
-// The word seed of one slot: every key word and the slot id feed it.
-inline uint64_t SlotSeed(const BlockKey& key, uint32_t slot) {
-  uint64_t s = Mix(uint64_t{slot} + 0x5107);
-  for (int w = 0; w < 4; ++w) s = Mix(s ^ Load64(key.data() + 8 * w));
-  return s;
-}
-
-// Word i of a slot: a counter-mode mix, fast enough to fill and check GB/s.
-inline uint64_t Word(uint64_t seed, uint64_t i) { return Mix(seed + i * 0xD1B54A32D192ED03ULL); }
+inline uint64_t SlotSeed(const BlockKey& key, uint32_t slot) { return BlockSlotSeed(key, slot); }
+inline uint64_t Word(uint64_t seed, uint64_t i) { return SlotWord(seed, i); }
 
 }  // namespace
 
@@ -123,6 +113,13 @@ Request Workload::MakeRequest(uint32_t user, uint32_t round) const {
     r.keys.push_back(ChainKey(b == 0 ? nullptr : &r.keys.back(), t));
   }
   return r;
+}
+
+// The word seed of one slot: every key word and the slot id feed it.
+uint64_t BlockSlotSeed(const BlockKey& key, uint32_t slot) {
+  uint64_t s = Mix(uint64_t{slot} + 0x5107);
+  for (int w = 0; w < 4; ++w) s = Mix(s ^ Load64(key.data() + 8 * w));
+  return s;
 }
 
 void FillBlockSlot(const BlockKey& key, uint32_t slot, uint8_t* dst, uint64_t bytes) {

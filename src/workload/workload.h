@@ -77,6 +77,9 @@ class Workload {
   WorkloadConfig c_;
 };
 
+// The seed of the words of slot `slot` of the block named `key`
+// (slot_words.h: word i is SlotWord(seed, i)).
+uint64_t BlockSlotSeed(const BlockKey& key, uint32_t slot);
 // The KV bytes of slot `slot` of the block named `key`.
 void FillBlockSlot(const BlockKey& key, uint32_t slot, uint8_t* dst, uint64_t bytes);
 // True if `src` holds exactly FillBlockSlot's bytes.

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <functional>
 #include <future>
+#include <numeric>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -68,6 +69,8 @@ struct Options {
   AdmissionPolicy admission = AdmissionPolicy::kReuse;  // published objects live on SSD
   bool publish_gpu_crc = true;
   bool dram_encoded = false;  // --codec-dram-copy encoded
+  bool cost_observations = false;
+  uint64_t publish_batch_bytes = 16u << 20;  // --publish-batch-bytes
 };
 
 class GpuTierGate : public ::testing::Test {
@@ -131,6 +134,8 @@ class GpuTierGate : public ::testing::Test {
     c.gpu_slot_bytes = o.slot_bytes;
     c.publish_gpu_crc = o.publish_gpu_crc;
     c.options.codec_dram_copy_encoded = o.dram_encoded;
+    c.options.cost_observations = o.cost_observations;
+    c.options.publish_batch_bytes = o.publish_batch_bytes;
     c.lock_memory = false;
     c.metrics = &metrics;
     c.gpu = faults.get();
@@ -358,6 +363,22 @@ class GpuTierGate : public ::testing::Test {
   double Counter(std::string_view name) { return metrics.Read(name, {{"device", "cuda:0"}}); }
   double Gauge(std::string_view name) { return metrics.Read(name, {{"device", "cuda:0"}}); }
   double Plain(std::string_view name, const Labels& l = {}) { return metrics.Read(name, l); }
+  // Publishes `objects` objects of `slots`' bytes under a batch cap, restores
+  // them byte for byte and returns the D2H jobs it took (cost observations).
+  double PublishBatchesOf(uint64_t cap, uint64_t objects, std::vector<uint64_t> slots) {
+    Options o;
+    o.pool = 96u << 20;
+    o.capacity = 128u << 20;
+    o.cost_observations = true;
+    o.publish_batch_bytes = cap;
+    Start(o);
+    Engine& e = Register(SplitLayout(objects, std::move(slots)));
+    FillAndPublish(e, 1, 0, objects);
+    std::vector<uint64_t> pages(objects);
+    std::iota(pages.begin(), pages.end(), uint64_t{0});
+    RestoreExact(e, 1, pages);
+    return Plain("orbitkv_cost_seconds", {{"path", "d2h_copy_enqueue"}});
+  }
 };
 
 std::vector<uint64_t> Range(uint64_t first, uint64_t n) {
@@ -1309,6 +1330,21 @@ TEST_F(GpuTierGate, PublishOfSeveralPipelinedBatchesStoresEveryObjectExactly) {
   FillAndPublish(e, 1, 0, 40);  // 40 MiB: three batches
   EXPECT_EQ(Plain("orbitkv_publish_crc_bytes_total", {{"where", "gpu"}}), 40.0 * (1u << 20));
   RestoreExact(e, 1, Range(0, 40));
+}
+
+// A Publish's batches shrink towards its end (PublishBatchTarget), so the
+// copy left after its last enqueue is short: 40 objects of 1 MiB under the
+// 16 MiB cap are six D2H jobs of 16, 12, 6, 3, 2 and 1 objects (before, three
+// of 16, 16 and 8, the last 8 MiB copied with nothing beside it), each
+// object stored with its own bytes.
+TEST_F(GpuTierGate, PublishLastBatchesShrinkAndStoreEveryObjectExactly) {
+  EXPECT_EQ(PublishBatchesOf(16u << 20, 40, {512u << 10, 512u << 10}), 6.0);
+}
+
+// --publish-batch-bytes caps every batch: 4 MiB takes 12 objects of 1 MiB in
+// batches of 4, 4, 2, 1 and 1 (the floor is a half-MiB, so one object).
+TEST_F(GpuTierGate, PublishBatchBytesCapsEveryBatch) {
+  EXPECT_EQ(PublishBatchesOf(4u << 20, 12, {1u << 20}), 5.0);
 }
 
 // A batch's D2H job that fails, and its copies redone one object at a time:
