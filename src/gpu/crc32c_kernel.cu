@@ -82,10 +82,16 @@ cudaError_t ScratchPool(cudaMemPool_t* pool) {
 
 }  // namespace
 
-cudaError_t LaunchCrc32c(const CrcDesc* ops, size_t count, uint32_t* out, cudaStream_t stream) {
+cudaError_t ReleaseCrcScratch(CrcScratch* scratch, cudaStream_t stream) {
+  if (scratch->data == nullptr) return cudaSuccess;
+  const cudaError_t e = cudaFreeAsync(scratch->data, stream);
+  *scratch = CrcScratch{};
+  return e;
+}
+
+cudaError_t LaunchCrc32c(const CrcDesc* ops, size_t count, uint32_t* out, cudaStream_t stream,
+                         CrcScratch* scratch) {
   if (count == 0) return cudaSuccess;
-  cudaMemPool_t pool = nullptr;
-  if (cudaError_t e = ScratchPool(&pool); e != cudaSuccess) return e;
   std::vector<uint64_t> data(count), bytes(count);
   for (size_t i = 0; i < count; ++i) {
     data[i] = ops[i].data;
@@ -106,11 +112,28 @@ cudaError_t LaunchCrc32c(const CrcDesc* ops, size_t count, uint32_t* out, cudaSt
     pieces += launches[k].first_piece[n];
   }
   uint32_t* partial = nullptr;
-  if (pieces > 0) {
+  bool owned = false;  // allocated for this call alone
+  if (pieces > 0 && scratch != nullptr && scratch->entries >= pieces) {
+    partial = scratch->data;
+  } else if (pieces > 0) {
+    cudaMemPool_t pool = nullptr;
+    if (cudaError_t e = ScratchPool(&pool); e != cudaSuccess) return e;
+    // A stream's scratch grows to twice what it held (or this call's need).
+    const uint64_t want =
+        scratch == nullptr ? pieces : std::max<uint64_t>(pieces, 2 * scratch->entries);
     if (cudaError_t e = cudaMallocFromPoolAsync(reinterpret_cast<void**>(&partial),
-                                                sizeof(uint32_t) * pieces, pool, stream);
+                                                sizeof(uint32_t) * want, pool, stream);
         e != cudaSuccess) {
       return e;
+    }
+    if (scratch != nullptr) {
+      if (cudaError_t e = ReleaseCrcScratch(scratch, stream); e != cudaSuccess) {
+        cudaFreeAsync(partial, stream);
+        return e;
+      }
+      *scratch = {partial, want};
+    } else {
+      owned = true;
     }
   }
   cudaError_t launched = cudaSuccess;
@@ -122,7 +145,7 @@ cudaError_t LaunchCrc32c(const CrcDesc* ops, size_t count, uint32_t* out, cudaSt
     CrcCombineKernel<<<l.count, kCrcThreads, 0, stream>>>(l, mine, out + k * kCrcOpsPerLaunch);
     launched = cudaGetLastError();
   }
-  if (partial != nullptr) {
+  if (owned) {
     if (cudaError_t e = cudaFreeAsync(partial, stream); e != cudaSuccess) return e;
   }
   return launched;

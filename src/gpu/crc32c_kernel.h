@@ -9,10 +9,12 @@
 // by value as kernel parameters, kCrcOpsPerLaunch per launch; results are
 // written to out[i] (device memory or mapped pinned host memory) when the
 // kernels run. The pieces' registers live in stream-ordered scratch from a
-// per-device memory pool (4 bytes per 16 KiB; one allocation per call,
-// allocated and freed on the stream). Ranges may start at any address and have any length, 0
-// included. Returns the first CUDA error; REQUIRES: the calling thread's current device is the
-// stream's. Thread-safe. C++17 and CUDA runtime types only.
+// per-device memory pool (4 bytes per 16 KiB): one allocation per call,
+// allocated and freed on the stream, or, with a CrcScratch of the stream's,
+// kept there and reused by the stream's next calls (grown when a call needs
+// more), so a stream's steady calls allocate nothing. Ranges may start at any address and have any
+// length, 0 included. Returns the first CUDA error; REQUIRES: the calling thread's current device
+// is the stream's. Thread-safe. C++17 and CUDA runtime types only.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -29,6 +31,18 @@ struct CrcDesc {
   uint64_t bytes = 0;
 };
 
-cudaError_t LaunchCrc32c(const CrcDesc* ops, size_t count, uint32_t* out, cudaStream_t stream);
+// Stream-ordered scratch owned by one stream: only calls on that stream use
+// it (their kernels run in stream order, so reuse is safe), one at a time.
+// Give it back with ReleaseCrcScratch before the stream is destroyed.
+struct CrcScratch {
+  uint32_t* data = nullptr;
+  uint64_t entries = 0;
+};
+
+// `scratch`: the stream's CrcScratch, or null for a per-call allocation.
+cudaError_t LaunchCrc32c(const CrcDesc* ops, size_t count, uint32_t* out, cudaStream_t stream,
+                         CrcScratch* scratch = nullptr);
+// Frees `scratch` on `stream` (stream-ordered) and empties it.
+cudaError_t ReleaseCrcScratch(CrcScratch* scratch, cudaStream_t stream);
 
 }  // namespace orbitkv::gpu

@@ -110,6 +110,8 @@ class CudaStream final : public Stream {
           CuFileErrorStatus("cuFileStreamDeregister", lib->api().stream_deregister(stream_));
       if (!st.ok()) OKV_LOG_WARN("destroying a registered stream: {}", st.ToString());
     }
+    ORBITKV_CUDA_STATUS(ReleaseCrcScratch(&crc_scratch_, stream_))
+        .IgnoreError("logged by the check");
     ORBITKV_CUDA_STATUS(cudaStreamDestroy(stream_)).IgnoreError("logged by the check");
   }
   CudaStream(const CudaStream&) = delete;
@@ -120,12 +122,18 @@ class CudaStream final : public Stream {
   cudaStream_t get() const { return stream_; }
   // The library this stream is registered with (cuFileStreamRegister), if any.
   std::atomic<const CuFileLibrary*>& cufile() { return cufile_; }
+  // The CRC32C launches' scratch of this stream (crc32c_kernel.h), under
+  // crc_mu(): a Crc32cAsync call holds it while it enqueues.
+  std::mutex& crc_mu() { return crc_mu_; }
+  CrcScratch* crc_scratch() { return &crc_scratch_; }
 
  private:
   const CudaPlatform* const owner_;
   const int ordinal_;
   const cudaStream_t stream_;
   std::atomic<const CuFileLibrary*> cufile_{nullptr};
+  std::mutex crc_mu_;
+  CrcScratch crc_scratch_;  // guarded by crc_mu_
 };
 
 class CudaEvent final : public Event {
@@ -786,7 +794,9 @@ Status CudaDevice::Crc32cAsync(std::span<const CrcOp> ops, uint32_t* out, Stream
     descs.push_back({op.data, op.bytes});
   }
   ORBITKV_RETURN_IF_ERROR(MakeCurrent());
-  ORBITKV_CUDA_RETURN_IF_ERROR(LaunchCrc32c(descs.data(), descs.size(), out, s->get()));
+  std::lock_guard lock(s->crc_mu());
+  ORBITKV_CUDA_RETURN_IF_ERROR(
+      LaunchCrc32c(descs.data(), descs.size(), out, s->get(), s->crc_scratch()));
   return Status::OK();
 }
 

@@ -116,6 +116,35 @@ TEST_F(Crc32cKernelTest, EqualsIsalOnRandomSizesAndAlignments) {
   EXPECT_EQ(std::memcmp(back, out, 4 * ops.size()), 0);
 }
 
+// A stream keeps its CRC scratch between calls (grown when a call needs more):
+// calls of alternating sizes enqueued back to back on one stream, with no
+// wait between them, each get their own ranges' CRCs.
+TEST_F(Crc32cKernelTest, StreamScratchReusedAndGrownAcrossCallsInFlight) {
+  std::mt19937_64 rng(20261202);
+  constexpr uint64_t kBuffer = 24u << 20;
+  const DevPtr buf = Dev(kBuffer);
+  const std::vector<uint8_t> bytes = Upload(buf, kBuffer, rng);
+  std::vector<std::vector<CrcOp>> calls;
+  for (uint64_t n : {4096ul, 8ul << 20, 1ul << 16, 20ul << 20, 100ul, 12ul << 20}) {
+    std::vector<CrcOp> ops;
+    for (int k = 0; k < 3; ++k) ops.push_back({buf + rng() % (kBuffer - n), n});
+    calls.push_back(ops);
+  }
+  std::vector<uint32_t*> outs;
+  for (const std::vector<CrcOp>& ops : calls) {
+    outs.push_back(reinterpret_cast<uint32_t*>(Host(4 * ops.size())));
+    ASSERT_TRUE(device_->Crc32cAsync(ops, outs.back(), *stream_).ok());
+  }
+  Sync();
+  for (size_t c = 0; c < calls.size(); ++c) {
+    for (size_t i = 0; i < calls[c].size(); ++i) {
+      const uint64_t at = calls[c][i].data - buf;
+      ASSERT_EQ(outs[c][i], Crc32c({bytes.data() + at, calls[c][i].bytes}))
+          << "call " << c << " op " << i;
+    }
+  }
+}
+
 TEST_F(Crc32cKernelTest, CheckValueAndRefusedInput) {
   const DevPtr buf = Dev(16);
   uint8_t* h = Host(16);
