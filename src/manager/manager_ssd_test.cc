@@ -1,7 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdio>
 #include <string>
+#include <thread>
 
 #include "manager/manager_test_fixture.h"
 
@@ -389,6 +391,35 @@ TEST_F(ManagerSsdTest, ClearNamespaceDropsItsObjectsFromDramAndSsdAndNothingElse
   EXPECT_EQ(Publish(inst, {0}, {0}).sealed, 1u);
   mgr->Drain();
   ExpectRestores(pages, inst, 0, 62, Tier::kDram);
+  ExpectAllReleased();
+}
+
+// CI stop 26 (SGLang's clear() test): a key published just before
+// ClearNamespace was still restorable after it. Its writeback had reserved an
+// SSD extent before the clear and published it after, so the cleared object
+// came back from the SSD. Now that write is aborted and the key stays gone.
+TEST_F(ManagerSsdTest, ClearNamespaceDuringAWritebackDoesNotBringTheObjectBack) {
+  StartWithKeysOnSsd(0);
+  faults.AddRule(
+      {IoOp::kWrite, 1, ScriptedIoFaults::Fault::kStall, 0, false, std::chrono::milliseconds(300)});
+  pages.Fill(0, 0, 0);
+  ASSERT_EQ(Publish(inst, {0}, {0}).sealed, 1u);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (mgr->gauges().ssd_reservations == 0 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(mgr->gauges().ssd_reservations, 1u) << "the writeback never reserved its extent";
+  Result<ClearNamespaceResult> cleared = mgr->ClearNamespace(session, {inst});
+  ASSERT_TRUE(cleared.ok()) << cleared.status().ToString();
+  EXPECT_EQ(cleared->ssd_objects, 0u);  // the write was still under way
+  mgr->Drain();                         // the stalled write finishes
+  EXPECT_EQ(Query(inst, {0}).prefix, 0u) << "the cleared object came back from the SSD";
+  ExpectAllReleased();
+  // Published again after the clear, it is written back and served from SSD.
+  pages.Fill(0, 1, 0);
+  ASSERT_EQ(Publish(inst, {0}, {1}).sealed, 1u);
+  mgr->Drain();
+  ExpectRestores(pages, inst, 0, 2, Tier::kDram);
   ExpectAllReleased();
 }
 

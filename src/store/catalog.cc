@@ -25,6 +25,8 @@ struct Extent {
   Key key;
   uint64_t tag = 0;
   ExtentState state = ExtentState::kWriting;
+  // A writing extent whose tag DropTag cleared: its Publish aborts it.
+  bool cleared = false;
   uint32_t pin_count = 0;  // one per (lease, ref) naming this extent
 };
 
@@ -279,6 +281,18 @@ Status SsdCatalog::Publish(const ExtentRef& ref) {
                                       " offset " + std::to_string(ref.offset) + " generation " +
                                       std::to_string(ref.generation) + ": not an open reservation");
   }
+  if (e->cleared) {
+    // Its namespace was cleared while the bytes were written: publishing it
+    // would bring back an object the clear dropped.
+    --s.writing_extents;
+    s.writing_bytes -= e->length;
+    ++s.counters.aborts;
+    s.DropWriter(s.open_writers.find(e->key));
+    s.rings[ref.shard].extents.erase(ref.offset);
+    return Status::Cancelled("ssd catalog: publish of shard " + std::to_string(ref.shard) +
+                             " offset " + std::to_string(ref.offset) +
+                             ": its namespace was cleared while it was written");
+  }
   e->state = ExtentState::kPublished;
   --s.writing_extents;
   s.writing_bytes -= e->length;
@@ -329,8 +343,11 @@ size_t SsdCatalog::DropTag(uint64_t tag) {
     auto& extents = s.rings[shard].extents;
     for (auto it = extents.begin(); it != extents.end();) {
       auto next = std::next(it);  // DropLocked may erase `it`
-      if (it->second.tag == tag && it->second.state == ExtentState::kPublished) {
+      if (it->second.tag != tag) {
+      } else if (it->second.state == ExtentState::kPublished) {
         listed += s.DropLocked(shard, it);
+      } else if (it->second.state == ExtentState::kWriting) {
+        it->second.cleared = true;  // its Publish aborts it
       }
       it = next;
     }

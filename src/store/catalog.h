@@ -99,7 +99,8 @@ class SsdCatalog {
   // `tag` (the object's namespace) is what DropTag matches.
   Result<ExtentRef> Reserve(const Key& key, uint64_t object_size, uint64_t tag = 0);
   // REQUIRES: ref came from Reserve and was neither published nor aborted
-  // (FailedPrecondition otherwise, changing nothing).
+  // (FailedPrecondition otherwise, changing nothing). Cancelled (and ref
+  // aborted) if DropTag cleared its tag since the Reserve.
   // Makes it the key's current extent; the key's previous extent (if any) leaves
   // the directory (its bytes stay readable by existing leases until overwritten).
   // Exception: if a later reservation of the same key was published while this
@@ -119,7 +120,10 @@ class SsdCatalog {
   // overwritten, open, aborted or already dropped refs are ignored).
   bool Drop(const ExtentRef& ref);
   // Drop of every published extent reserved with `tag` (current or dead);
-  // returns how many left the directory. Open reservations are not touched.
+  // returns how many left the directory. Open reservations of `tag` stay
+  // writable, but their Publish aborts them and returns Cancelled, so a write
+  // that was under way when its namespace was cleared never brings its object
+  // back.
   size_t DropTag(uint64_t tag);
 
   // The key's current published extent, if any.

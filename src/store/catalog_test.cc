@@ -663,9 +663,33 @@ TEST_F(CatalogTest, DropTagDropsEveryPublishedExtentOfTheTagAndNothingElse) {
   EXPECT_EQ(c->stats().dropped_extents, 3u);
   c->Cancel(held);
   EXPECT_EQ(c->stats().pinned_extents, 0u);
-  ASSERT_TRUE(c->Publish(*open).ok());  // the open reservation was not touched
-  EXPECT_EQ(c->Lookup(K(4)), *open);
   EXPECT_EQ(c->DropTag(9), 0u);
+}
+
+// CI stop 26: SGLang's clear() was followed by a get that still found two
+// pages: their writeback had reserved its extents before the clear and
+// published them after it, so the cleared objects came back from the SSD.
+TEST_F(CatalogTest, WriteUnderWayWhenItsNamespaceIsClearedDoesNotBringItsObjectBack) {
+  auto c = Make(1, 8);
+  auto open = c->Reserve(K(4), 4096, 7);  // a write in flight
+  auto other = c->Reserve(K(5), 4096, 8);
+  ASSERT_TRUE(open.ok() && other.ok());
+  EXPECT_EQ(c->DropTag(7), 0u);  // nothing of tag 7 was published yet
+  EXPECT_EQ(c->Publish(*open).code(), StatusCode::kCancelled);
+  EXPECT_FALSE(c->Lookup(K(4)).has_value());
+  EXPECT_FALSE(c->IsCurrent(*open));
+  EXPECT_EQ(c->Publish(*open).code(), StatusCode::kFailedPrecondition);  // gone
+  ASSERT_TRUE(c->Publish(*other).ok());  // another tag's write is untouched
+  EXPECT_EQ(c->Lookup(K(5)), *other);
+  const CatalogStats s = c->stats();
+  EXPECT_EQ(s.writing_extents, 0u);
+  EXPECT_EQ(s.writing_bytes, 0u);
+  EXPECT_EQ(s.aborts, 1u);
+  // Written again after the clear, the key is published as usual.
+  auto again = c->Reserve(K(4), 4096, 7);
+  ASSERT_TRUE(again.ok());
+  ASSERT_TRUE(c->Publish(*again).ok());
+  EXPECT_EQ(c->Lookup(K(4)), *again);
 }
 
 }  // namespace
