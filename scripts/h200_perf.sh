@@ -35,6 +35,13 @@
 #
 #     scripts/h200_perf.sh codecs BUNDLE_DIR OUT_DIR [SSD_DIR]
 #   runs only the storage-codec part (a few seconds per codec).
+#
+#     scripts/h200_perf.sh busy BUNDLE_DIR OUT_DIR [SSD_DIR]
+#   runs only the DRAM <-> HBM runs beside an engine's compute: restore
+#   (unverified) and publish of llama-3.1-8b on the three movers, and
+#   copy_latency_bench's 64 MiB calls idle and busy, while scripts/gpu_busy.py
+#   keeps the GPU busy from another process (the full run includes the two
+#   orbitkv-bench runs).
 set -uo pipefail
 
 case "${1:-}" in
@@ -51,27 +58,69 @@ case "${1:-}" in
     done | sort -u | while read -r lib; do cp -L "$lib" "$out/"; done
     ls -l "$out"
     ;;
-  run | codecs)
+  run | codecs | busy)
     what=$1
     dir=$(cd "${2:?usage: h200_perf.sh $what BUNDLE_DIR OUT_DIR [SSD_DIR]}" && pwd) || exit 1
     out=${3:?usage: h200_perf.sh $what BUNDLE_DIR OUT_DIR [SSD_DIR]}
     ssd=${4:-/var/tmp/orbitkv-h200-perf}
     mkdir -p "$out" "$ssd" || exit 1
     export LD_LIBRARY_PATH="$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    root=$(cd "$(dirname "$0")/.." && pwd)
     bench=("$dir/orbitkv-bench" --manager "$dir/orbitkv-cache-manager" --ssd-dir "$ssd"
       --no-progress --ceiling-seconds 1)
     rc=0
-    one() {  # NAME ARGS...: one orbitkv-bench run, its summary and JSON kept
+    # shellcheck source=bench_one.sh
+    source "$root/scripts/bench_one.sh"  # one NAME ARGS...
+    command -v nvidia-smi >/dev/null && nvidia-smi -L
+    # Beside an engine's compute: the same DRAM <-> HBM runs while another
+    # process (its own CUDA context, as an inference engine's) keeps the GPU
+    # busy with bf16 matrix products (scripts/gpu_busy.py; its TFLOP/s in
+    # busy-gpu.txt). The GPU time-slices between contexts, so a mover that
+    # needs the multiprocessors (the staged scatter and gather, the CRC32C
+    # kernel, the zero-copy kernel) waits for its slice, and the copy engines'
+    # DMAs do not: the figures say what an engine at work would see.
+    busy() {  # NAME ARGS...: one run beside gpu_busy.py
       local name=$1
       shift
-      echo "=== $name: orbitkv-bench $*"
-      local t0=$SECONDS
-      "${bench[@]}" "$@" --json "$out/$name.json" 2>&1 | tee "$out/$name.txt"
-      local st=${PIPESTATUS[0]}
-      echo "=== $name: exit $st in $((SECONDS - t0)) s"
-      ((rc == 0 && st != 0)) && rc=$st
+      rm -f "$out/.busy-stop" "$out/.busy-ready"
+      python3 "$root/scripts/gpu_busy.py" --device cuda:0 --seconds 300 --stop "$out/.busy-stop" \
+        --ready "$out/.busy-ready" >>"$out/busy-gpu.txt" 2>&1 &
+      local pid=$!
+      for _ in $(seq 600); do [[ -e $out/.busy-ready ]] && break; sleep 0.1; done
+      local st=0
+      if [[ -e $out/.busy-ready ]]; then
+        "$@"
+        st=$?
+      else
+        echo "=== $name: SKIPPED: gpu_busy.py did not start (busy-gpu.txt)"
+      fi
+      touch "$out/.busy-stop"
+      wait "$pid"
+      rm -f "$out/.busy-stop" "$out/.busy-ready"
+      return $st
     }
-    command -v nvidia-smi >/dev/null && nvidia-smi -L
+    if [[ $what == busy ]]; then
+      gpu=(--workload block-size-sweep --sweep-block-tokens 16 --device cuda:0 --working-set 2gib)
+      busy restore-busy one llama8b-noverify-busy "${gpu[@]}" --model llama-3.1-8b \
+        --routes dram,dram-engines,dram-kernel --no-verify
+      busy publish-busy one publish-llama8b-busy --workload publish-only --device cuda:0 \
+        --working-set 2gib --model llama-3.1-8b --routes dram,dram-engines,dram-kernel
+      for t in "" --to-host; do  # 64 MiB calls, idle and beside the compute
+        "$dir/copy_latency_bench" --objects 32 --iters 200 $t | tee -a "$out/copy_latency_idle.txt"
+        st=${PIPESTATUS[0]}
+        ((rc == 0 && st != 0)) && rc=$st
+        busy cl-busy "$dir/copy_latency_bench" --objects 32 --iters 200 $t |
+          tee -a "$out/copy_latency_busy.txt"
+        st=${PIPESTATUS[0]}
+        ((rc == 0 && st != 0)) && rc=$st
+      done
+      busy cl-one-busy "$dir/copy_latency_bench" --iters 300 | tee -a "$out/copy_latency_busy.txt"
+      st=${PIPESTATUS[0]}
+      ((rc == 0 && st != 0)) && rc=$st
+      cat "$out/busy-gpu.txt"
+      echo "=== h200_perf.sh busy: exit $rc"
+      exit $rc
+    fi
     # Storage codecs, DRAM -> HBM: encoded DRAM copies decoded on the GPU
     # (dram-encoded) against raw ones (dram) of the same run; 16-token blocks,
     # the 2 GiB working set of the other GPU runs, four passes over it (128
@@ -105,10 +154,14 @@ case "${1:-}" in
     # what the Manager's mover alone delivers.
     one llama8b-noverify "${gpu[@]}" --model llama-3.1-8b --routes dram --no-verify
     one llama70b-tp8-noverify "${gpu[@]}" --model llama-3.1-70b-tp8 --routes dram --no-verify
+    # The same beside an engine's compute (busy() above).
+    busy restore-busy one llama8b-noverify-busy "${gpu[@]}" --model llama-3.1-8b \
+      --routes dram,dram-engines,dram-kernel --no-verify
     # HBM -> DRAM: publish-only measures every Publish call.
     pub=(--workload publish-only --device cuda:0 --working-set 2gib --routes $movers)
     one publish-llama8b "${pub[@]}" --model llama-3.1-8b
     one publish-llama70b-tp8 "${pub[@]}" --model llama-3.1-70b-tp8
+    busy publish-busy one publish-llama8b-busy "${pub[@]}" --model llama-3.1-8b
     # A hybrid model with its description: the plans' bytes, what they skipped, GB/s.
     one qwen3-next-hybrid --workload multi-round-qa --model qwen3-next-hybrid --device cuda:0 \
       --routes dram,ssd-uring
@@ -150,7 +203,7 @@ case "${1:-}" in
     exit $rc
     ;;
   *)
-    echo "usage: h200_perf.sh bundle BUILD_DIR BUNDLE_DIR | run|codecs BUNDLE_DIR OUT_DIR [SSD_DIR]" >&2
+    echo "usage: h200_perf.sh bundle BUILD_DIR BUNDLE_DIR | run|codecs|busy BUNDLE_DIR OUT_DIR [SSD_DIR]" >&2
     exit 2
     ;;
 esac

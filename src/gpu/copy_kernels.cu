@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -169,6 +170,19 @@ cudaError_t EnqueueEngineCopies(const CopyDesc* ops, size_t count, cudaStream_t 
   if (count == 0) return cudaSuccess;
 #if CUDART_VERSION >= 12080
   if (count > 1 && !g_batch_refused.load(std::memory_order_relaxed)) {
+    // Several batches of at most kEngineOpsPerBatch: the copy engines start
+    // on the first while the rest are enqueued (one batch of a 64 MiB call's
+    // 2048 ops took about 1 ms to enqueue before its first byte moved).
+    if (count > kEngineOpsPerBatch) {
+      for (size_t first = 0; first < count; first += kEngineOpsPerBatch) {
+        bool part = false;
+        const cudaError_t err = EnqueueEngineCopies(
+            ops + first, std::min(kEngineOpsPerBatch, count - first), stream, &part);
+        if (err != cudaSuccess) return err;
+        if (batched != nullptr) *batched = part;
+      }
+      return cudaSuccess;
+    }
     std::vector<void*> dsts(count);
     std::vector<void*> srcs(count);
     std::vector<size_t> sizes(count);

@@ -51,8 +51,12 @@ inline constexpr uint64_t kCopyBytesPerBlock = 32u << 10;
 // device can access in a kernel.
 cudaError_t LaunchGatherScatter(const CopyDesc* ops, size_t count, cudaStream_t stream);
 
-// Enqueues the ops on the copy engines. *batched (optional) is set to whether
-// cudaMemcpyBatchAsync carried them. REQUIRES: every op has bytes > 0;
+// Ops per cudaMemcpyBatchAsync call of EnqueueEngineCopies.
+inline constexpr size_t kEngineOpsPerBatch = 128;
+
+// Enqueues the ops on the copy engines, kEngineOpsPerBatch per
+// cudaMemcpyBatchAsync call. *batched (optional) is set to whether
+// cudaMemcpyBatchAsync carried them (the last call's). REQUIRES: every op has bytes > 0;
 // `stream` is not the legacy default stream (cudaMemcpyBatchAsync refuses it).
 cudaError_t EnqueueEngineCopies(const CopyDesc* ops, size_t count, cudaStream_t stream,
                                 bool* batched = nullptr);

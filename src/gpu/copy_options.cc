@@ -21,12 +21,36 @@ std::string_view HostCopyModeName(HostCopyMode mode) {
 std::string GpuCopyOptions::Describe() const {
   std::string out(HostCopyModeName(mode));
   if (mode == HostCopyMode::kStaged) {
-    out += " (4 x " + FormatByteSize(staging_bytes) + " device staging per device)";
+    out += " (4 x " + FormatByteSize(staging_bytes) + " device staging per device, ops of " +
+           FormatByteSize(direct_bytes) + " or more to the copy engines)";
   }
   return out;
 }
 
-Result<GpuCopyOptions> ParseGpuCopyOptions(const char* mode, const char* staging) {
+namespace {
+
+// A size variable's value within [min, max] (named in the error), into *out;
+// unset (null or empty) leaves *out as it is.
+Status ParseSizeVariable(const char* name, const char* value, uint64_t min, uint64_t max,
+                         std::string_view range, uint64_t* out) {
+  if (value == nullptr || *value == '\0') return Status::OK();
+  Result<uint64_t> bytes = ParseByteSize(value);
+  if (!bytes.ok()) {
+    return Status::InvalidArgument(std::string(name) + ": " +
+                                   std::string(bytes.status().message()));
+  }
+  if (*bytes < min || *bytes > max) {
+    return Status::InvalidArgument(std::string(name) + "='" + value + "': must be within " +
+                                   std::string(range));
+  }
+  *out = *bytes;
+  return Status::OK();
+}
+
+}  // namespace
+
+Result<GpuCopyOptions> ParseGpuCopyOptions(const char* mode, const char* staging,
+                                           const char* direct) {
   GpuCopyOptions o;
   if (mode != nullptr && *mode != '\0') {
     const std::string_view m(mode);
@@ -41,23 +65,16 @@ Result<GpuCopyOptions> ParseGpuCopyOptions(const char* mode, const char* staging
                                      "': expected staged, engines or kernel");
     }
   }
-  if (staging != nullptr && *staging != '\0') {
-    Result<uint64_t> bytes = ParseByteSize(staging);
-    if (!bytes.ok()) {
-      return Status::InvalidArgument(std::string(kGpuCopyStagingEnv) + ": " +
-                                     std::string(bytes.status().message()));
-    }
-    if (*bytes < (1u << 20) || *bytes > (256u << 20)) {
-      return Status::InvalidArgument(std::string(kGpuCopyStagingEnv) + "='" + staging +
-                                     "': must be within 1mib..256mib");
-    }
-    o.staging_bytes = *bytes;
-  }
+  ORBITKV_RETURN_IF_ERROR(ParseSizeVariable(kGpuCopyStagingEnv, staging, 1u << 20, 256u << 20,
+                                            "1mib..256mib", &o.staging_bytes));
+  ORBITKV_RETURN_IF_ERROR(ParseSizeVariable(kGpuCopyDirectEnv, direct, 4u << 10, 256u << 20,
+                                            "4kib..256mib", &o.direct_bytes));
   return o;
 }
 
 Result<GpuCopyOptions> GpuCopyOptionsFromEnvironment() {
-  return ParseGpuCopyOptions(std::getenv(kGpuCopyEnv), std::getenv(kGpuCopyStagingEnv));
+  return ParseGpuCopyOptions(std::getenv(kGpuCopyEnv), std::getenv(kGpuCopyStagingEnv),
+                             std::getenv(kGpuCopyDirectEnv));
 }
 
 }  // namespace orbitkv::gpu

@@ -14,6 +14,17 @@
 //   ORBITKV_GPU_COPY_STAGING=SIZE            (default 8mib; 1mib..256mib)
 //     one staging buffer; the staged mover allocates four per device on first
 //     use (two per direction), outside --pool-size.
+//   ORBITKV_GPU_COPY_DIRECT=SIZE             (default 32kib; 4kib..256mib)
+//     staged: ops of at least SIZE skip the staging and go to the copy
+//              engines as they are. The copy engines need no multiprocessor
+//              time, so they keep their rate while an engine's kernels hold
+//              the GPU (the GPU time-slices between processes' contexts, and
+//              the staging's kernels wait for the Manager's slice); ops
+//              smaller than SIZE are staged, since one DMA per small op is
+//              slow even on an idle GPU. Measured on the H200 (issue 18,
+//              README "Benchmark"): 32 KiB slots at 98% of H2D through the
+//              copy engines idle and 97% beside a busy GPU, staged 101% and
+//              12%; 4 KiB slots 11% through the copy engines, staged 112%.
 //
 // Pure parsing, no CUDA: built and tested everywhere.
 #pragma once
@@ -33,6 +44,7 @@ std::string_view HostCopyModeName(HostCopyMode mode);
 struct GpuCopyOptions {
   HostCopyMode mode = HostCopyMode::kStaged;
   uint64_t staging_bytes = 8u << 20;
+  uint64_t direct_bytes = 32u << 10;  // ORBITKV_GPU_COPY_DIRECT
   // Device memory the staged mover holds per device once used.
   uint64_t StagingBudget() const { return mode == HostCopyMode::kStaged ? 4 * staging_bytes : 0; }
   std::string Describe() const;  // "staged (4 x 8 MiB device staging)"
@@ -40,11 +52,13 @@ struct GpuCopyOptions {
 
 inline constexpr const char* kGpuCopyEnv = "ORBITKV_GPU_COPY";
 inline constexpr const char* kGpuCopyStagingEnv = "ORBITKV_GPU_COPY_STAGING";
+inline constexpr const char* kGpuCopyDirectEnv = "ORBITKV_GPU_COPY_DIRECT";
 
-// From the two values (null: unset). InvalidArgument naming the variable and
-// the accepted values.
-Result<GpuCopyOptions> ParseGpuCopyOptions(const char* mode, const char* staging);
-// ParseGpuCopyOptions(getenv(kGpuCopyEnv), getenv(kGpuCopyStagingEnv)).
+// From the values (null: unset). InvalidArgument naming the variable and the
+// accepted values.
+Result<GpuCopyOptions> ParseGpuCopyOptions(const char* mode, const char* staging,
+                                           const char* direct = nullptr);
+// ParseGpuCopyOptions of the three variables.
 Result<GpuCopyOptions> GpuCopyOptionsFromEnvironment();
 
 }  // namespace orbitkv::gpu

@@ -257,7 +257,7 @@ class CudaDevice final : public Device {
   static StagingShape StagingShapeOf(const GpuCopyOptions& copy) {
     StagingShape shape;
     shape.chunk_bytes = copy.staging_bytes;
-    shape.direct_min_bytes = std::min<uint64_t>(shape.direct_min_bytes, copy.staging_bytes / 2);
+    shape.direct_min_bytes = std::min<uint64_t>(copy.direct_bytes, copy.staging_bytes / 2);
     return shape;
   }
   // Logs the staged mover's device memory once it is first allocated.

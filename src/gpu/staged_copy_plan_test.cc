@@ -244,6 +244,11 @@ TEST(GpuCopyOptionsTest, DefaultsAndErrors) {
   EXPECT_NE(bad.status().message().find("ORBITKV_GPU_COPY='dma'"), std::string::npos);
   EXPECT_FALSE(ParseGpuCopyOptions(nullptr, "512kib").ok());
   EXPECT_FALSE(ParseGpuCopyOptions(nullptr, "lots").ok());
+  EXPECT_EQ(d->direct_bytes, 32u << 10);
+  EXPECT_EQ(ParseGpuCopyOptions(nullptr, nullptr, "1mib")->direct_bytes, 1u << 20);
+  Result<GpuCopyOptions> small = ParseGpuCopyOptions(nullptr, nullptr, "1kib");
+  ASSERT_FALSE(small.ok());
+  EXPECT_NE(small.status().message().find("ORBITKV_GPU_COPY_DIRECT='1kib'"), std::string::npos);
 }
 
 }  // namespace
