@@ -99,12 +99,16 @@ case "${1:-}" in
       rm -f "$out/.busy-stop" "$out/.busy-ready"
       return $st
     }
-    if [[ $what == busy ]]; then
-      gpu=(--workload block-size-sweep --sweep-block-tokens 16 --device cuda:0 --working-set 2gib)
-      busy restore-busy one llama8b-noverify-busy "${gpu[@]}" --model llama-3.1-8b \
-        --routes dram,dram-engines,dram-kernel --no-verify
+    busy_benches() {  # llama-3.1-8b restore (unverified) and publish on the three movers, busy
+      local movers=dram,dram-engines,dram-kernel
+      busy restore-busy one llama8b-noverify-busy --workload block-size-sweep \
+        --sweep-block-tokens 16 --device cuda:0 --working-set 2gib --model llama-3.1-8b \
+        --routes $movers --no-verify
       busy publish-busy one publish-llama8b-busy --workload publish-only --device cuda:0 \
-        --working-set 2gib --model llama-3.1-8b --routes dram,dram-engines,dram-kernel
+        --working-set 2gib --model llama-3.1-8b --routes $movers
+    }
+    if [[ $what == busy ]]; then
+      busy_benches
       for t in "" --to-host; do  # 64 MiB calls, idle and beside the compute
         "$dir/copy_latency_bench" --objects 32 --iters 200 $t | tee -a "$out/copy_latency_idle.txt"
         st=${PIPESTATUS[0]}
@@ -154,14 +158,12 @@ case "${1:-}" in
     # what the Manager's mover alone delivers.
     one llama8b-noverify "${gpu[@]}" --model llama-3.1-8b --routes dram --no-verify
     one llama70b-tp8-noverify "${gpu[@]}" --model llama-3.1-70b-tp8 --routes dram --no-verify
-    # The same beside an engine's compute (busy() above).
-    busy restore-busy one llama8b-noverify-busy "${gpu[@]}" --model llama-3.1-8b \
-      --routes dram,dram-engines,dram-kernel --no-verify
     # HBM -> DRAM: publish-only measures every Publish call.
     pub=(--workload publish-only --device cuda:0 --working-set 2gib --routes $movers)
     one publish-llama8b "${pub[@]}" --model llama-3.1-8b
     one publish-llama70b-tp8 "${pub[@]}" --model llama-3.1-70b-tp8
-    busy publish-busy one publish-llama8b-busy "${pub[@]}" --model llama-3.1-8b
+    # The 8B restore and publish beside an engine's compute (busy() above).
+    busy_benches
     # A hybrid model with its description: the plans' bytes, what they skipped, GB/s.
     one qwen3-next-hybrid --workload multi-round-qa --model qwen3-next-hybrid --device cuda:0 \
       --routes dram,ssd-uring

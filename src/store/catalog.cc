@@ -146,6 +146,16 @@ struct SsdCatalog::Impl {
     if (--it->second.open == 0) open_writers.erase(it);
   }
 
+  // Drops the writing extent `e` at (shard, offset): Abort, or a Publish
+  // whose tag DropTag cleared.
+  void AbortLocked(uint32_t shard, uint64_t offset, const Extent& e) {
+    --writing_extents;
+    writing_bytes -= e.length;
+    ++counters.aborts;
+    DropWriter(open_writers.find(e.key));
+    rings[shard].extents.erase(offset);
+  }
+
   void Pin(const ExtentRef& ref) {
     PinExtent(FindExtent(ref));  // present: pinned extents are never erased
   }
@@ -284,11 +294,7 @@ Status SsdCatalog::Publish(const ExtentRef& ref) {
   if (e->cleared) {
     // Its namespace was cleared while the bytes were written: publishing it
     // would bring back an object the clear dropped.
-    --s.writing_extents;
-    s.writing_bytes -= e->length;
-    ++s.counters.aborts;
-    s.DropWriter(s.open_writers.find(e->key));
-    s.rings[ref.shard].extents.erase(ref.offset);
+    s.AbortLocked(ref.shard, ref.offset, *e);
     return Status::Cancelled("ssd catalog: publish of shard " + std::to_string(ref.shard) +
                              " offset " + std::to_string(ref.offset) +
                              ": its namespace was cleared while it was written");
@@ -320,11 +326,7 @@ void SsdCatalog::Abort(const ExtentRef& ref) {
   std::lock_guard lock(s.mu);
   Extent* e = s.FindExtent(ref);
   if (e == nullptr || e->state != ExtentState::kWriting) return;
-  --s.writing_extents;
-  s.writing_bytes -= e->length;
-  ++s.counters.aborts;
-  s.DropWriter(s.open_writers.find(e->key));
-  s.rings[ref.shard].extents.erase(ref.offset);
+  s.AbortLocked(ref.shard, ref.offset, *e);
 }
 
 bool SsdCatalog::Drop(const ExtentRef& ref) {
@@ -343,11 +345,11 @@ size_t SsdCatalog::DropTag(uint64_t tag) {
     auto& extents = s.rings[shard].extents;
     for (auto it = extents.begin(); it != extents.end();) {
       auto next = std::next(it);  // DropLocked may erase `it`
-      if (it->second.tag != tag) {
-      } else if (it->second.state == ExtentState::kPublished) {
+      Extent& e = it->second;
+      if (e.tag == tag && e.state == ExtentState::kPublished) {
         listed += s.DropLocked(shard, it);
-      } else if (it->second.state == ExtentState::kWriting) {
-        it->second.cleared = true;  // its Publish aborts it
+      } else if (e.tag == tag && e.state == ExtentState::kWriting) {
+        e.cleared = true;  // its Publish aborts it
       }
       it = next;
     }
