@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <utility>
 
 #include "manager/restore.h"
 
@@ -11,29 +12,38 @@ namespace {
 
 // The index of each key's first occurrence in one query: open addressing over
 // a power-of-two table of at least twice the keys, one allocation per query.
+// A slot keeps 32 bits of the key's hash, so a probe past another key reads
+// neither that key nor the ids.
 class FirstOccurrence {
  public:
   FirstOccurrence(std::span<const ObjectId> ids) : ids_(ids) {
     while ((size_t{1} << bits_) < 2 * ids.size()) ++bits_;
-    slots_.assign(size_t{1} << bits_, 0);
+    slots_.assign(size_t{1} << bits_, Slot{});
   }
   // The first occurrence of ids[i]'s key among those added; adds i if none.
   uint32_t FindOrAdd(uint32_t i) {
     const Key& key = ids_[i].key;
     const size_t mask = slots_.size() - 1;
-    for (size_t s = (KeyHash{}(key)*0x9E3779B97F4A7C15ull) >> (64 - bits_);; s = (s + 1) & mask) {
-      if (slots_[s] == 0) {
-        slots_[s] = i + 1;
+    const uint64_t h = KeyHash{}(key)*0x9E3779B97F4A7C15ull;
+    const uint32_t tag = static_cast<uint32_t>(h);
+    for (size_t s = h >> (64 - bits_);; s = (s + 1) & mask) {
+      Slot& slot = slots_[s];
+      if (slot.index == 0) {
+        slot = Slot{i + 1, tag};
         return i;
       }
-      if (ids_[slots_[s] - 1].key == key) return slots_[s] - 1;
+      if (slot.tag == tag && ids_[slot.index - 1].key == key) return slot.index - 1;
     }
   }
 
  private:
+  struct Slot {
+    uint32_t index = 0;  // index + 1; 0: empty
+    uint32_t tag = 0;    // low bits of the mixed hash
+  };
   std::span<const ObjectId> ids_;  // of one namespace and group: keys decide
   unsigned bits_ = 4;
-  std::vector<uint32_t> slots_;  // index + 1; 0: empty
+  std::vector<Slot> slots_;
 };
 
 }  // namespace
@@ -188,26 +198,32 @@ void QueryTable::ReleaseSource(QueryBlock& b) {
   b.taken = true;
 }
 
-void QueryTable::UnchargeLocked(QueryRec& q, size_t i) {
+uint64_t QueryTable::CreditLocked(QueryRec& q, size_t i) {
   QueryBlock& owner = q.blocks[q.blocks[i].charge_owner];
-  if (--owner.holders != 0 || owner.charge == 0) return;
+  if (--owner.holders != 0 || owner.charge == 0) return 0;
   budget_used_ -= owner.charge;
-  charged_[q.session] -= owner.charge;
-  owner.charge = 0;
+  return std::exchange(owner.charge, 0);
+}
+
+void QueryTable::UnchargeLocked(QueryRec& q, size_t i) {
+  if (const uint64_t credit = CreditLocked(q, i)) charged_[q.session] -= credit;
 }
 
 void QueryTable::DropQueryLocked(QueryRec& q) {
   // One pool lock and one catalog lock for the whole query.
   std::vector<EntryId> pins;
   std::vector<LeaseId> leases;
+  pins.reserve(q.blocks.size());
+  uint64_t credit = 0;  // the session's, credited once
   for (size_t i = 0; i < q.blocks.size(); ++i) {
     QueryBlock& b = q.blocks[i];
     if (b.taken) continue;
-    UnchargeLocked(q, i);
+    credit += CreditLocked(q, i);
     if (b.tier == Tier::kDram) pins.push_back(b.dram.id);
     if (b.tier == Tier::kSsd) leases.push_back(b.lease);
     b.taken = true;
   }
+  if (credit != 0) charged_[q.session] -= credit;
   if (!pins.empty()) dram_->UnpinMany(pins);
   if (!leases.empty()) ssd_->catalog().CancelMany(leases);
 }

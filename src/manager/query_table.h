@@ -111,6 +111,9 @@ class QueryTable {
   // Block i of q leaves the query (restored or released): its key's charge is
   // credited with the last occurrence.
   void UnchargeLocked(QueryRec& q, size_t i) REQUIRES(mu_);
+  // The same, but the session's charge is left to the caller: returns what
+  // it must credit there (0 unless this was the key's last holder).
+  uint64_t CreditLocked(QueryRec& q, size_t i) REQUIRES(mu_);
   // Releases every untaken block (the caller forgets the query).
   void DropQueryLocked(QueryRec& q) REQUIRES(mu_);
   template <typename Pred>

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <deque>
 #include <iterator>
 #include <map>
 #include <mutex>
@@ -10,6 +11,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "common/flat_index.h"
 #include "orbitkv/units.h"
 
 namespace orbitkv {
@@ -19,6 +21,8 @@ namespace {
 enum class ExtentState : uint8_t { kWriting, kPublished, kDropped };
 
 struct Extent {
+  uint32_t shard = 0;
+  uint64_t offset = 0;  // its key in its ring's map
   uint64_t length = 0;
   uint64_t object_size = 0;
   uint64_t generation = 0;
@@ -43,21 +47,33 @@ struct KeyWriters {
   uint64_t newest_published = 0;
 };
 
+// A lease holds its extents by address: a pinned extent is never erased (nor
+// is any extent while a lease lives, Clear() aside, which requires none).
 struct Lease {
+  LeaseId id = 0;
   SessionId session = 0;
-  std::vector<ExtentRef> refs;
+  std::vector<Extent*> extents;  // kept (with its capacity) when the lease is recycled
   uint32_t pending = 0;
   uint32_t submitted = 0;
   Clock::TimePoint deadline{};
 };
 
-ExtentRef MakeRef(uint32_t shard, uint64_t offset, const Extent& e) {
-  return ExtentRef{shard, offset, e.length, e.object_size, e.generation};
+ExtentRef MakeRef(const Extent& e) {
+  return ExtentRef{e.shard, e.offset, e.length, e.object_size, e.generation};
 }
 
-bool SameExtent(const ExtentRef& a, const ExtentRef& b) {
-  return a.shard == b.shard && a.offset == b.offset && a.generation == b.generation;
-}
+// The indexes (common/flat_index.h): the directory over published extents,
+// by key; the live leases, by id.
+struct ExtentByKey {
+  using Key = orbitkv::Key;
+  static const Key& KeyOf(const Extent& e) { return e.key; }
+  static uint64_t Hash(const Key& k) { return KeyHash{}(k); }
+};
+struct LeaseById {
+  using Key = LeaseId;
+  static const Key& KeyOf(const Lease& l) { return l.id; }
+  static uint64_t Hash(const Key& id) { return id; }
+};
 
 }  // namespace
 
@@ -70,10 +86,17 @@ struct SsdCatalog::Impl {
   mutable std::mutex mu;
   // Everything below is guarded by mu. Helpers below REQUIRE mu held.
   std::vector<Ring> rings;
-  std::unordered_map<Key, ExtentRef, KeyHash> directory;
+  // key -> its current published extent (in its ring). Flat: a chain query
+  // looks up every key of an SSD-resident prefix here.
+  FlatIndex<Extent, ExtentByKey> directory;
   // Keys with open reservations only, so bounded by writing extents.
   std::unordered_map<Key, KeyWriters, KeyHash> open_writers;
-  std::map<LeaseId, Lease> leases;
+  FlatIndex<Lease, LeaseById> leases;  // the live ones, in lease_slab
+  // Every Lease ever allocated (a deque never moves its elements); the ones
+  // not live are in free_leases, reused before the slab grows, so a query of
+  // thousands of SSD blocks allocates nothing per lease once warm.
+  std::deque<Lease> lease_slab;
+  std::vector<Lease*> free_leases;
   uint32_t cursor = 0;           // first shard the next Reserve tries
   uint64_t next_generation = 1;  // never reset, so refs from before Clear() stay stale
   LeaseId next_lease = 1;
@@ -95,6 +118,9 @@ struct SsdCatalog::Impl {
     if (it == extents.end() || it->second.generation != ref.generation) return nullptr;
     return &it->second;
   }
+
+  // The live lease `id`, or null.
+  Lease* FindLease(LeaseId id) const { return leases.Find(id); }
 
   bool IsCurrentLocked(const ExtentRef& ref) {
     const Extent* e = FindExtent(ref);
@@ -128,15 +154,11 @@ struct SsdCatalog::Impl {
     for (auto it = first; it != last; ++it) {
       const Extent& e = it->second;  // published and unpinned (dropped ones are erased then)
       ++counters.evictions;
-      auto dir = directory.find(e.key);
-      if (dir != directory.end() && SameExtent(dir->second, MakeRef(shard, it->first, e))) {
-        published_bytes -= e.length;
-        directory.erase(dir);
-      }
+      if (directory.Remove(&e)) published_bytes -= e.length;  // it was the key's current one
     }
     ring.extents.erase(first, last);
-    ring.extents.emplace(start,
-                         Extent{len, object_size, generation, key, tag, ExtentState::kWriting, 0});
+    ring.extents.emplace(start, Extent{shard, start, len, object_size, generation, key, tag,
+                                       ExtentState::kWriting, false, 0});
     ring.head = end;
     return start;
   }
@@ -156,10 +178,6 @@ struct SsdCatalog::Impl {
     rings[shard].extents.erase(offset);
   }
 
-  void Pin(const ExtentRef& ref) {
-    PinExtent(FindExtent(ref));  // present: pinned extents are never erased
-  }
-
   void PinExtent(Extent* e) {
     if (e->pin_count++ == 0) {
       ++pinned_extents;
@@ -167,14 +185,12 @@ struct SsdCatalog::Impl {
     }
   }
 
-  void Unpin(const ExtentRef& ref) {
-    Extent* e = FindExtent(ref);
-    if (e == nullptr) return;  // only after Clear() broke its REQUIRES
+  void UnpinExtent(Extent* e) {
     if (--e->pin_count == 0) {
       --pinned_extents;
       pinned_bytes -= e->length;
       // A dropped extent's range is free once no lease pins it.
-      if (e->state == ExtentState::kDropped) rings[ref.shard].extents.erase(ref.offset);
+      if (e->state == ExtentState::kDropped) rings[e->shard].extents.erase(e->offset);
     }
   }
 
@@ -183,13 +199,8 @@ struct SsdCatalog::Impl {
   bool DropLocked(uint32_t shard, std::map<uint64_t, Extent>::iterator it) {
     Extent& e = it->second;
     ++counters.dropped_extents;
-    bool listed = false;
-    auto dir = directory.find(e.key);
-    if (dir != directory.end() && SameExtent(dir->second, MakeRef(shard, it->first, e))) {
-      published_bytes -= e.length;
-      directory.erase(dir);
-      listed = true;
-    }
+    const bool listed = directory.Remove(&e);
+    if (listed) published_bytes -= e.length;
     if (e.pin_count == 0) {
       rings[shard].extents.erase(it);
     } else {
@@ -198,37 +209,59 @@ struct SsdCatalog::Impl {
     return listed;
   }
 
-  // Pins `refs` (every one current) under a new lease.
-  LeaseId LeaseLocked(std::span<const ExtentRef> refs, const LeaseSpec& spec) {
-    for (const ExtentRef& ref : refs) Pin(ref);
-    return NewLeaseLocked(refs, spec);
-  }
-
-  // A lease of `refs`, pinned by the caller.
-  LeaseId NewLeaseLocked(std::span<const ExtentRef> refs, const LeaseSpec& spec) {
-    const LeaseId id = next_lease++;
-    // Ids only grow: the new lease goes at the end of the map.
-    leases.emplace_hint(leases.end(), id,
-                        Lease{spec.session, std::vector<ExtentRef>(refs.begin(), refs.end()),
-                              spec.interests, 0, spec.deadline});
+  // A new live lease with no extents yet; the caller pins and adds them.
+  Lease& NewLeaseLocked(const LeaseSpec& spec) {
+    Lease* l;
+    if (free_leases.empty()) {
+      l = &lease_slab.emplace_back();
+    } else {
+      l = free_leases.back();
+      free_leases.pop_back();
+    }
+    l->id = next_lease++;
+    l->session = spec.session;
+    l->extents.clear();
+    l->pending = spec.interests;
+    l->submitted = 0;
+    l->deadline = spec.deadline;
+    leases.Put(l);
     pending_interests += spec.interests;
-    return id;
+    return *l;
   }
 
-  // Erases the lease and unpins its extents once no interest remains.
-  void MaybeRelease(std::map<LeaseId, Lease>::iterator it) {
-    if (it->second.pending + it->second.submitted > 0) return;
-    for (const ExtentRef& ref : it->second.refs) Unpin(ref);
-    leases.erase(it);
+  // Pins `e` for `l`.
+  void AddExtent(Lease& l, Extent* e) {
+    PinExtent(e);
+    l.extents.push_back(e);
   }
 
-  // Drops a lease's pending interests; returns how many. May erase the lease.
-  uint32_t DropPending(std::map<LeaseId, Lease>::iterator it) {
-    const uint32_t n = it->second.pending;
-    it->second.pending = 0;
+  // Unpins the lease's extents and forgets it once no interest remains.
+  void MaybeRelease(Lease& l) {
+    if (l.pending + l.submitted > 0) return;
+    for (Extent* e : l.extents) UnpinExtent(e);
+    leases.Remove(&l);
+    l.extents.clear();
+    free_leases.push_back(&l);
+  }
+
+  // Drops a lease's pending interests; returns how many. May release the lease.
+  uint32_t DropPending(Lease& l) {
+    const uint32_t n = l.pending;
+    l.pending = 0;
     pending_interests -= n;
-    MaybeRelease(it);
+    MaybeRelease(l);
     return n;
+  }
+
+  // The live leases that `pick` selects (collected first: releasing one
+  // changes the index).
+  template <typename Pred>
+  std::vector<Lease*> LeasesWhere(Pred pick) const {
+    std::vector<Lease*> out;
+    leases.ForEach([&](Lease* l) {
+      if (pick(*l)) out.push_back(l);
+    });
+    return out;
   }
 };
 
@@ -303,7 +336,7 @@ Status SsdCatalog::Publish(const ExtentRef& ref) {
   --s.writing_extents;
   s.writing_bytes -= e->length;
   ++s.counters.publishes;
-  const ExtentRef current = MakeRef(ref.shard, ref.offset, *e);
+  const ExtentRef current = MakeRef(*e);
   auto writers = s.open_writers.find(e->key);
   // A later reservation of this key published first (it may be evicted since):
   // this one is dead at once, so the key's generation never goes back.
@@ -311,12 +344,8 @@ Status SsdCatalog::Publish(const ExtentRef& ref) {
   writers->second.newest_published = std::max(writers->second.newest_published, current.generation);
   s.DropWriter(writers);
   if (superseded) return Status::OK();
-  auto [it, inserted] = s.directory.try_emplace(e->key, current);
-  if (!inserted) {
-    // The old extent stays in its ring, readable by leases, until overwritten.
-    s.published_bytes -= it->second.length;
-    it->second = current;
-  }
+  // The old extent stays in its ring, readable by leases, until overwritten.
+  if (const Extent* old = s.directory.Put(e)) s.published_bytes -= old->length;
   s.published_bytes += current.length;
   return Status::OK();
 }
@@ -359,9 +388,9 @@ size_t SsdCatalog::DropTag(uint64_t tag) {
 
 std::optional<ExtentRef> SsdCatalog::Lookup(const Key& key) const {
   std::lock_guard lock(impl_->mu);
-  auto it = impl_->directory.find(key);
-  if (it == impl_->directory.end()) return std::nullopt;
-  return it->second;
+  const Extent* e = impl_->directory.Find(key);
+  if (e == nullptr) return std::nullopt;
+  return MakeRef(*e);
 }
 
 bool SsdCatalog::IsCurrent(const ExtentRef& ref) const {
@@ -381,7 +410,9 @@ Result<LeaseId> SsdCatalog::AcquireLease(std::span<const ExtentRef> refs, const 
                               std::to_string(ref.generation) + " is no longer current");
     }
   }
-  return s.LeaseLocked(refs, spec);
+  Lease& l = s.NewLeaseLocked(spec);
+  for (const ExtentRef& ref : refs) s.AddExtent(l, s.FindExtent(ref));
+  return l.id;
 }
 
 std::optional<SsdCatalog::Leased> SsdCatalog::LookupAndLease(const Key& key,
@@ -389,13 +420,12 @@ std::optional<SsdCatalog::Leased> SsdCatalog::LookupAndLease(const Key& key,
   assert(spec.interests > 0);
   Impl& s = *impl_;
   std::lock_guard lock(s.mu);
-  auto it = s.directory.find(key);
-  if (it == s.directory.end()) return std::nullopt;
-  const ExtentRef ref = it->second;
-  Extent* e = s.FindExtent(ref);
-  if (e == nullptr || e->state != ExtentState::kPublished) return std::nullopt;
-  s.PinExtent(e);
-  return Leased{ref, s.NewLeaseLocked({&ref, 1}, spec)};
+  Extent* e = s.directory.Find(key);  // published: Drop takes it out first
+  if (e == nullptr) return std::nullopt;
+  assert(e->state == ExtentState::kPublished);
+  Lease& l = s.NewLeaseLocked(spec);
+  s.AddExtent(l, e);
+  return Leased{MakeRef(*e), l.id};
 }
 
 namespace {
@@ -408,9 +438,9 @@ Status LeaseGone(LeaseId lease) {
 Status SsdCatalog::Submit(LeaseId lease, uint32_t n) {
   Impl& s = *impl_;
   std::lock_guard lock(s.mu);
-  auto it = s.leases.find(lease);
-  if (it == s.leases.end()) return LeaseGone(lease);
-  Lease& l = it->second;
+  Lease* found = s.FindLease(lease);
+  if (found == nullptr) return LeaseGone(lease);
+  Lease& l = *found;
   if (l.pending < n) {
     return Status::FailedPrecondition("ssd catalog: lease " + std::to_string(lease) + " has " +
                                       std::to_string(l.pending) + " pending interests, " +
@@ -426,21 +456,21 @@ Status SsdCatalog::Submit(LeaseId lease, uint32_t n) {
 Status SsdCatalog::KeepUntilDone(LeaseId lease) {
   Impl& s = *impl_;
   std::lock_guard lock(s.mu);
-  auto it = s.leases.find(lease);
-  if (it == s.leases.end()) return LeaseGone(lease);
-  it->second.deadline = Clock::TimePoint{};
+  Lease* l = s.FindLease(lease);
+  if (l == nullptr) return LeaseGone(lease);
+  l->deadline = Clock::TimePoint{};
   return Status::OK();
 }
 
 void SsdCatalog::Complete(LeaseId lease, uint32_t n) {
   Impl& s = *impl_;
   std::lock_guard lock(s.mu);
-  auto it = s.leases.find(lease);
-  if (it == s.leases.end()) return;
-  const uint32_t dropped = std::min(n, it->second.submitted);
-  it->second.submitted -= dropped;
+  Lease* l = s.FindLease(lease);
+  if (l == nullptr) return;
+  const uint32_t dropped = std::min(n, l->submitted);
+  l->submitted -= dropped;
   s.submitted_interests -= dropped;
-  s.MaybeRelease(it);
+  s.MaybeRelease(*l);
 }
 
 void SsdCatalog::Cancel(LeaseId lease) { CancelMany({&lease, 1}); }
@@ -449,8 +479,7 @@ void SsdCatalog::CancelMany(std::span<const LeaseId> leases) {
   Impl& s = *impl_;
   std::lock_guard lock(s.mu);
   for (LeaseId lease : leases) {
-    auto it = s.leases.find(lease);
-    if (it != s.leases.end()) s.DropPending(it);
+    if (Lease* l = s.FindLease(lease)) s.DropPending(*l);
   }
 }
 
@@ -459,13 +488,10 @@ size_t SsdCatalog::ExpireLeases() {
   const Clock::TimePoint now = s.options.clock->Now();
   std::lock_guard lock(s.mu);
   size_t expired = 0;
-  for (auto it = s.leases.begin(); it != s.leases.end();) {
-    auto next = std::next(it);  // DropPending may erase `it`
-    const Lease& l = it->second;
-    if (l.deadline != Clock::TimePoint{} && now >= l.deadline && l.pending > 0) {
-      expired += s.DropPending(it);
-    }
-    it = next;
+  for (Lease* l : s.LeasesWhere([&](const Lease& l) {
+         return l.deadline != Clock::TimePoint{} && now >= l.deadline && l.pending > 0;
+       })) {
+    expired += s.DropPending(*l);
   }
   s.counters.expired_interests += expired;
   return expired;
@@ -474,27 +500,30 @@ size_t SsdCatalog::ExpireLeases() {
 void SsdCatalog::ReleaseSession(SessionId session) {
   Impl& s = *impl_;
   std::lock_guard lock(s.mu);
-  for (auto it = s.leases.begin(); it != s.leases.end();) {
-    auto next = std::next(it);
-    if (it->second.session == session) s.DropPending(it);
-    it = next;
+  for (Lease* l : s.LeasesWhere([&](const Lease& l) { return l.session == session; })) {
+    s.DropPending(*l);
   }
 }
 
 std::vector<ExtentRef> SsdCatalog::LeaseExtents(LeaseId lease) const {
   std::lock_guard lock(impl_->mu);
-  auto it = impl_->leases.find(lease);
-  if (it == impl_->leases.end()) return {};
-  return it->second.refs;
+  const Lease* l = impl_->FindLease(lease);
+  if (l == nullptr) return {};
+  std::vector<ExtentRef> refs;
+  refs.reserve(l->extents.size());
+  for (const Extent* e : l->extents) refs.push_back(MakeRef(*e));
+  return refs;
 }
 
 void SsdCatalog::Clear() {
   Impl& s = *impl_;
   std::lock_guard lock(s.mu);
+  s.directory.Clear();  // before the extents it points at
+  s.leases.Clear();
   for (Ring& ring : s.rings) ring = Ring{};
-  s.directory.clear();
   s.open_writers.clear();
-  s.leases.clear();
+  s.lease_slab.clear();
+  s.free_leases.clear();
   s.cursor = 0;
   s.published_bytes = s.writing_extents = s.writing_bytes = 0;
   s.pending_interests = s.submitted_interests = 0;

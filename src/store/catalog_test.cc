@@ -365,6 +365,43 @@ TEST_F(CatalogTest, CancelReleasesPendingButNotSubmitted) {
   EXPECT_TRUE(c->Reserve(K(2), 1).ok());
 }
 
+// A released lease's storage is reused for the next one: its old id must stay
+// unknown, so a late Cancel, Submit or Complete of it cannot touch the new one.
+TEST_F(CatalogTest, ReusedLeaseDoesNotAnswerToItsOldId) {
+  auto c = Make(1, 4);
+  ExtentRef a = Put(*c, 1, 100);
+  ExtentRef b = Put(*c, 2, 100);
+  LeaseId old = Lease(*c, {a});
+  c->Cancel(old);
+  LeaseId fresh = Lease(*c, {b}, /*interests=*/2);
+  ASSERT_NE(fresh, old);
+  c->Cancel(old);
+  c->Complete(old, 2);
+  EXPECT_EQ(c->Submit(old, 1).code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(c->LeaseExtents(old).empty());
+  EXPECT_EQ(c->LeaseExtents(fresh), std::vector<ExtentRef>{b});
+  auto st = c->stats();
+  EXPECT_EQ(st.active_leases, 1u);
+  EXPECT_EQ(st.pending_interests, 2u);
+  EXPECT_EQ(st.pinned_extents, 1u);
+  ASSERT_TRUE(c->Submit(fresh, 2).ok());
+  c->Complete(fresh, 2);
+  EXPECT_EQ(c->stats().active_leases, 0u);
+  EXPECT_EQ(c->stats().pinned_extents, 0u);
+  // Thousands of leases live at once, then released in another order.
+  std::vector<LeaseId> many;
+  for (int i = 0; i < 3000; ++i) many.push_back(Lease(*c, {i % 2 ? a : b}));
+  EXPECT_EQ(c->stats().active_leases, 3000u);
+  for (size_t i = 0; i < many.size(); i += 2) c->Cancel(many[i]);
+  for (size_t i = 1; i < many.size(); i += 2) {
+    EXPECT_EQ(c->LeaseExtents(many[i]), std::vector<ExtentRef>{i % 2 ? a : b});
+  }
+  c->CancelMany(many);
+  st = c->stats();
+  EXPECT_EQ(st.active_leases, 0u);
+  EXPECT_EQ(st.pending_interests, 0u);
+  EXPECT_EQ(st.pinned_extents, 0u);
+}
 TEST_F(CatalogTest, LookupAndLeaseLeasesOnlyAKeysCurrentPublishedExtent) {
   auto c = Make(1, 8);
   ExtentRef a = Put(*c, 1, 100);

@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "common/flat_index.h"
 #include "common/intrusive_list.h"
 #include "orbitkv/logging.h"
 #include "orbitkv/units.h"
@@ -134,6 +135,21 @@ struct Scratch {
 
 }  // namespace
 
+// The two indexes over the entries (common/flat_index.h).
+struct EntryById {
+  using Key = EntryId;
+  static const Key& KeyOf(const Entry& e) { return e.id; }
+  static uint64_t Hash(const Key& id) { return id; }
+};
+struct EntryByObject {
+  using Key = ObjectId;
+  static const Key& KeyOf(const Entry& e) { return e.object; }
+  static uint64_t Hash(const Key& id) { return ObjectIdHash{}(id); }
+};
+
+// How many keys ahead PinRun and UnpinMany load an entry (and twice that, its slot).
+constexpr size_t kPrefetchAhead = 4;
+
 using Lru = IntrusiveList<Entry, &Entry::lru>;
 using CheckpointLru = IntrusiveList<Entry, &Entry::ckpt_lru>;
 
@@ -149,6 +165,7 @@ struct DramCache::Impl {
                     FormatByteSize(scratch_bytes_));
       assert(false && "DramCache destroyed while in use");
     }
+    entries_.ForEach([](Entry* e) { delete e; });
     if (options_.on_arena_release) options_.on_arena_release(base_);
     if (munmap(base_, capacity_) != 0) {
       OKV_LOG_ERROR("munmap of the DRAM pool failed: {}", ErrnoText(errno));
@@ -159,15 +176,9 @@ struct DramCache::Impl {
     return DramView{e.id, base_ + e.offset, e.size, e.capacity};
   }
 
-  Entry* FindLocked(EntryId id) {
-    auto it = entries_.find(id);
-    return it == entries_.end() ? nullptr : &it->second;
-  }
+  Entry* FindLocked(EntryId id) { return entries_.Find(id); }
 
-  Entry* LookupLocked(const ObjectId& id) const {
-    auto it = directory_.find(id);
-    return it == directory_.end() ? nullptr : it->second;
-  }
+  Entry* LookupLocked(const ObjectId& id) const { return directory_.Find(id); }
 
   // Returns the offset of `len` bytes (a multiple of 4096), evicting LRU
   // entries while no free range fits. Eviction is skipped when even evicting
@@ -200,8 +211,9 @@ struct DramCache::Impl {
   Entry& NewEntryLocked(const ObjectId& id, uint64_t offset, uint64_t size, uint64_t capacity,
                         uint32_t num_parts, bool inserting) {
     const EntryId eid = next_id_++;
-    Entry& e = entries_[eid];
+    Entry& e = *new Entry;  // freed by FreeEntryLocked (or ~Impl)
     e.id = eid;
+    entries_.Put(&e);
     e.object = id;
     e.offset = offset;
     e.size = size;
@@ -213,7 +225,7 @@ struct DramCache::Impl {
     if (auto c = ckpt_groups_.find(id.ns); c != ckpt_groups_.end() && id.group < 64) {
       e.checkpoint = (c->second >> id.group) & 1;
     }
-    directory_[id] = &e;
+    directory_.Put(&e);  // a replaced entry was detached by the caller
     ++assembling_entries_;
     if (!inserting) {
       e.assembling_it = assembling_.insert(assembling_.end(), &e);
@@ -299,8 +311,7 @@ struct DramCache::Impl {
 
   // Takes an entry out of the directory so nobody finds or joins it.
   void DetachLocked(Entry& e) {
-    auto it = directory_.find(e.object);
-    if (it != directory_.end() && it->second == &e) directory_.erase(it);
+    directory_.Remove(&e);
     if (e.in_assembling) {
       assembling_.erase(e.assembling_it);
       e.in_assembling = false;
@@ -347,8 +358,7 @@ struct DramCache::Impl {
     assert(e.pins == 0);
     LruRemoveLocked(e);
     if (e.in_assembling) assembling_.erase(e.assembling_it);
-    auto it = directory_.find(e.object);
-    if (it != directory_.end() && it->second == &e) directory_.erase(it);
+    directory_.Remove(&e);
     if (e.state == EntryState::kSealed) {
       --sealed_entries_;
     } else {
@@ -357,7 +367,8 @@ struct DramCache::Impl {
     if (e.writeback_pending) --writeback_pending_;
     alloc_.Free(e.offset, e.capacity);
     used_bytes_ -= e.capacity;
-    entries_.erase(e.id);  // `e` dies here
+    entries_.Remove(&e);
+    delete &e;  // `e` dies here
   }
 
   // kReuse: records a use of `id`; returns whether it was already remembered.
@@ -385,10 +396,11 @@ struct DramCache::Impl {
   // Everything below is guarded by mu_.
   RangeAllocator alloc_;
   EntryId next_id_ = 1;
-  std::unordered_map<EntryId, Entry> entries_;  // owns every entry, detached ones too
-  std::unordered_map<ObjectId, Entry*, ObjectIdHash> directory_;  // live (not detached)
-  Lru lru_;                       // evictable, least recently used first
-  std::list<Entry*> assembling_;  // by start time (the clock is monotonic)
+  // Every entry, detached ones too; owns them (allocated in NewEntryLocked).
+  FlatIndex<Entry, EntryById> entries_;
+  FlatIndex<Entry, EntryByObject> directory_;  // live (not detached)
+  Lru lru_;                                    // evictable, least recently used first
+  std::list<Entry*> assembling_;               // by start time (the clock is monotonic)
   std::unordered_map<EntryId, Scratch> scratch_;
   CheckpointLru ckpt_lru_;                              // the checkpoints of lru_, in its order
   std::unordered_map<uint64_t, uint64_t> ckpt_groups_;  // ns -> checkpoint storage groups
@@ -481,6 +493,9 @@ size_t DramCache::PinRun(std::span<const ObjectId> ids,
   Impl& m = *impl_;
   std::lock_guard<std::mutex> lock(m.mu_);
   for (size_t n = 0; n < ids.size(); ++n) {
+    // A long chain misses the cache at every slot and entry: load them ahead.
+    if (n + 2 * kPrefetchAhead < ids.size()) m.directory_.PrefetchSlot(ids[n + 2 * kPrefetchAhead]);
+    if (n + kPrefetchAhead < ids.size()) m.directory_.PrefetchElement(ids[n + kPrefetchAhead]);
     Entry* e = m.PinSealedLocked(ids[n]);
     if (e == nullptr) return n;
     if (!keep(n, m.ViewOf(*e))) {
@@ -497,7 +512,10 @@ void DramCache::Unpin(EntryId id) { UnpinMany({&id, 1}); }
 void DramCache::UnpinMany(std::span<const EntryId> ids) {
   Impl& m = *impl_;
   std::lock_guard<std::mutex> lock(m.mu_);
-  for (EntryId id : ids) {
+  for (size_t n = 0; n < ids.size(); ++n) {
+    if (n + 2 * kPrefetchAhead < ids.size()) m.entries_.PrefetchSlot(ids[n + 2 * kPrefetchAhead]);
+    if (n + kPrefetchAhead < ids.size()) m.entries_.PrefetchElement(ids[n + kPrefetchAhead]);
+    const EntryId id = ids[n];
     Entry* e = m.FindLocked(id);
     if (e == nullptr) {
       OKV_LOG_ERROR("DramCache::Unpin: unknown entry {}", id);
@@ -800,9 +818,9 @@ size_t DramCache::EraseNamespace(uint64_t ns) {
   Impl& m = *impl_;
   std::lock_guard<std::mutex> lock(m.mu_);
   std::vector<Entry*> doomed;
-  for (const auto& [id, e] : m.directory_) {
-    if (id.ns == ns && !e->inserting) doomed.push_back(e);
-  }
+  m.directory_.ForEach([&](Entry* e) {
+    if (e->object.ns == ns && !e->inserting) doomed.push_back(e);
+  });
   size_t sealed = 0;
   for (Entry* e : doomed) {
     if (e->state == EntryState::kSealed) ++sealed;

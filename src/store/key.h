@@ -12,7 +12,13 @@ namespace orbitkv {
 
 struct Key {
   std::array<uint8_t, 32> bytes{};
-  friend bool operator==(const Key&, const Key&) = default;
+  // Four word compares, inlined (the directories compare keys on every hit).
+  friend bool operator==(const Key& a, const Key& b) {
+    uint64_t x[4], y[4];
+    std::memcpy(x, a.bytes.data(), sizeof x);
+    std::memcpy(y, b.bytes.data(), sizeof y);
+    return ((x[0] ^ y[0]) | (x[1] ^ y[1]) | (x[2] ^ y[2]) | (x[3] ^ y[3])) == 0;
+  }
   friend auto operator<=>(const Key&, const Key&) = default;
   // First 8 bytes as hex, for logs.
   std::string ShortHex() const;
