@@ -32,7 +32,7 @@ using nlohmann::json;
 constexpr uint32_t kRequestBlocks = 32;        // blocks per Publish / Restore of the engines phase
 constexpr uint32_t kEngineBlocks = 128;        // pages (and distinct blocks) per engine and point
 constexpr uint32_t kChainPublish = 256;        // blocks per Publish of the chain
-constexpr uint32_t kQueryRepeats = 20;         // queries per chain length
+constexpr uint32_t kQueryRepeats = 200;        // queries per chain length
 constexpr uint64_t kSmallSlot = 512;           // the objects phase: one 512-byte slot
 constexpr uint32_t kSmallPages = 1024;         // ... published from this many pages
 constexpr uint64_t kStormBudget = 256 * kMiB;  // pool room the storm may fill before evicting
