@@ -119,7 +119,7 @@ scale=$(/usr/bin/python3 -c '
 import json, sys
 r = json.load(open(sys.argv[1]))
 ok = (len(r["query_vs_chain"]) == 3 and r["query_vs_chain"][-1]["blocks"] == 256
-      and all(q["query"]["n"] == 20 for q in r["query_vs_chain"])
+      and all(q["query"]["n"] == 200 for q in r["query_vs_chain"])
       and [e["engines"] for e in r["engines"]] == [1, 2]
       and all(e["restore_gbps"] > 0 and e["publish_gbps"] > 0 for e in r["engines"])
       and r["directory"]["objects"] == 3000 and r["directory"]["rss_after"] > 0
