@@ -59,10 +59,13 @@ struct ManagerOptions {
   // pool per object, and restores into CUDA pages move the encoded bytes and
   // decode on the GPU; lossy codecs then give the SSD's bytes from DRAM too).
   bool codec_dram_copy_encoded = false;  // --codec-dram-copy raw|encoded
-  // Publish of CUDA pages: the largest D2H batch (one job; pipelined two
-  // deep, so a call holds at most twice this of the pool unsealed). 64 KiB to
-  // 1 GiB; a batch always takes at least one object.
+  // Publish of CUDA pages: the largest D2H batch (one job; pipelined
+  // --publish-depth deep, so a call holds at most depth x this of the pool
+  // unsealed). 64 KiB to 1 GiB; a batch always takes at least one object.
   uint64_t publish_batch_bytes = 16ull << 20;  // --publish-batch-bytes 16mib
+  // D2H jobs of one Publish call in flight at once (1..8; 1 = no overlap of
+  // a batch's assembly with the previous batch's copies).
+  uint32_t publish_depth = 2;  // --publish-depth
   // Opt-in cost observations: orbitkv_cost_seconds{path} per SSD restore route
   // (environment ORBITKV_COST_OBSERVATIONS=1, read by ParseFlags).
   bool cost_observations = false;

@@ -43,6 +43,9 @@ Status ManagerOptions::Validate() const {
   if (publish_batch_bytes < (64u << 10) || publish_batch_bytes > (1ull << 30)) {
     return Status::InvalidArgument("--publish-batch-bytes must be between 64kib and 1gib");
   }
+  if (publish_depth == 0 || publish_depth > 8) {
+    return Status::InvalidArgument("--publish-depth must be between 1 and 8");
+  }
   if (!ssd_cache_path.empty() && ssd_read_staging != 0 &&
       (ssd_read_staging < (64u << 10) || ssd_read_staging > pool_size / 2)) {
     return Status::InvalidArgument(

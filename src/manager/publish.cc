@@ -4,6 +4,7 @@
 // their pages to SSD through cuFile (CufileRoute).
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <optional>
 #include <unordered_set>
 
@@ -94,12 +95,13 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
   Status failed;
   // Objects whose bytes are being copied into their pool assemblies: on CUDA
   // pages one D2H job moves a whole batch (the staged mover merges its copies
-  // into few large DMAs), then each is sealed. Batches are pipelined: the
-  // next one is assembled and its job enqueued while the previous job's
-  // copies run, and only then is the previous one waited for and sealed.
-  // Bounded: a call holds at most two batches of the pool unsealed. Batch
-  // sizes: PublishBatchTarget (the last ones shrink, so little copy is left
-  // after the last enqueue), at most --publish-batch-bytes.
+  // into few large DMAs), then each is sealed. Batches are pipelined
+  // --publish-depth deep: the next one is assembled and its job enqueued
+  // while the earlier jobs' copies run, and only then is the oldest waited
+  // for and sealed. Bounded: a call holds at most depth batches of the pool
+  // unsealed (depth - 1 in flight, one being assembled). Batch sizes:
+  // PublishBatchTarget (the last ones shrink, so little copy is left after
+  // the last enqueue), at most --publish-batch-bytes.
   struct Pending {
     ObjectId id;
     DramView view;
@@ -120,7 +122,8 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
     std::optional<Instance::ToHostJob> job;
     Status enqueue_error;
   };
-  std::optional<Flight> flying;
+  std::deque<Flight> flying;  // oldest first
+  const size_t depth = std::max<uint32_t>(1, x.config.options.publish_depth);
   const size_t per_object = slots.size();
   uint64_t object_bytes = 0;  // this call's bytes of one object
   for (const SlotLayout* s : slots) object_bytes += s->bytes_per_page;
@@ -221,26 +224,26 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
     seal.Observe();
     return st.ok() ? copy_error : st;
   };
-  // Launches the batch, then lands the one launched before it.
+  // Lands the oldest launched batch; the first error is kept.
+  auto land_oldest = [&](Status& st) {
+    Status landed = land(flying.front());
+    flying.pop_front();
+    if (st.ok()) st = landed;
+  };
+  // Launches the batch, then lands the oldest ones until depth - 1 are in
+  // flight.
   auto flush = [&]() -> Status {
     Flight f = launch();
+    if (!f.batch.empty()) flying.push_back(std::move(f));
     Status st;
-    if (flying) {
-      st = land(*flying);
-      flying.reset();
-    }
-    if (!f.batch.empty()) flying = std::move(f);
+    while (flying.size() >= depth) land_oldest(st);
     return st;
   };
   // Launches and lands everything: this call's objects are all sealed (or
   // aborted) when it returns.
   auto drain = [&]() -> Status {
     Status st = flush();
-    if (flying) {
-      Status last = land(*flying);
-      flying.reset();
-      if (st.ok()) st = last;
-    }
+    while (!flying.empty()) land_oldest(st);
     return st;
   };
   // One key of the request: skipped, sent to the GPU encode path, or copied
@@ -274,7 +277,7 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
     auto begin = [&] { return x.dram->BeginAssembly(id, shape.object_size, g.num_slots, header); };
     Result<DramView> v = begin();
     if (!v.ok() && v.status().code() == StatusCode::kResourceExhausted &&
-        (!batch.empty() || flying)) {
+        (!batch.empty() || !flying.empty())) {
       // This call's own unsealed objects hold room: seal them (they become
       // writeback candidates) before waiting for any.
       failed = drain();

@@ -1,8 +1,8 @@
 // PublishBatchTarget: the size of Publish's next D2H batch (DESIGN.md
 // "Publish"). A Publish of CUDA pages copies its objects into the pool in
-// batches, one D2H job each, pipelined two deep: the next batch is assembled
-// and enqueued while the previous one's copies run. The job the last enqueue
-// leaves behind runs with nothing beside it, so the call's batches shrink
+// batches, one D2H job each, pipelined --publish-depth deep: the next batch is
+// assembled and enqueued while the earlier ones' copies run. The job the last
+// enqueue leaves behind runs with nothing beside it, so the call's batches shrink
 // towards its end: each takes at most half of the bytes still to come, down
 // to cap/8 (at least one object: a batch closes once it reaches its target).
 // Pure; no CUDA.

@@ -63,6 +63,9 @@ Result<ParsedFlags> ParseFlags(int argc, const char* const* argv, std::string* o
                  "Publish of CUDA pages: the largest D2H batch (one copy job; a call's last "
                  "batches are smaller)")
       ->capture_default_str();
+  app.add_option("--publish-depth", o.publish_depth,
+                 "Publish of CUDA pages: D2H batches of one call in flight at once (1..8)")
+      ->capture_default_str();
   app.add_option("--codec-budget", codec_budget,
                  "Codec memory: encoded output the SSD writeback lanes hold at once (split "
                  "between them)")

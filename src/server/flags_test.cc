@@ -21,6 +21,7 @@ TEST(Flags, DefaultsMatchTheSpec) {
   EXPECT_EQ(p->options.storage_codec, "none");  // compression is off by default
   EXPECT_EQ(p->options.codec_budget, 256ull << 20);
   EXPECT_EQ(p->options.publish_batch_bytes, 16ull << 20);
+  EXPECT_EQ(p->options.publish_depth, 2u);
   EXPECT_FALSE(p->options.codec_dram_copy_encoded);  // DRAM keeps raw copies
 }
 
@@ -52,6 +53,7 @@ TEST(Flags, HelpListsEveryFlagWithItsDefault) {
                            "--codec-budget",
                            "--codec-dram-copy",
                            "--publish-batch-bytes",
+                           "--publish-depth",
                            "--protocol-spin-us",
                            "16mib",
                            "256mib"}) {
@@ -78,6 +80,9 @@ TEST(Flags, ParsesValues) {
   EXPECT_EQ(p->options.storage_codec, "turboquant-3");
   EXPECT_EQ(p->options.codec_budget, 1ull << 30);
   EXPECT_EQ(p->options.publish_batch_bytes, 4ull << 20);
+  auto depth = Parse({"--publish-depth", "4"});
+  ASSERT_TRUE(depth.ok()) << depth.status().ToString();
+  EXPECT_EQ(depth->options.publish_depth, 4u);
   auto e = Parse({"--codec-dram-copy", "encoded"});
   ASSERT_TRUE(e.ok()) << e.status().ToString();
   EXPECT_TRUE(e->options.codec_dram_copy_encoded);
@@ -145,6 +150,8 @@ TEST(Flags, BadValuesNameTheFlagOnOneLine) {
            {{"--publish-batch-bytes", "32kib"}, "--publish-batch-bytes"},
            {{"--publish-batch-bytes", "2gib"}, "--publish-batch-bytes"},
            {{"--publish-batch-bytes", "lots"}, "--publish-batch-bytes"},
+           {{"--publish-depth", "0"}, "--publish-depth"},
+           {{"--publish-depth", "9"}, "--publish-depth"},
            {{"--protocol-spin-us", "1001"}, "--protocol-spin-us"},
            {{"--codec-dram-copy", "compressed"}, "--codec-dram-copy"},
            {{"--ssd-read-path", "auto"}, "--ssd-read-path"},

@@ -16,7 +16,16 @@
 // engine's regions, instead of one local allocation; --extra-ipc N: N more
 // such mappings opened and not copied to, as other instances' regions are)
 // printing p50/p99 of the wall time and, for the platform rows, of the
-// enqueue (CreateEvent + CopyAsync + Record) apart from the wait. Every
+// enqueue (CreateEvent + CopyAsync + Record) apart from the wait.
+// --threads N (N >= 1, with --to-host; staged mover, with the CRCs): then
+// rows of N threads publishing at once, as a Manager's request threads do,
+// each its 1/N of the objects, --iters jobs each pipelined --depth deep
+// (default 2: the next job enqueued before the previous is waited for), on
+// streams of their own (one per job in flight, as Instance::EnqueueToHost)
+// or on one stream the threads share (enqueues under a mutex), printing the
+// aggregate GB/s and the enqueue p50 of each (--threads-mover M: the mover
+// of these rows, default staged; with --ipc-pages their pages are the IPC
+// mappings too). Every
 // iteration's pages are checked against the object once at the end of each
 // row. A benchmark, not a test: run it on a CUDA host (h200_perf.sh runs it).
 #include <cuda_runtime_api.h>
@@ -26,10 +35,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
@@ -72,6 +84,8 @@ int main(int argc, char** argv) {
   int gap_us = 0;  // idle time between iterations (the Manager's calls are not back to back)
   uint64_t extra_ipc = 0;
   bool to_host = false, ipc_pages = false;
+  int threads = 0, depth = 2;
+  std::string threads_mover = "staged";
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--to-host") to_host = true;
     if (std::string(argv[i]) == "--ipc-pages") ipc_pages = true;
@@ -86,6 +100,9 @@ int main(int argc, char** argv) {
     if (a == "--slot-bytes") slot_bytes = std::strtoull(argv[i + 1], nullptr, 10);
     if (a == "--iters") iters = std::atoi(argv[i + 1]);
     if (a == "--gap-us") gap_us = std::max(0, std::atoi(argv[i + 1]));
+    if (a == "--threads") threads = std::max(0, std::atoi(argv[i + 1]));
+    if (a == "--threads-mover") threads_mover = argv[i + 1];
+    if (a == "--depth") depth = std::max(1, std::atoi(argv[i + 1]));
     if (a == "--extra-ipc") extra_ipc = std::strtoull(argv[i + 1], nullptr, 10);
     if (a == "--objects") objects = std::max<uint64_t>(1, std::strtoull(argv[i + 1], nullptr, 10));
   }
@@ -375,6 +392,114 @@ int main(int argc, char** argv) {
     const Quant w = Q(wall), a = Q(enq), b = Q(wait);
     std::printf("  %-18s %10.1f %10.1f %14.1f %14.1f %10.1f\n", row.c_str(), w.p50, w.p99, a.p50,
                 b.p50, double(total_slots * slot_bytes) / (w.p50 * 1e3));
+  }
+  if (to_host && threads > 0) {
+    // Concurrent publishers: does the D2H job slow down when several
+    // threads' streams hold D2H work, and does one shared stream avoid it?
+    ::setenv(orbitkv::gpu::kGpuCopyEnv, threads_mover.c_str(), 1);
+    auto platform = orbitkv::gpu::CreateCudaPlatform();
+    ::unsetenv(orbitkv::gpu::kGpuCopyEnv);
+    if (!platform.ok()) return 3;
+    auto device = (*platform)->device(0);
+    if (!device.ok()) return 3;
+    orbitkv::gpu::Device& d = **device;
+    std::vector<orbitkv::gpu::IpcMapping> maps;
+    std::vector<CopyOp> c_ops = ops;
+    std::vector<orbitkv::gpu::CrcOp> c_crcs = crc_ops;
+    if (ipc_pages) {  // the child's pages, as the platform rows use them
+      for (const auto& h : handles) {
+        auto m = d.OpenIpc(h);
+        if (!m.ok()) return 3;
+        maps.push_back(*m);
+      }
+      for (uint64_t s = 0; s < total_slots; ++s) {
+        const DevPtr page = maps[s % slots].base + (s / slots) * 4 * slot_bytes;
+        c_ops[s].src = page;
+        c_crcs[s].data = page;
+        CHECK_CUDA(cudaMemcpy(reinterpret_cast<void*>(page), want.data() + s * slot_bytes,
+                              slot_bytes, cudaMemcpyHostToDevice));
+      }
+    }
+    if (objects % threads != 0) {
+      std::fprintf(stderr, "copy_latency_bench: --objects must be a multiple of --threads\n");
+      return 2;
+    }
+    const uint64_t per = objects / threads * slots;  // each thread's ops (local pages)
+    const int n = threads;
+    for (const bool shared : {false, true}) {
+      std::unique_ptr<orbitkv::gpu::Stream> one;
+      if (shared) {
+        auto s1 = d.CreateStream();
+        if (!s1.ok()) return 3;
+        one = std::move(*s1);
+      }
+      std::mutex enqueue_mu;
+      std::atomic<int> ready{0};
+      std::atomic<bool> go{false}, failed{false};
+      std::vector<std::vector<double>> enq(n);
+      auto body = [&](int t) {
+        std::span<const CopyOp> my_ops(c_ops.data() + t * per, per);
+        std::span<const orbitkv::gpu::CrcOp> my_crcs(c_crcs.data() + t * per, per);
+        uint32_t* my_out = crc_out + t * per;
+        std::vector<std::unique_ptr<orbitkv::gpu::Stream>> own;
+        for (int k = 0; k < depth && !shared; ++k) {
+          auto sk = d.CreateStream();
+          if (!sk.ok()) return failed.store(true);
+          own.push_back(std::move(*sk));
+        }
+        std::deque<std::unique_ptr<orbitkv::gpu::Event>> flying;
+        ready.fetch_add(1);
+        while (!go.load()) {
+        }
+        for (int i = 0; i < iters && !failed.load(); ++i) {
+          if (static_cast<int>(flying.size()) == depth) {
+            if (!d.Wait(*flying.front()).ok()) return failed.store(true);
+            flying.pop_front();
+          }
+          const auto t0 = Clock::now();
+          auto e = d.CreateEvent();
+          if (!e.ok()) return failed.store(true);
+          orbitkv::gpu::Stream& s = shared ? *one : *own[i % depth];
+          std::unique_lock<std::mutex> l(enqueue_mu, std::defer_lock);
+          if (shared) l.lock();
+          if (!d.CopyAsync(my_ops, s).ok() || !d.Crc32cAsync(my_crcs, my_out, s).ok() ||
+              !d.Record(**e, s).ok()) {
+            return failed.store(true);
+          }
+          if (shared) l.unlock();
+          enq[t].push_back(Us(Clock::now() - t0));
+          flying.push_back(std::move(*e));
+        }
+        for (auto& e : flying) {
+          if (!d.Wait(*e).ok()) failed.store(true);
+        }
+      };
+      std::vector<std::thread> pool;
+      for (int t = 0; t < n; ++t) pool.emplace_back(body, t);
+      while (ready.load() < n) {
+      }
+      const auto t0 = Clock::now();
+      go.store(true);
+      for (auto& th : pool) th.join();
+      const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+      if (failed.load()) {
+        std::fprintf(stderr, "concurrent publish: a CUDA call failed\n");
+        return 3;
+      }
+      std::vector<double> all;
+      for (auto& v : enq) all.insert(all.end(), v.begin(), v.end());
+      const std::string row = std::to_string(n) + "x" + std::to_string(depth) +
+                              (shared ? " one stream" : " own streams") + (ipc_pages ? " ipc" : "");
+      verify(row.c_str());
+      std::printf("  %-18s %10s %10s %14.1f %14s %10.1f   (aggregate, %.2f MiB jobs)\n",
+                  row.c_str(), "-", "-", Q(all).p50, "-",
+                  double(n) * iters * per * slot_bytes / (secs * 1e9),
+                  double(per * slot_bytes) / (1 << 20));
+    }
+    CHECK_CUDA(cudaDeviceSynchronize());
+    for (const auto& m : maps) {
+      if (!d.CloseIpc(m.base).ok()) return 3;
+    }
   }
   if (crc_out) CHECK_CUDA(cudaFreeHost(crc_out));
   if (child > 0) {
