@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <span>
 
 #include "bench/cuda_fill.h"
 #include "bench/cuda_pages.h"
@@ -101,6 +102,25 @@ class CudaPageTarget : public PageTarget {
       cudaMemcpy(Slot(s, page), staging_, s.bytes_per_page, cudaMemcpyHostToDevice);
     }
   }
+  void FillMany(uint32_t group, std::span<const BlockKey> keys,
+                std::span<const uint64_t> pages) override {
+    cudaSetDevice(ordinal_);
+    const size_t per = layout_.groups[group].slots.size();
+    if (!kernels_ || keys.empty() || !Reserve(keys.size() * per).ok()) {
+      PageTarget::FillMany(group, keys, pages);
+      return;
+    }
+    uint32_t max_words = 0;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      DescribeInto(group, keys[i], pages[i], fills_host_ + i * per, &max_words);
+    }
+    const auto count = static_cast<uint32_t>(keys.size() * per);
+    cudaError_t e = cudaMemcpyAsync(fills_dev_, fills_host_, sizeof(SlotFill) * count,
+                                    cudaMemcpyHostToDevice, stream_);
+    if (e == cudaSuccess) e = LaunchSlotFill(fills_dev_, count, max_words, stream_);
+    const cudaError_t synced = cudaStreamSynchronize(stream_);  // fills_host_ is free again
+    if (e != cudaSuccess || synced != cudaSuccess) PageTarget::FillMany(group, keys, pages);
+  }
   bool Check(uint32_t group, const BlockKey& key, uint64_t page) override {
     cudaSetDevice(ordinal_);
     if (kernels_) return CheckOnGpu(group, key, page);
@@ -162,14 +182,10 @@ class CudaPageTarget : public PageTarget {
       }
     }
     if (most == 0 || layout_.num_pages == 0) return Status::OK();
-    ORBITKV_RETURN_IF_ERROR(
-        Cuda(cudaMallocHost(reinterpret_cast<void**>(&fills_host_), sizeof(SlotFill) * most),
-             "cudaMallocHost"));
+    ORBITKV_RETURN_IF_ERROR(Reserve(most));
     ORBITKV_RETURN_IF_ERROR(
         Cuda(cudaMallocHost(reinterpret_cast<void**>(&bad_host_), sizeof(uint32_t) * most),
              "cudaMallocHost"));
-    ORBITKV_RETURN_IF_ERROR(Cuda(
-        cudaMalloc(reinterpret_cast<void**>(&fills_dev_), sizeof(SlotFill) * most), "cudaMalloc"));
     ORBITKV_RETURN_IF_ERROR(Cuda(
         cudaMalloc(reinterpret_cast<void**>(&bad_dev_), sizeof(uint32_t) * most), "cudaMalloc"));
     kernels_ = true;
@@ -203,20 +219,48 @@ class CudaPageTarget : public PageTarget {
       return Status::Internal("the CUDA page poison kernel left a slot as it was");
     return Status::OK();
   }
+  // The descriptors of `group`'s slots of `page` into at[0, slots); raises
+  // *max_words to the largest slot's words.
+  void DescribeInto(uint32_t group, const BlockKey& key, uint64_t page, SlotFill* at,
+                    uint32_t* max_words) {
+    const std::vector<SlotLayout>& slots = layout_.groups[group].slots;
+    for (size_t k = 0; k < slots.size(); ++k) {
+      const SlotLayout& s = slots[k];
+      at[k] = {reinterpret_cast<uint64_t*>(Slot(s, page)), s.bytes_per_page / 8,
+               demo::BlockSlotSeed(key, s.slot_id)};
+      *max_words = std::max<uint32_t>(*max_words, static_cast<uint32_t>(s.bytes_per_page / 8));
+    }
+  }
   // The descriptors of `group`'s slots of `page` into fills_dev_ (on stream_).
   cudaError_t Describe(uint32_t group, const BlockKey& key, uint64_t page, uint32_t* count,
                        uint32_t* max_words) {
-    const std::vector<SlotLayout>& slots = layout_.groups[group].slots;
-    *count = static_cast<uint32_t>(slots.size());
+    *count = static_cast<uint32_t>(layout_.groups[group].slots.size());
     *max_words = 0;
-    for (uint32_t k = 0; k < *count; ++k) {
-      const SlotLayout& s = slots[k];
-      fills_host_[k] = {reinterpret_cast<uint64_t*>(Slot(s, page)), s.bytes_per_page / 8,
-                        demo::BlockSlotSeed(key, s.slot_id)};
-      *max_words = std::max<uint32_t>(*max_words, static_cast<uint32_t>(s.bytes_per_page / 8));
-    }
+    DescribeInto(group, key, page, fills_host_, max_words);
     return cudaMemcpyAsync(fills_dev_, fills_host_, sizeof(SlotFill) * *count,
                            cudaMemcpyHostToDevice, stream_);
+  }
+  // Room for `entries` fill descriptors (host and device), grown as needed.
+  // REQUIRES: nothing on stream_ still reads the old ones (every use syncs).
+  Status Reserve(size_t entries) {
+    if (entries <= fills_cap_) return Status::OK();
+    SlotFill* host = nullptr;
+    SlotFill* dev = nullptr;
+    ORBITKV_RETURN_IF_ERROR(
+        Cuda(cudaMallocHost(reinterpret_cast<void**>(&host), sizeof(SlotFill) * entries),
+             "cudaMallocHost"));
+    if (Status st = Cuda(cudaMalloc(reinterpret_cast<void**>(&dev), sizeof(SlotFill) * entries),
+                         "cudaMalloc");
+        !st.ok()) {
+      cudaFreeHost(host);
+      return st;
+    }
+    cudaFreeHost(fills_host_);
+    cudaFree(fills_dev_);
+    fills_host_ = host;
+    fills_dev_ = dev;
+    fills_cap_ = entries;
+    return Status::OK();
   }
   cudaError_t FillOnGpu(uint32_t group, const BlockKey& key, uint64_t page) {
     uint32_t count = 0, max_words = 0;
@@ -259,8 +303,9 @@ class CudaPageTarget : public PageTarget {
   uint8_t* staging_ = nullptr;      // pinned, one slot
   cudaStream_t stream_ = nullptr;   // the naive route's copies; the fill and check kernels
   bool kernels_ = false;            // Fill and Check on the GPU (SetUpKernels)
-  SlotFill* fills_host_ = nullptr;  // pinned: one group's slot descriptors
+  SlotFill* fills_host_ = nullptr;  // pinned: slot descriptors (fills_cap_ of them)
   SlotFill* fills_dev_ = nullptr;
+  size_t fills_cap_ = 0;
   uint32_t* bad_host_ = nullptr;  // pinned: the check kernel's verdicts
   uint32_t* bad_dev_ = nullptr;
 };

@@ -246,23 +246,26 @@ class EngineRun {
                         uint64_t valid_tokens, bool measured) {
     const size_t groups = o_.model ? o_.model->groups.size() : 1;
     std::vector<std::vector<BlockKey>> keys(groups);
+    std::vector<std::vector<BlockKey>> contents(groups);  // what each page is filled with
     std::vector<std::vector<uint64_t>> pages(groups);
     if (!o_.model) {
       for (uint64_t i = 0; i < r.keys.size(); ++i) {
         if (valid[i]) continue;
-        pages_.Fill(0, r.keys[i], i);
         keys[0].push_back(r.keys[i]);
         pages[0].push_back(i);
       }
+      contents[0] = keys[0];
     } else {
       for (const demo::ChainPiece& p :
            demo::ChainPieces(*o_.model, valid_tokens, r.keys.size() * BlockTokens())) {
         const BlockKey& chain_key = r.keys[p.key_index];
-        pages_.Fill(p.group, demo::PieceContentKey(chain_key, p.group), p.key_index);
         keys[p.group].push_back(chain_key);
+        contents[p.group].push_back(demo::PieceContentKey(chain_key, p.group));
         pages[p.group].push_back(p.key_index);
       }
     }
+    // The request's pages are made at once, as a forward pass makes them.
+    for (uint32_t g = 0; g < groups; ++g) pages_.FillMany(g, contents[g], pages[g]);
     for (uint32_t g = 0; g < groups; ++g) {
       if (keys[g].empty()) continue;
       const uint32_t storage_group = o_.model ? o_.model->groups[g].storage_group : 0;

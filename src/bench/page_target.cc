@@ -51,6 +51,11 @@ class HostPageTarget final : public PageTarget {
 
 }  // namespace
 
+void PageTarget::FillMany(uint32_t group, std::span<const BlockKey> keys,
+                          std::span<const uint64_t> pages) {
+  for (size_t i = 0; i < keys.size(); ++i) Fill(group, keys[i], pages[i]);
+}
+
 Result<uint8_t*> PageTarget::AllocateBuffer(uint64_t bytes) {
   void* buf = nullptr;
   if (::posix_memalign(&buf, 4096, AlignUp(bytes, 4096)) != 0)

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,12 @@ class PageTarget {
   // write a byte cannot pass Check with stale content.
   virtual void Poison(uint32_t group, uint64_t page) = 0;
   virtual void Fill(uint32_t group, const BlockKey& key, uint64_t page) = 0;
+  // Fill(group, keys[i], pages[i]) for every i: what an engine's forward pass
+  // produces before one Publish call. CUDA pages: one kernel launch and one
+  // synchronisation for them all (one per block kept each engine idle about
+  // 1 ms per 32-block call, between its Publish calls). REQUIRES: equal sizes.
+  virtual void FillMany(uint32_t group, std::span<const BlockKey> keys,
+                        std::span<const uint64_t> pages);
   // True if every slot of `page` of `group` holds exactly Fill(key)'s bytes.
   virtual bool Check(uint32_t group, const BlockKey& key, uint64_t page) = 0;
   // Copies the slots of `page` of `group`, back to back, to dst[0, group_bytes(group)).
