@@ -113,6 +113,8 @@ Result<std::unique_ptr<Manager>> Manager::Create(const ManagerConfig& config) {
     r.queue_full = x.m.read_queue_full;
     r.cancelled = x.m.restore_cancelled;
     r.cost = x.m.cost_uring;
+    r.cost_verify = x.m.cost_uring_verify;
+    r.cost_promote = x.m.cost_uring_promote;
     x.uring = std::make_unique<UringRoute>(std::move(r));
     if (backend.cufile) {
       CufileRoute::Options c;

@@ -90,6 +90,8 @@ ManagerMetrics ManagerMetrics::Register(MetricsRegistry& m, bool ssd, bool cost_
     x.cost_copy_call[1] = child("d2h_copy_call");
     x.cost_crc_launch = child("d2h_crc_launch");
     x.cost_publish_call = child("publish_call");
+    x.cost_uring_verify = child("ssd_uring_verify");
+    x.cost_uring_promote = child("ssd_uring_promote");
   }
   if (!ssd) {
     // Keep the SSD series on /metrics even with SSD caching off.

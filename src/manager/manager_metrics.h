@@ -34,6 +34,9 @@ struct ManagerMetrics {
   Histogram* cost_copy_call[2] = {nullptr, nullptr};  // the CopyAsync call inside an enqueue
   Histogram* cost_crc_launch = nullptr;               // a D2H job's CRC32C launch
   Histogram* cost_publish_call = nullptr;             // Manager::Publish, whole
+  Histogram* cost_uring_verify =
+      nullptr;  // io_uring copy lane, per block: checks, CRC32C, copy list
+  Histogram* cost_uring_promote = nullptr;  // io_uring copy lane, per block: promotion into DRAM
 
   // `ssd`: SSD caching is on (else its series are still put on /metrics).
   static ManagerMetrics Register(MetricsRegistry& m, bool ssd, bool cost_observations);

@@ -1,5 +1,6 @@
 #include "manager/uring_route.h"
 
+#include "manager/cost_timer.h"
 #include "orbitkv/logging.h"
 #include "store/object_format.h"
 
@@ -171,9 +172,11 @@ void UringRoute::CopyLane(CopyJob& job) {
     Status st = job.read_status[i];
     if (st.ok()) {
       Instance::PageCopies copies(o_.dram);
+      const CostTimer verify(o_.cost_verify);
       st = inst.ObjectToPages(b.src.id.group, {b.scratch.data, b.src.ref.object_size}, b.src.id,
                               b.page,
                               /*from_ssd=*/true, &copies);
+      verify.Observe();
       if (st.ok()) st = inst.CopyAndWait(/*to_device=*/true, copies.ops);
       o_.ssd->DropIfCorrupt(b.src.ref, b.src.id, st);
     }
@@ -181,8 +184,10 @@ void UringRoute::CopyLane(CopyJob& job) {
       o_.bytes_restore->Inc(b.src.ref.object_size);
       // Not an object dropped while this restore read it (a cleared namespace).
       if (o_.promote && !o_.dram->Contains(b.src.id) && o_.ssd->catalog().IsCurrent(b.src.ref)) {
+        const CostTimer promote(o_.cost_promote);
         o_.dram->InsertSealed(b.src.id, {b.scratch.data, b.src.ref.object_size})
             .IgnoreError("promotion to DRAM is best effort");
+        promote.Observe();
       }
     }
     if (b.scratch.data) o_.staging->Release(b.scratch);

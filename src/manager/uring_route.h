@@ -43,6 +43,11 @@ class UringRoute final : public SsdRoute {
     Counter* queue_full = nullptr;
     Counter* cancelled = nullptr;
     Histogram* cost = nullptr;  // optional: ORBITKV_COST_OBSERVATIONS
+    // Children of `cost`, per block of the copy lane: the header checks and
+    // payload CRC32C with the copy list (ObjectToPages), and the promotion
+    // into DRAM (a memcpy of the object).
+    Histogram* cost_verify = nullptr;
+    Histogram* cost_promote = nullptr;
   };
   explicit UringRoute(Options options);
   ~UringRoute() override { Close(); }
