@@ -1,5 +1,7 @@
 #include "gpu/copy_options.h"
 
+#include <cctype>
+#include <cerrno>
 #include <cstdlib>
 
 #include "orbitkv/units.h"
@@ -24,6 +26,7 @@ std::string GpuCopyOptions::Describe() const {
     out += " (4 x " + FormatByteSize(staging_bytes) + " device staging per device, ops of " +
            FormatByteSize(direct_bytes) + " or more to the copy engines)";
   }
+  out += ", waits spin " + std::to_string(wait_spin_us) + " us then sleep";
   return out;
 }
 
@@ -50,7 +53,7 @@ Status ParseSizeVariable(const char* name, const char* value, uint64_t min, uint
 }  // namespace
 
 Result<GpuCopyOptions> ParseGpuCopyOptions(const char* mode, const char* staging,
-                                           const char* direct) {
+                                           const char* direct, const char* wait_spin_us) {
   GpuCopyOptions o;
   if (mode != nullptr && *mode != '\0') {
     const std::string_view m(mode);
@@ -69,12 +72,23 @@ Result<GpuCopyOptions> ParseGpuCopyOptions(const char* mode, const char* staging
                                             "1mib..256mib", &o.staging_bytes));
   ORBITKV_RETURN_IF_ERROR(ParseSizeVariable(kGpuCopyDirectEnv, direct, 4u << 10, 256u << 20,
                                             "4kib..256mib", &o.direct_bytes));
+  if (wait_spin_us != nullptr && *wait_spin_us != '\0') {
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long v = std::strtoull(wait_spin_us, &end, 10);
+    if (errno != 0 || *end != '\0' || !std::isdigit(static_cast<unsigned char>(*wait_spin_us)) ||
+        v > 100000) {
+      return Status::InvalidArgument(std::string(kGpuWaitSpinEnv) + "='" + wait_spin_us +
+                                     "': expected microseconds, 0..100000");
+    }
+    o.wait_spin_us = static_cast<uint32_t>(v);
+  }
   return o;
 }
 
 Result<GpuCopyOptions> GpuCopyOptionsFromEnvironment() {
   return ParseGpuCopyOptions(std::getenv(kGpuCopyEnv), std::getenv(kGpuCopyStagingEnv),
-                             std::getenv(kGpuCopyDirectEnv));
+                             std::getenv(kGpuCopyDirectEnv), std::getenv(kGpuWaitSpinEnv));
 }
 
 }  // namespace orbitkv::gpu

@@ -25,6 +25,15 @@
 //              README "Benchmark"): 32 KiB slots at 98% of H2D through the
 //              copy engines idle and 97% beside a busy GPU, staged 101% and
 //              12%; 4 KiB slots 11% through the copy engines, staged 112%.
+//   ORBITKV_GPU_WAIT_SPIN_US=N                (default 100; 0..100000)
+//     Device::Wait (a copy job's event, as a request thread waits for it)
+//     polls the event for up to N us, then sleeps until the GPU signals it
+//     (events are made with cudaEventBlockingSync). Without it a wait spun
+//     on a core for its whole length (the runtime's default scheduling with
+//     one context and more cores), and a publish's 0.7-1.4 ms job waits, on
+//     four request threads, were Manager CPU (issue 18's <= 0.1 s/GB). The
+//     spin keeps short waits (one block's copy: tens of us) free of the
+//     wake-up's latency.
 //
 // Pure parsing, no CUDA: built and tested everywhere.
 #pragma once
@@ -45,6 +54,7 @@ struct GpuCopyOptions {
   HostCopyMode mode = HostCopyMode::kStaged;
   uint64_t staging_bytes = 8u << 20;
   uint64_t direct_bytes = 32u << 10;  // ORBITKV_GPU_COPY_DIRECT
+  uint32_t wait_spin_us = 100;        // ORBITKV_GPU_WAIT_SPIN_US
   // Device memory the staged mover holds per device once used.
   uint64_t StagingBudget() const { return mode == HostCopyMode::kStaged ? 4 * staging_bytes : 0; }
   std::string Describe() const;  // "staged (4 x 8 MiB device staging)"
@@ -53,12 +63,14 @@ struct GpuCopyOptions {
 inline constexpr const char* kGpuCopyEnv = "ORBITKV_GPU_COPY";
 inline constexpr const char* kGpuCopyStagingEnv = "ORBITKV_GPU_COPY_STAGING";
 inline constexpr const char* kGpuCopyDirectEnv = "ORBITKV_GPU_COPY_DIRECT";
+inline constexpr const char* kGpuWaitSpinEnv = "ORBITKV_GPU_WAIT_SPIN_US";
 
 // From the values (null: unset). InvalidArgument naming the variable and the
 // accepted values.
 Result<GpuCopyOptions> ParseGpuCopyOptions(const char* mode, const char* staging,
-                                           const char* direct = nullptr);
-// ParseGpuCopyOptions of the three variables.
+                                           const char* direct = nullptr,
+                                           const char* wait_spin_us = nullptr);
+// ParseGpuCopyOptions of the four variables.
 Result<GpuCopyOptions> GpuCopyOptionsFromEnvironment();
 
 }  // namespace orbitkv::gpu

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
@@ -511,7 +512,9 @@ Result<std::unique_ptr<Stream>> CudaDevice::CreateStream() {
 Result<std::unique_ptr<Event>> CudaDevice::CreateEvent() {
   ORBITKV_RETURN_IF_ERROR(MakeCurrent());
   cudaEvent_t e = nullptr;
-  ORBITKV_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  // Blocking sync: a Wait past its spin sleeps instead of spinning a core.
+  ORBITKV_CUDA_RETURN_IF_ERROR(
+      cudaEventCreateWithFlags(&e, cudaEventDisableTiming | cudaEventBlockingSync));
   return std::unique_ptr<Event>(new CudaEvent(platform_, ordinal_, e));
 }
 
@@ -534,6 +537,17 @@ Result<bool> CudaDevice::Poll(Event& event) {
 Status CudaDevice::Wait(Event& event) {
   ORBITKV_ASSIGN_OR_RETURN(CudaEvent * e, Own(event));
   ORBITKV_RETURN_IF_ERROR(MakeCurrent());
+  // Poll for up to ORBITKV_GPU_WAIT_SPIN_US, then sleep in the blocking
+  // synchronize (gpu/copy_options.h).
+  if (copy_.wait_spin_us > 0) {
+    const auto until =
+        std::chrono::steady_clock::now() + std::chrono::microseconds(copy_.wait_spin_us);
+    do {
+      const cudaError_t q = cudaEventQuery(e->get());
+      if (q == cudaSuccess) return Status::OK();
+      if (q != cudaErrorNotReady) return ORBITKV_CUDA_STATUS(q);
+    } while (std::chrono::steady_clock::now() < until);
+  }
   return ORBITKV_CUDA_STATUS(cudaEventSynchronize(e->get()));
 }
 

@@ -249,6 +249,14 @@ TEST(GpuCopyOptionsTest, DefaultsAndErrors) {
   Result<GpuCopyOptions> small = ParseGpuCopyOptions(nullptr, nullptr, "1kib");
   ASSERT_FALSE(small.ok());
   EXPECT_NE(small.status().message().find("ORBITKV_GPU_COPY_DIRECT='1kib'"), std::string::npos);
+  EXPECT_EQ(d->wait_spin_us, 100u);
+  EXPECT_EQ(ParseGpuCopyOptions(nullptr, nullptr, nullptr, "0")->wait_spin_us, 0u);
+  EXPECT_EQ(ParseGpuCopyOptions(nullptr, nullptr, nullptr, "2500")->wait_spin_us, 2500u);
+  for (const char* v : {"-1", "100001", "50us", " 5", "lots"}) {
+    Result<GpuCopyOptions> spin = ParseGpuCopyOptions(nullptr, nullptr, nullptr, v);
+    ASSERT_FALSE(spin.ok()) << v;
+    EXPECT_NE(spin.status().message().find("ORBITKV_GPU_WAIT_SPIN_US"), std::string::npos) << v;
+  }
 }
 
 }  // namespace
