@@ -185,6 +185,12 @@ case "${1:-}" in
     "$dir/copy_latency_bench" --objects 32 --iters 200 --to-host | tee "$out/copy_latency_d2h.txt"
     st=${PIPESTATUS[0]}
     ((rc == 0 && st != 0)) && rc=$st
+    # Four publishers at once (a Manager's request threads), 16 MiB jobs two deep, on the
+    # Manager's kind of pages (one IPC mapping per slot): streams of their own or one shared.
+    "$dir/copy_latency_bench" --objects 32 --iters 100 --to-host --threads 4 --ipc-pages |
+      tee "$out/copy_latency_d2h_4threads.txt"
+    st=${PIPESTATUS[0]}
+    ((rc == 0 && st != 0)) && rc=$st
     # One block's copy again, 1 ms apart (a Manager's one-block restores
     # arrive on an idle host): what idleness costs the enqueue and the wait.
     "$dir/copy_latency_bench" --iters 300 --gap-us 1000 | tee "$out/copy_latency_gap.txt"
