@@ -1,12 +1,14 @@
 #include "store/catalog.h"
 
 #include <algorithm>
+#include <array>
 #include <cassert>
 #include <deque>
 #include <iterator>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -401,16 +403,24 @@ Result<LeaseId> SsdCatalog::AcquireLease(std::span<const ExtentRef> refs, const 
   if (spec.interests == 0) return Status::InvalidArgument("ssd catalog: lease needs interests > 0");
   Impl& s = *impl_;
   std::lock_guard lock(s.mu);
-  std::vector<Extent*> extents;  // every ref current before anything is pinned
-  extents.reserve(refs.size());
-  for (const ExtentRef& ref : refs) {
+  // Every ref current before anything is pinned, each looked up once. The
+  // common lease (Prepare's, per block) has one extent: no heap allocation.
+  constexpr size_t kInline = 8;
+  std::array<Extent*, kInline> inline_extents;
+  std::vector<Extent*> heap_extents;
+  if (refs.size() > kInline) heap_extents.resize(refs.size());
+  const std::span<Extent*> extents = refs.size() > kInline
+                                         ? std::span<Extent*>(heap_extents)
+                                         : std::span<Extent*>(inline_extents).first(refs.size());
+  for (size_t i = 0; i < refs.size(); ++i) {
+    const ExtentRef& ref = refs[i];
     Extent* e = s.FindExtent(ref);
     if (e == nullptr || e->state != ExtentState::kPublished) {
       return Status::NotFound("ssd catalog: extent shard " + std::to_string(ref.shard) +
                               " offset " + std::to_string(ref.offset) + " generation " +
                               std::to_string(ref.generation) + " is no longer current");
     }
-    extents.push_back(e);
+    extents[i] = e;
   }
   Lease& l = s.NewLeaseLocked(spec);
   for (Extent* e : extents) s.AddExtent(l, e);

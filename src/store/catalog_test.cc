@@ -544,6 +544,27 @@ TEST_F(CatalogTest, StaleRefLeaseIsNotFoundAndPinsNothing) {
   EXPECT_FALSE(c->IsCurrent(live));
 }
 
+// More extents than AcquireLease keeps inline (8): the same all-or-nothing
+// check, then every extent pinned.
+TEST_F(CatalogTest, LeaseOfManyExtentsPinsAllOrNone) {
+  auto c = Make(1, 16);
+  std::vector<ExtentRef> refs;
+  for (uint64_t k = 1; k <= 12; ++k) refs.push_back(Put(*c, k, 4096));
+  std::vector<ExtentRef> with_stale = refs;
+  with_stale.back().generation += 1;  // not current
+  EXPECT_EQ(c->AcquireLease(with_stale, LeaseSpec{}).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(c->stats().pinned_extents, 0u);
+  EXPECT_EQ(c->stats().active_leases, 0u);
+  auto lease = c->AcquireLease(refs, LeaseSpec{});
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  EXPECT_EQ(c->stats().pinned_extents, 12u);
+  EXPECT_EQ(c->LeaseExtents(*lease).size(), 12u);
+  ASSERT_TRUE(c->Submit(*lease).ok());
+  c->Complete(*lease);
+  EXPECT_EQ(c->stats().pinned_extents, 0u);
+  EXPECT_EQ(c->stats().active_leases, 0u);
+}
+
 TEST_F(CatalogTest, AcquireLeaseRejectsEmptyRefsAndZeroInterests) {
   auto c = Make(1, 1);
   ExtentRef a = Put(*c, 1, 1);
