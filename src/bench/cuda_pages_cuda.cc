@@ -96,7 +96,7 @@ class CudaPageTarget : public PageTarget {
   }
   void Fill(uint32_t group, const BlockKey& key, uint64_t page) override {
     cudaSetDevice(ordinal_);
-    if (kernels_ && FillOnGpu(group, key, page) == cudaSuccess) return;
+    if (kernels_ && FillOnGpu(group, {&key, 1}, {&page, 1}) == cudaSuccess) return;
     for (const SlotLayout& s : layout_.groups[group].slots) {
       demo::FillBlockSlot(key, s.slot_id, staging_, s.bytes_per_page);
       cudaMemcpy(Slot(s, page), staging_, s.bytes_per_page, cudaMemcpyHostToDevice);
@@ -105,21 +105,8 @@ class CudaPageTarget : public PageTarget {
   void FillMany(uint32_t group, std::span<const BlockKey> keys,
                 std::span<const uint64_t> pages) override {
     cudaSetDevice(ordinal_);
-    const size_t per = layout_.groups[group].slots.size();
-    if (!kernels_ || keys.empty() || !Reserve(keys.size() * per).ok()) {
-      PageTarget::FillMany(group, keys, pages);
-      return;
-    }
-    uint32_t max_words = 0;
-    for (size_t i = 0; i < keys.size(); ++i) {
-      DescribeInto(group, keys[i], pages[i], fills_host_ + i * per, &max_words);
-    }
-    const auto count = static_cast<uint32_t>(keys.size() * per);
-    cudaError_t e = cudaMemcpyAsync(fills_dev_, fills_host_, sizeof(SlotFill) * count,
-                                    cudaMemcpyHostToDevice, stream_);
-    if (e == cudaSuccess) e = LaunchSlotFill(fills_dev_, count, max_words, stream_);
-    const cudaError_t synced = cudaStreamSynchronize(stream_);  // fills_host_ is free again
-    if (e != cudaSuccess || synced != cudaSuccess) PageTarget::FillMany(group, keys, pages);
+    if (keys.empty() || (kernels_ && FillOnGpu(group, keys, pages) == cudaSuccess)) return;
+    PageTarget::FillMany(group, keys, pages);
   }
   bool Check(uint32_t group, const BlockKey& key, uint64_t page) override {
     cudaSetDevice(ordinal_);
@@ -191,7 +178,9 @@ class CudaPageTarget : public PageTarget {
     kernels_ = true;
     BlockKey probe{};
     for (size_t i = 0; i < probe.size(); ++i) probe[i] = static_cast<uint8_t>(37 * i + 1);
-    ORBITKV_RETURN_IF_ERROR(Cuda(FillOnGpu(0, probe, 0), "the CUDA page fill kernel"));
+    const uint64_t page0 = 0;
+    ORBITKV_RETURN_IF_ERROR(
+        Cuda(FillOnGpu(0, {&probe, 1}, {&page0, 1}), "the CUDA page fill kernel"));
     for (const SlotLayout& s : layout_.groups[0].slots) {
       ORBITKV_RETURN_IF_ERROR(
           Cuda(cudaMemcpy(staging_, Slot(s, 0), s.bytes_per_page, cudaMemcpyDeviceToHost),
@@ -262,9 +251,19 @@ class CudaPageTarget : public PageTarget {
     fills_cap_ = entries;
     return Status::OK();
   }
-  cudaError_t FillOnGpu(uint32_t group, const BlockKey& key, uint64_t page) {
-    uint32_t count = 0, max_words = 0;
-    cudaError_t e = Describe(group, key, page, &count, &max_words);
+  // Fill(keys[i]) into pages[i] for every i: one descriptor upload, one
+  // kernel launch and one synchronisation for them all.
+  cudaError_t FillOnGpu(uint32_t group, std::span<const BlockKey> keys,
+                        std::span<const uint64_t> pages) {
+    const size_t per = layout_.groups[group].slots.size();
+    if (!Reserve(keys.size() * per).ok()) return cudaErrorMemoryAllocation;
+    uint32_t max_words = 0;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      DescribeInto(group, keys[i], pages[i], fills_host_ + i * per, &max_words);
+    }
+    const auto count = static_cast<uint32_t>(keys.size() * per);
+    cudaError_t e = cudaMemcpyAsync(fills_dev_, fills_host_, sizeof(SlotFill) * count,
+                                    cudaMemcpyHostToDevice, stream_);
     if (e == cudaSuccess) e = LaunchSlotFill(fills_dev_, count, max_words, stream_);
     const cudaError_t synced = cudaStreamSynchronize(stream_);  // fills_host_ is free again
     return e != cudaSuccess ? e : synced;
