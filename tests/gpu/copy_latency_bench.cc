@@ -302,6 +302,37 @@ int main(int argc, char** argv) {
     }
     CHECK_CUDA(cudaMallocHost(reinterpret_cast<void**>(&crc_out), 4 * total_slots));
   }
+  // --ipc-pages: slot s's page is in its slot's mapping, at object s / slots.
+  auto ipc_page_of = [&](const std::vector<orbitkv::gpu::IpcMapping>& maps, uint64_t s) {
+    return maps[s % slots].base + (s / slots) * 4 * slot_bytes;
+  };
+  // Opens the child's allocations on `d` and points the ops (and CRCs) at
+  // those pages; to the host, the pages first get the bytes the pool's slots
+  // must come back with. False when a handle does not open (printed).
+  auto map_ipc_pages = [&](orbitkv::gpu::Device& d, std::vector<orbitkv::gpu::IpcMapping>* maps,
+                           std::vector<CopyOp>* row_ops,
+                           std::vector<orbitkv::gpu::CrcOp>* row_crcs) {
+    for (const auto& h : handles) {
+      auto m = d.OpenIpc(h);
+      if (!m.ok()) {
+        std::fprintf(stderr, "OpenIpc: %s\n", m.status().ToString().c_str());
+        return false;
+      }
+      maps->push_back(*m);
+    }
+    for (uint64_t s = 0; s < total_slots; ++s) {
+      const DevPtr page = ipc_page_of(*maps, s);
+      if (to_host) {
+        (*row_ops)[s].src = page;
+        (*row_crcs)[s].data = page;
+        CHECK_CUDA(cudaMemcpy(reinterpret_cast<void*>(page), want.data() + s * slot_bytes,
+                              slot_bytes, cudaMemcpyHostToDevice));
+      } else {
+        (*row_ops)[s].dst = page;
+      }
+    }
+    return true;
+  };
   std::vector<std::string> modes = {"staged", "engines", "kernel"};
   if (to_host) modes.push_back("staged+crc");
   for (const std::string& row_mode : modes) {
@@ -319,32 +350,11 @@ int main(int argc, char** argv) {
     orbitkv::gpu::Device& d = **device;
     auto stream = d.CreateStream();
     if (!stream.ok()) return 3;
-    // --ipc-pages: slot s's page at its slot's mapping, object s / slots.
     std::vector<orbitkv::gpu::IpcMapping> maps;
     std::vector<CopyOp> row_ops = ops;
     std::vector<orbitkv::gpu::CrcOp> row_crcs = crc_ops;
-    auto ipc_page = [&](uint64_t s) { return maps[s % slots].base + (s / slots) * 4 * slot_bytes; };
-    if (ipc_pages) {
-      for (const auto& h : handles) {
-        auto m = d.OpenIpc(h);
-        if (!m.ok()) {
-          std::fprintf(stderr, "OpenIpc: %s\n", m.status().ToString().c_str());
-          return 3;
-        }
-        maps.push_back(*m);
-      }
-      for (uint64_t s = 0; s < total_slots; ++s) {
-        const DevPtr page = ipc_page(s);
-        if (to_host) {
-          row_ops[s].src = page;
-          row_crcs[s].data = page;
-          CHECK_CUDA(cudaMemcpy(reinterpret_cast<void*>(page), want.data() + s * slot_bytes,
-                                slot_bytes, cudaMemcpyHostToDevice));
-        } else {
-          row_ops[s].dst = page;
-        }
-      }
-    }
+    auto ipc_page = [&](uint64_t s) { return ipc_page_of(maps, s); };
+    if (ipc_pages && !map_ipc_pages(d, &maps, &row_ops, &row_crcs)) return 3;
     std::vector<double> wall, enq, wait;
     for (int i = 0; i < iters; ++i) {
       if (gap_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(gap_us));
@@ -406,20 +416,7 @@ int main(int argc, char** argv) {
     std::vector<orbitkv::gpu::IpcMapping> maps;
     std::vector<CopyOp> c_ops = ops;
     std::vector<orbitkv::gpu::CrcOp> c_crcs = crc_ops;
-    if (ipc_pages) {  // the child's pages, as the platform rows use them
-      for (const auto& h : handles) {
-        auto m = d.OpenIpc(h);
-        if (!m.ok()) return 3;
-        maps.push_back(*m);
-      }
-      for (uint64_t s = 0; s < total_slots; ++s) {
-        const DevPtr page = maps[s % slots].base + (s / slots) * 4 * slot_bytes;
-        c_ops[s].src = page;
-        c_crcs[s].data = page;
-        CHECK_CUDA(cudaMemcpy(reinterpret_cast<void*>(page), want.data() + s * slot_bytes,
-                              slot_bytes, cudaMemcpyHostToDevice));
-      }
-    }
+    if (ipc_pages && !map_ipc_pages(d, &maps, &c_ops, &c_crcs)) return 3;
     if (objects % threads != 0) {
       std::fprintf(stderr, "copy_latency_bench: --objects must be a multiple of --threads\n");
       return 2;
