@@ -7,12 +7,14 @@
 // destroying the Manager release every stream, event and mapping.
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <thread>
 
 #include <gtest/gtest.h>
 
 #include "gpu/fake_platform.h"
+#include "gpu/fault_injecting_platform.h"
 #include "manager/manager.h"
 
 namespace orbitkv {
@@ -41,6 +43,7 @@ struct Engine {
 class PublishDepthTest : public ::testing::TestWithParam<uint32_t> {
  protected:
   gpu::FakePlatform fake;
+  gpu::FaultInjectingPlatform faults{&fake};
   MetricsRegistry metrics;
   std::unique_ptr<Manager> mgr;
   SessionId session = 0;
@@ -53,7 +56,7 @@ class PublishDepthTest : public ::testing::TestWithParam<uint32_t> {
     c.options.publish_depth = GetParam();
     c.lock_memory = false;
     c.metrics = &metrics;
-    c.gpu = &fake;
+    c.gpu = &faults;
     auto m = Manager::Create(c);
     ASSERT_TRUE(m.ok()) << m.status().ToString();
     mgr = std::move(m).value();
@@ -83,6 +86,12 @@ class PublishDepthTest : public ::testing::TestWithParam<uint32_t> {
   void TearDown() override {
     if (!mgr) return;
     for (Engine& g : engines) EXPECT_TRUE(mgr->UnregisterInstance(session, g.id).ok());
+    // Nothing of a call is left: no assembly unsealed, no pool scratch (the
+    // GPU CRCs'), no pin.
+    const DramStats d = mgr->gauges().dram;
+    EXPECT_EQ(d.assembling_entries, 0u);
+    EXPECT_EQ(d.scratch_bytes, 0u);
+    EXPECT_EQ(d.pinned_bytes, 0u);
     mgr.reset();
     EXPECT_EQ(fake.counters(), gpu::FakePlatformCounters{});
   }
@@ -99,6 +108,40 @@ class PublishDepthTest : public ::testing::TestWithParam<uint32_t> {
       p.pages.push_back(k);
     }
     return mgr->Publish(session, p);
+  }
+
+  // Restores keys [1, n] of engine e into pages [48, 48 + n) and expects each
+  // to hold exactly what was published.
+  void RestoreExact(uint32_t e, uint64_t n) {
+    Engine& g = engines[e];
+    QueryRequest qr;
+    qr.instance = g.id;
+    for (uint64_t k = 0; k < kKeys; ++k) qr.keys.push_back(K(1 + k));
+    auto q = mgr->Query(session, qr);
+    ASSERT_TRUE(q.ok()) << q.status().ToString();
+    ASSERT_EQ(q->prefix, n);
+    RestoreRequest rr;
+    rr.instance = g.id;
+    rr.query = q->query;
+    for (uint32_t k = 0; k < n; ++k) {
+      rr.blocks.push_back(k);
+      rr.pages.push_back(48 + k);
+      for (uint32_t s = 0; s < 2; ++s) std::memset(g.page(s, 48 + k), 0xC3, kSlot);
+    }
+    auto r = mgr->Restore(session, rr);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_EQ(r->blocks.size(), n);
+    for (const BlockResult& b : r->blocks) {
+      ASSERT_TRUE(b.status.ok()) << b.status.ToString();
+      for (uint32_t s = 0; s < 2; ++s) {
+        const uint8_t* got = g.page(s, 48 + b.block);
+        uint64_t bad = kSlot;
+        for (uint64_t i = 0; i < kSlot && bad == kSlot; ++i) {
+          if (got[i] != Pattern(e, 1 + b.block, s, i)) bad = i;
+        }
+        EXPECT_EQ(bad, kSlot) << "instance " << e << " block " << b.block << " slot " << s;
+      }
+    }
   }
 };
 
@@ -119,37 +162,23 @@ TEST_P(PublishDepthTest, ConcurrentPublishesOfTwoInstancesOnOneDeviceRestoreByte
   // Each instance made one up front; a call with `depth` jobs in flight
   // holds that many at its peak and keeps them for reuse.
   EXPECT_EQ(fake.counters().live_streams - streams_before, 2 * (static_cast<int>(GetParam()) - 1));
-  for (uint32_t e = 0; e < 2; ++e) {
-    Engine& g = engines[e];
-    QueryRequest qr;
-    qr.instance = g.id;
-    for (uint64_t k = 0; k < kKeys; ++k) qr.keys.push_back(K(1 + k));
-    auto q = mgr->Query(session, qr);
-    ASSERT_TRUE(q.ok()) << q.status().ToString();
-    ASSERT_EQ(q->prefix, kKeys);
-    RestoreRequest rr;
-    rr.instance = g.id;
-    rr.query = q->query;
-    for (uint32_t k = 0; k < kKeys; ++k) {
-      rr.blocks.push_back(k);
-      rr.pages.push_back(48 + k);
-      for (uint32_t s = 0; s < 2; ++s) std::memset(g.page(s, 48 + k), 0xC3, kSlot);
-    }
-    auto r = mgr->Restore(session, rr);
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-    ASSERT_EQ(r->blocks.size(), kKeys);
-    for (const BlockResult& b : r->blocks) {
-      ASSERT_TRUE(b.status.ok()) << b.status.ToString();
-      for (uint32_t s = 0; s < 2; ++s) {
-        const uint8_t* got = g.page(s, 48 + b.block);
-        uint64_t bad = kSlot;
-        for (uint64_t i = 0; i < kSlot && bad == kSlot; ++i) {
-          if (got[i] != Pattern(e, 1 + b.block, s, i)) bad = i;
-        }
-        EXPECT_EQ(bad, kSlot) << "instance " << e << " block " << b.block << " slot " << s;
-      }
-    }
-  }
+  for (uint32_t e = 0; e < 2; ++e) RestoreExact(e, kKeys);
+}
+
+// A D2H job that fails part way through a call, with `depth` jobs in flight:
+// the call returns the error; every object before the failed page is stored
+// byte-exact (the failed batch is redone object by object), jobs already in
+// flight behind it are waited for and sealed or aborted, and nothing of the
+// call stays in the pool (TearDown).
+TEST_P(PublishDepthTest, FailedD2hPartWayLeavesTheObjectsBeforeItExactAndNothingHeld) {
+  constexpr uint64_t kFailedPage = 25;
+  faults.RefuseCopiesFrom(reinterpret_cast<gpu::DevPtr>(engines[0].page(0, kFailedPage)), kSlot, 2,
+                          Status::IOError("injected D2H failure of page 25", EIO));
+  Result<PublishResult> r = PublishAll(0);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("injected D2H failure of page 25"), std::string::npos)
+      << r.status().ToString();
+  RestoreExact(0, kFailedPage);
 }
 
 INSTANTIATE_TEST_SUITE_P(Depths, PublishDepthTest, ::testing::Values(1u, 2u, 4u));
