@@ -42,6 +42,12 @@ struct ManagerOptions {
   // Pinned staging that SSD demand and warm-up reads land in, taken from
   // pool_size (--ssd-read-staging; 0 = auto, ReadStagingBytes()).
   uint64_t ssd_read_staging = 0;
+  // io_uring restores into CUDA pages: device memory per GPU (two buffers of
+  // half of it, outside pool_size, allocated on first use) into which a
+  // run's objects are copied so that the GPU checks their CRC32C before any
+  // byte reaches the pages (manager/gpu_checked_copy.h). 0: the CPU checks
+  // them, as for host pages. 0 or 1 MiB..4 GiB.
+  uint64_t ssd_uring_gpu_staging = 32ull << 20;  // --ssd-uring-gpu-staging 32mib
   // Queries: the longest lease a query may ask for (ttl_ms); larger ones are
   // refused, so a forgotten query holds its budget share for at most this.
   uint32_t max_query_ttl_ms = 60000;  // --max-query-ttl-ms

@@ -51,6 +51,10 @@ Status ManagerOptions::Validate() const {
     return Status::InvalidArgument(
         "--ssd-read-staging must be auto or between 64kib and half of --pool-size");
   }
+  if (ssd_uring_gpu_staging != 0 &&
+      (ssd_uring_gpu_staging < (1u << 20) || ssd_uring_gpu_staging > (4ull << 30))) {
+    return Status::InvalidArgument("--ssd-uring-gpu-staging must be 0 or between 1mib and 4gib");
+  }
   if (max_query_ttl_ms == 0 || max_query_ttl_ms > 3600000) {
     return Status::InvalidArgument("--max-query-ttl-ms must be between 1 and 3600000 (1 h)");
   }

@@ -57,13 +57,8 @@ class DramGpuDecode {
   void Attach(gpu::Device& device) EXCLUDES(mu_);
   void Detach(gpu::Device& device) EXCLUDES(mu_);
 
-  // One encoded DRAM entry to restore into `page` of `group`.
-  struct Block {
-    std::span<const uint8_t> object;  // the pinned entry's bytes
-    ObjectId id;
-    uint32_t group = 0;
-    uint64_t page = 0;
-  };
+  // One encoded DRAM entry (its pinned bytes) to restore.
+  using Block = PageObject;
   // Decodes `blocks` of `inst` (a CUDA instance of an encoded namespace) into
   // its pages and waits for them. Per block: nullopt when declined (decode it
   // on the CPU; counted), else its result. REQUIRES: the caller holds the

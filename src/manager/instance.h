@@ -218,6 +218,15 @@ class Instance {
   size_t partial_prune_at_ GUARDED_BY(mu_) = 64;
 };
 
+// An object in pinned host memory to restore into `page` of storage group
+// `group` of an instance (the GPU restore paths' unit of work).
+struct PageObject {
+  std::span<const uint8_t> object;
+  ObjectId id;
+  uint32_t group = 0;
+  uint64_t page = 0;
+};
+
 // Holds an instance open for one operation (Instance::Hold); move-only.
 class InstanceGuard {
  public:

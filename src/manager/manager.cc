@@ -115,6 +115,18 @@ Result<std::unique_ptr<Manager>> Manager::Create(const ManagerConfig& config) {
     r.cost = x.m.cost_uring;
     r.cost_verify = x.m.cost_uring_verify;
     r.cost_promote = x.m.cost_uring_promote;
+    r.cost_gpu_check = x.m.cost_uring_gpu_check;
+    r.crc_cpu_bytes = x.m.uring_crc_cpu_bytes;
+    if (config.gpu != nullptr && o.ssd_uring_gpu_staging != 0) {
+      GpuCheckedCopy::Options gc;
+      gc.buffer_bytes = AlignDown(o.ssd_uring_gpu_staging / 2, 4096);
+      gc.buffers = 2;
+      gc.staging_bytes = x.m.uring_gpu_staging_bytes;
+      gc.checked_bytes = x.m.uring_crc_gpu_bytes;
+      gc.declined = x.m.uring_gpu_declined;
+      x.uring_checked = std::make_unique<GpuCheckedCopy>(gc);
+      r.checked = x.uring_checked.get();
+    }
     x.uring = std::make_unique<UringRoute>(std::move(r));
     if (backend.cufile) {
       CufileRoute::Options c;

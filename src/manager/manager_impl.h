@@ -45,6 +45,9 @@ struct Manager::Impl {
   LaneCounter lanes;  // writeback, host reads, cuFile reads: what Drain waits for
   std::unique_ptr<CufileSeries> cufile_series;
   std::unique_ptr<Writeback> writeback;
+  // io_uring restores' GPU CRC32C check (null without a GPU platform or with
+  // --ssd-uring-gpu-staging 0); outlives `uring`.
+  std::unique_ptr<GpuCheckedCopy> uring_checked;
   std::unique_ptr<UringRoute> uring;
   std::unique_ptr<CufileRoute> cufile;  // only when cuFile was selected
   // Encoded DRAM entries into CUDA pages (null without a GPU platform).

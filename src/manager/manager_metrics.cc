@@ -24,6 +24,22 @@ ManagerMetrics ManagerMetrics::Register(MetricsRegistry& m, bool ssd, bool cost_
       m.GetCounter("orbitkv_publish_crc_bytes_total", crc, {{"where", "gpu"}});
   x.publish_crc_cpu_bytes =
       m.GetCounter("orbitkv_publish_crc_bytes_total", crc, {{"where", "cpu"}});
+  const char* uring_crc =
+      "Object bytes of io_uring restores into CUDA pages whose payload CRC32C was checked, by "
+      "where: the GPU (in --ssd-uring-gpu-staging, before the scatter) or the CPU (declined by "
+      "the GPU path, or no GPU staging).";
+  x.uring_crc_gpu_bytes =
+      m.GetCounter("orbitkv_ssd_uring_crc_bytes_total", uring_crc, {{"where", "gpu"}});
+  x.uring_crc_cpu_bytes =
+      m.GetCounter("orbitkv_ssd_uring_crc_bytes_total", uring_crc, {{"where", "cpu"}});
+  x.uring_gpu_declined = m.GetCounter(
+      "orbitkv_ssd_uring_gpu_declined_total",
+      "io_uring restore blocks into CUDA pages the GPU check declined (encoded, larger than a "
+      "staging buffer, or no buffer free): checked on the CPU instead.");
+  x.uring_gpu_staging_bytes = m.GetGauge(
+      "orbitkv_ssd_uring_gpu_staging_bytes",
+      "GPU memory held for io_uring restores' GPU CRC32C check (--ssd-uring-gpu-staging, all "
+      "devices; outside --pool-size).");
   x.publish_objects = m.GetCounter("orbitkv_publish_objects_total", "Objects sealed in DRAM.");
   x.publish_skipped = m.GetCounter("orbitkv_publish_skipped_total",
                                    "Published blocks already cached (DRAM or SSD).");
@@ -92,6 +108,7 @@ ManagerMetrics ManagerMetrics::Register(MetricsRegistry& m, bool ssd, bool cost_
     x.cost_publish_call = child("publish_call");
     x.cost_uring_verify = child("ssd_uring_verify");
     x.cost_uring_promote = child("ssd_uring_promote");
+    x.cost_uring_gpu_check = child("ssd_uring_gpu_check");
   }
   if (!ssd) {
     // Keep the SSD series on /metrics even with SSD caching off.

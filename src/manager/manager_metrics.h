@@ -17,6 +17,8 @@ struct ManagerMetrics {
   Counter *budget_cuts_manager, *budget_cuts_session, *assemblies_aborted;
   Counter *gpu_write_fallbacks, *backend_fallbacks;
   Counter *publish_crc_gpu_bytes, *publish_crc_cpu_bytes;
+  Counter *uring_crc_gpu_bytes, *uring_crc_cpu_bytes, *uring_gpu_declined;
+  Gauge* uring_gpu_staging_bytes;
   Histogram *publish_seconds, *restore_seconds, *query_seconds;
   // Opt-in (ManagerOptions::cost_observations); null otherwise.
   Histogram *cost_uring = nullptr, *cost_cufile = nullptr;
@@ -36,7 +38,8 @@ struct ManagerMetrics {
   Histogram* cost_publish_call = nullptr;             // Manager::Publish, whole
   Histogram* cost_uring_verify =
       nullptr;  // io_uring copy lane, per block: checks, CRC32C, copy list
-  Histogram* cost_uring_promote = nullptr;  // io_uring copy lane, per block: promotion into DRAM
+  Histogram* cost_uring_promote = nullptr;    // io_uring copy lane, per block: promotion into DRAM
+  Histogram* cost_uring_gpu_check = nullptr;  // io_uring copy lane, per run: the GPU check + copy
 
   // `ssd`: SSD caching is on (else its series are still put on /metrics).
   static ManagerMetrics Register(MetricsRegistry& m, bool ssd, bool cost_observations);

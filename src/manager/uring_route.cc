@@ -167,16 +167,37 @@ void UringRoute::PrepareReads(IoEngine& io, ReadJob& job) {
 void UringRoute::CopyLane(CopyJob& job) {
   const auto& r = job.restore;
   Instance& inst = *r->inst;
+  // CUDA pages: the GPU checks and copies what it takes (gpu_checked_copy.h).
+  std::vector<std::optional<Status>> on_gpu(job.blocks.size());
+  if (inst.cuda() && o_.checked != nullptr) {
+    std::vector<GpuCheckedCopy::Block> gpu_blocks;
+    std::vector<size_t> which;
+    for (size_t i = 0; i < job.blocks.size(); ++i) {
+      const RestoreBlock& b = job.blocks[i];
+      if (!job.read_status[i].ok()) continue;
+      gpu_blocks.push_back(
+          {{b.scratch.data, b.src.ref.object_size}, b.src.id, b.src.id.group, b.page});
+      which.push_back(i);
+    }
+    const CostTimer check(o_.cost_gpu_check);
+    std::vector<std::optional<Status>> got = o_.checked->Restore(inst, gpu_blocks);
+    check.Observe();
+    for (size_t k = 0; k < which.size(); ++k) on_gpu[which[k]] = std::move(got[k]);
+  }
   for (size_t i = 0; i < job.blocks.size(); ++i) {
     RestoreBlock& b = job.blocks[i];
     Status st = job.read_status[i];
-    if (st.ok()) {
+    if (st.ok() && on_gpu[i].has_value()) {
+      st = *on_gpu[i];
+      o_.ssd->DropIfCorrupt(b.src.ref, b.src.id, st);
+    } else if (st.ok()) {
       Instance::PageCopies copies(o_.dram);
       const CostTimer verify(o_.cost_verify);
       st = inst.ObjectToPages(b.src.id.group, {b.scratch.data, b.src.ref.object_size}, b.src.id,
                               b.page,
                               /*from_ssd=*/true, &copies);
       verify.Observe();
+      if (inst.cuda() && o_.crc_cpu_bytes) o_.crc_cpu_bytes->Inc(b.src.ref.object_size);
       if (st.ok()) st = inst.CopyAndWait(/*to_device=*/true, copies.ops);
       o_.ssd->DropIfCorrupt(b.src.ref, b.src.id, st);
     }

@@ -4,7 +4,10 @@
 // io_uring engine each) splits them into runs that fit half the read staging,
 // reads each run into pinned staging and hands it to the SSD host-restore
 // lane, which checks every object and copies it into the engine's pages
-// (memcpy, or one H2D job for CUDA pages), promotes it to DRAM under
+// (memcpy; for CUDA pages, GpuCheckedCopy: the run H2D into device staging,
+// its CRC32C there on the GPU, then only the objects that match scattered
+// into the pages; the blocks it declines take one H2D job each after a CPU
+// CRC32C), promotes it to DRAM under
 // admission "all", then releases the staging and the lease and finishes the
 // block. A full host-restore lane copies on the reader's thread. Prepare
 // reads go through the same readers and insert checked objects into DRAM.
@@ -18,6 +21,7 @@
 #include <vector>
 
 #include "io/io_engine.h"
+#include "manager/gpu_checked_copy.h"
 #include "manager/lane.h"
 #include "manager/read_staging.h"
 #include "manager/ssd_route.h"
@@ -48,6 +52,11 @@ class UringRoute final : public SsdRoute {
     // into DRAM (a memcpy of the object).
     Histogram* cost_verify = nullptr;
     Histogram* cost_promote = nullptr;
+    Histogram* cost_gpu_check = nullptr;  // per run: GpuCheckedCopy::Restore, waits included
+    // CUDA pages: the payload CRC32C on the GPU, before the bytes are
+    // scattered into the pages (null: on the CPU, as for host pages).
+    GpuCheckedCopy* checked = nullptr;
+    Counter* crc_cpu_bytes = nullptr;  // CUDA pages checked on the CPU (optional)
   };
   explicit UringRoute(Options options);
   ~UringRoute() override { Close(); }

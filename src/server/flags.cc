@@ -44,6 +44,11 @@ Result<ParsedFlags> ParseFlags(int argc, const char* const* argv, std::string* o
                  "Pinned staging for SSD reads, taken from --pool-size: a size, or auto (2 x "
                  "--ssd-io-workers x --ssd-queue-depth x 1mib, within 64mib..pool/4)")
       ->capture_default_str();
+  std::string uring_gpu = std::to_string(o.ssd_uring_gpu_staging >> 20) + "mib";
+  app.add_option("--ssd-uring-gpu-staging", uring_gpu,
+                 "io_uring restores into CUDA pages: GPU memory per device (two buffers) in "
+                 "which the GPU checks a run's CRC32C before scattering it; 0: the CPU checks")
+      ->capture_default_str();
   app.add_option("--max-query-ttl-ms", o.max_query_ttl_ms,
                  "Longest query lease (ttl_ms) an engine may ask for; longer ones are refused")
       ->capture_default_str();
@@ -157,6 +162,8 @@ Result<ParsedFlags> ParseFlags(int argc, const char* const* argv, std::string* o
   }
   if (staging != "auto")
     ORBITKV_RETURN_IF_ERROR(size_flag("--ssd-read-staging", staging, &o.ssd_read_staging));
+  ORBITKV_RETURN_IF_ERROR(
+      size_flag("--ssd-uring-gpu-staging", uring_gpu, &o.ssd_uring_gpu_staging));
   if (admission == "all" || admission == "reuse") {
     o.admission_reuse = admission == "reuse";
   } else {

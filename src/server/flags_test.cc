@@ -22,6 +22,7 @@ TEST(Flags, DefaultsMatchTheSpec) {
   EXPECT_EQ(p->options.codec_budget, 256ull << 20);
   EXPECT_EQ(p->options.publish_batch_bytes, 16ull << 20);
   EXPECT_EQ(p->options.publish_depth, 2u);
+  EXPECT_EQ(p->options.ssd_uring_gpu_staging, 32ull << 20);
   EXPECT_FALSE(p->options.codec_dram_copy_encoded);  // DRAM keeps raw copies
 }
 
@@ -80,6 +81,12 @@ TEST(Flags, ParsesValues) {
   EXPECT_EQ(p->options.storage_codec, "turboquant-3");
   EXPECT_EQ(p->options.codec_budget, 1ull << 30);
   EXPECT_EQ(p->options.publish_batch_bytes, 4ull << 20);
+  for (auto [v, want] : {std::pair{"0", uint64_t{0}}, std::pair{"1mib", uint64_t{1} << 20},
+                         std::pair{"4gib", uint64_t{4} << 30}}) {
+    auto g = Parse({"--ssd-uring-gpu-staging", v});
+    ASSERT_TRUE(g.ok()) << v << ": " << g.status().ToString();
+    EXPECT_EQ(g->options.ssd_uring_gpu_staging, want) << v;
+  }
   auto depth = Parse({"--publish-depth", "4"});
   ASSERT_TRUE(depth.ok()) << depth.status().ToString();
   EXPECT_EQ(depth->options.publish_depth, 4u);
@@ -151,6 +158,9 @@ TEST(Flags, BadValuesNameTheFlagOnOneLine) {
            {{"--publish-batch-bytes", "2gib"}, "--publish-batch-bytes"},
            {{"--publish-batch-bytes", "lots"}, "--publish-batch-bytes"},
            {{"--publish-depth", "0"}, "--publish-depth"},
+           {{"--ssd-uring-gpu-staging", "512kib"}, "--ssd-uring-gpu-staging"},
+           {{"--ssd-uring-gpu-staging", "5gib"}, "--ssd-uring-gpu-staging"},
+           {{"--ssd-uring-gpu-staging", "lots"}, "--ssd-uring-gpu-staging"},
            {{"--publish-depth", "9"}, "--publish-depth"},
            {{"--protocol-spin-us", "1001"}, "--protocol-spin-us"},
            {{"--codec-dram-copy", "compressed"}, "--codec-dram-copy"},

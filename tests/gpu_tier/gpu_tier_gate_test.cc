@@ -71,6 +71,7 @@ struct Options {
   bool dram_encoded = false;  // --codec-dram-copy encoded
   bool cost_observations = false;
   uint64_t publish_batch_bytes = 16u << 20;  // --publish-batch-bytes
+  uint64_t uring_gpu_staging = 32u << 20;    // --ssd-uring-gpu-staging
 };
 
 class GpuTierGate : public ::testing::Test {
@@ -136,6 +137,7 @@ class GpuTierGate : public ::testing::Test {
     c.options.codec_dram_copy_encoded = o.dram_encoded;
     c.options.cost_observations = o.cost_observations;
     c.options.publish_batch_bytes = o.publish_batch_bytes;
+    c.options.ssd_uring_gpu_staging = o.uring_gpu_staging;
     c.lock_memory = false;
     c.metrics = &metrics;
     c.gpu = faults.get();
@@ -505,6 +507,144 @@ TEST_F(GpuTierGate, UringRouteRefusesAFlippedPayloadByteOfCudaPages) {
   ExpectCorruptRestore(e, 1, 8, "payload CRC32C");
   RestoreExact(e, 2, {9});
   EXPECT_EQ(Counter("orbitkv_ssd_cufile_read_bytes_total"), 0);
+}
+
+// ---- io_uring restores into CUDA pages: the payload CRC32C on the GPU
+// (issue 18: the CPU CRC was half of the route's Manager CPU per GB) ----------------
+
+class UringGpuCheck : public GpuTierGate {
+ protected:
+  // A Manager with --ssd-backend uring and --ssd-uring-gpu-staging
+  // `staging`, and one instance; null when the Manager did not start.
+  Engine* Begin(const InstanceLayout& layout, uint64_t staging = 32u << 20) {
+    Options o;
+    o.backend = SsdBackend::kUring;
+    o.uring_gpu_staging = staging;
+    Start(o);
+    return mgr ? &Register(layout) : nullptr;
+  }
+  double CrcBytes(const char* where) {
+    return Plain("orbitkv_ssd_uring_crc_bytes_total", {{"where", where}});
+  }
+};
+
+// --ssd-read-path uring: a run's objects go H2D into GPU staging, the GPU
+// checks every segment's CRC32C there, and only then are they scattered into
+// the pages: exact bytes, every object byte counted as checked on the GPU,
+// none on the CPU, one staging buffer (half of --ssd-uring-gpu-staging) held.
+TEST_F(UringGpuCheck, UringRestoreIntoCudaPagesChecksTheCrcsOnTheGpu) {
+  Engine* started = Begin(SplitLayout(16, {65536, 8192, 4096}));
+  ASSERT_NE(started, nullptr);
+  Engine& e = *started;
+  FillAndPublish(e, 1, 0, 6);
+  RestoreExact(e, 1, {8, 9, 10, 11, 12, 13});
+  const double object = ObjectHeaderSize(3) + 65536 + 8192 + 4096;  // 512-aligned slots
+  EXPECT_EQ(CrcBytes("gpu"), 6 * object);
+  EXPECT_EQ(CrcBytes("cpu"), 0);
+  EXPECT_EQ(Plain("orbitkv_ssd_uring_gpu_declined_total"), 0);
+  EXPECT_EQ(Plain("orbitkv_ssd_uring_gpu_staging_bytes"), 16u << 20);
+}
+
+// Two runs of two objects (ReadStaging::Runs halves a restore), the second
+// object of the first run damaged on disk: the GPU's CRCs catch it before the
+// scatter, so its page keeps every byte it had and the object is dropped; the
+// one beside it (same run, same H2D and CRC launch) and the next run restore
+// exactly.
+TEST_F(UringGpuCheck, UringGpuCheckScattersOnlyTheObjectsThatMatch) {
+  Engine* started = Begin(SplitLayout(16, {65536, 8192}));
+  ASSERT_NE(started, nullptr);
+  Engine& e = *started;
+  FillAndPublish(e, 1, 0, 4);
+  Flip(Find(2), ObjectHeaderSize(2) + 65536 + 100, 0x40);  // slot 1's payload
+  const std::vector<uint64_t> pages = {8, 9, 10, 11};
+  for (uint64_t p : pages) Scribble(e, p);
+  const double dropped = Plain("orbitkv_ssd_corrupt_objects_dropped_total");
+  QueryResult q = Query(e, 1, 4);
+  ASSERT_EQ(q.prefix, 4u);
+  RestoreResult r = Restore(Req(e, q, {0, 1, 2, 3}, pages));
+  ASSERT_EQ(r.blocks.size(), 4u);
+  for (size_t i : {0, 2, 3}) {
+    EXPECT_TRUE(r.blocks[i].status.ok()) << i << ": " << r.blocks[i].status.ToString();
+    EXPECT_TRUE(Holds(e, pages[i], 1 + i));
+  }
+  EXPECT_EQ(r.blocks[1].status.code(), StatusCode::kCorruption) << r.blocks[1].status.ToString();
+  EXPECT_NE(r.blocks[1].status.message().find("payload CRC32C"), std::string::npos)
+      << r.blocks[1].status.ToString();
+  EXPECT_TRUE(Untouched(e, 9));
+  EXPECT_EQ(Plain("orbitkv_ssd_corrupt_objects_dropped_total"), dropped + 1);
+  EXPECT_EQ(Query(e, 2, 1).prefix, 0u) << "the damaged object is served";
+  EXPECT_EQ(CrcBytes("cpu"), 0);
+}
+
+// --ssd-uring-gpu-staging 0: the CPU checks (one H2D job per block), no GPU
+// staging is held; the same bytes.
+TEST_F(UringGpuCheck, UringGpuStagingZeroChecksOnTheCpu) {
+  Engine* started = Begin(SplitLayout(16, {65536, 8192}), /*staging=*/0);
+  ASSERT_NE(started, nullptr);
+  Engine& e = *started;
+  FillAndPublish(e, 1, 0, 2);
+  RestoreExact(e, 1, {8, 9});
+  EXPECT_GT(CrcBytes("cpu"), 2 * (65536 + 8192));
+  EXPECT_EQ(CrcBytes("gpu"), 0);
+  EXPECT_EQ(Plain("orbitkv_ssd_uring_gpu_staging_bytes"), 0);
+  Flip(Find(1), ObjectHeaderSize(2) + 7, 0x01);
+  ExpectCorruptRestore(e, 1, 8, "payload CRC32C");
+}
+
+// An object larger than a staging buffer (1 MiB of staging: two of 512 KiB)
+// is declined, counted, and checked on the CPU instead; a small one in the
+// same restore still goes through the GPU.
+TEST_F(UringGpuCheck, AnObjectLargerThanAGpuBufferIsCheckedOnTheCpu) {
+  Engine* started = Begin(SplitLayout(16, {524288, 8192}), /*staging=*/1u << 20);
+  ASSERT_NE(started, nullptr);
+  Engine& big = *started;
+  Engine& small = Register(SplitLayout(16, {8192}), "small");
+  FillAndPublish(big, 1, 0, 2);
+  FillAndPublish(small, 1, 0, 2);
+  RestoreExact(big, 1, {8, 9});
+  EXPECT_EQ(Plain("orbitkv_ssd_uring_gpu_declined_total"), 2);
+  EXPECT_GT(CrcBytes("cpu"), 2 * 524288);
+  EXPECT_EQ(CrcBytes("gpu"), 0);
+  RestoreExact(small, 1, {8, 9});
+  EXPECT_EQ(CrcBytes("gpu"), 2 * (ObjectHeaderSize(1) + 8192));
+  EXPECT_EQ(Plain("orbitkv_ssd_uring_gpu_declined_total"), 2);
+}
+
+// The H2D into GPU staging refused (the copy of the read staging's bytes)
+// for the first of a restore's two runs: both of its blocks fail with that
+// error and neither page is written; the second run restores exactly; the
+// objects are not corrupt, so they stay and a second restore is exact.
+TEST_F(UringGpuCheck, AFailedCopyIntoGpuStagingFailsTheRunAndTouchesNoPage) {
+  Engine* started = Begin(SplitLayout(16, {65536, 8192}));
+  ASSERT_NE(started, nullptr);
+  Engine& e = *started;
+  FillAndPublish(e, 1, 0, 4);
+  const std::vector<uint64_t> pages = {8, 9, 10, 11};
+  for (uint64_t p : pages) Scribble(e, p);
+  // Copies from any of the Manager's pinned arenas (the read staging among
+  // them): the restore's first CopyAsync is the first run's H2D.
+  ASSERT_FALSE(arenas.empty());
+  uint64_t lo = UINT64_MAX, hi = 0;
+  for (const auto& [base, bytes] : arenas) {
+    lo = std::min(lo, reinterpret_cast<uint64_t>(base));
+    hi = std::max(hi, reinterpret_cast<uint64_t>(base) + bytes);
+  }
+  faults->RefuseCopiesFrom(lo, hi - lo, 1, Status::Internal("injected H2D refusal"));
+  QueryResult q = Query(e, 1, 4);
+  ASSERT_EQ(q.prefix, 4u);
+  RestoreResult r = Restore(Req(e, q, {0, 1, 2, 3}, pages));
+  ASSERT_EQ(r.blocks.size(), 4u);
+  for (size_t i : {0, 1}) {
+    EXPECT_EQ(r.blocks[i].status.code(), StatusCode::kInternal) << r.blocks[i].status.ToString();
+    EXPECT_NE(r.blocks[i].status.message().find("injected H2D refusal"), std::string::npos);
+    EXPECT_TRUE(Untouched(e, pages[i]));
+  }
+  for (size_t i : {2, 3}) {
+    EXPECT_TRUE(r.blocks[i].status.ok()) << i << ": " << r.blocks[i].status.ToString();
+    EXPECT_TRUE(Holds(e, pages[i], 1 + i));
+  }
+  EXPECT_EQ(Plain("orbitkv_ssd_corrupt_objects_dropped_total"), 0);
+  RestoreExact(e, 1, pages);
 }
 
 // ---- Publish's segment CRCs on the GPU (issue 18: the CPU CRC of every

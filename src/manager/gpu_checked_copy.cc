@@ -1,0 +1,182 @@
+#include "manager/gpu_checked_copy.h"
+
+#include <algorithm>
+
+#include "orbitkv/logging.h"
+#include "orbitkv/units.h"
+#include "store/object_format.h"
+
+namespace orbitkv {
+namespace {
+
+// Objects sit at this alignment in the staging (the DMAs' and the CRC
+// kernel's loads stay aligned).
+constexpr uint64_t kPlacement = 4096;
+// The smallest segment (object_format.h: 512-aligned, non-empty): a buffer's
+// result array holds one CRC per 512 bytes of it.
+constexpr uint64_t kMinSegment = 512;
+
+}  // namespace
+
+GpuCheckedCopy::~GpuCheckedCopy() {
+  MutexLock l(mu_);
+  for (auto& [device, list] : made_) {
+    for (auto& b : list) Destroy(*b);
+  }
+}
+
+void GpuCheckedCopy::Destroy(Buffer& b) {
+  if (b.stream) b.device->Synchronize(*b.stream).IgnoreError("freeing GPU-checked copy staging");
+  b.event.reset();
+  b.stream.reset();
+  if (b.crcs) b.device->FreeHost(reinterpret_cast<uint8_t*>(b.crcs)).IgnoreError("teardown");
+  if (b.data) {
+    b.device->Free(b.data).IgnoreError("teardown");
+    o_.staging_bytes->Sub(static_cast<int64_t>(o_.buffer_bytes));
+  }
+}
+
+GpuCheckedCopy::Buffer* GpuCheckedCopy::Take(gpu::Device& device) {
+  if (o_.buffer_bytes < kPlacement) return nullptr;
+  MutexLock l(mu_);
+  std::vector<Buffer*>& free = free_[&device];
+  if (!free.empty()) {
+    Buffer* b = free.back();
+    free.pop_back();
+    return b;
+  }
+  std::vector<std::unique_ptr<Buffer>>& made = made_[&device];
+  if (made.size() >= o_.buffers) return nullptr;
+  // Made under the lock: rare (at most `buffers` per device, ever).
+  auto b = std::make_unique<Buffer>();
+  b->device = &device;
+  Status st = [&]() -> Status {
+    ORBITKV_ASSIGN_OR_RETURN(b->stream, device.CreateStream());
+    ORBITKV_ASSIGN_OR_RETURN(b->event, device.CreateEvent());
+    ORBITKV_ASSIGN_OR_RETURN(uint8_t * crcs,
+                             device.AllocateHost(o_.buffer_bytes / kMinSegment * sizeof(uint32_t)));
+    b->crcs = reinterpret_cast<uint32_t*>(crcs);
+    ORBITKV_ASSIGN_OR_RETURN(b->data, device.Allocate(o_.buffer_bytes));
+    o_.staging_bytes->Add(static_cast<int64_t>(o_.buffer_bytes));
+    return Status::OK();
+  }();
+  if (!st.ok()) {
+    OKV_LOG_WARN(
+        "cuda:{}: no GPU staging for io_uring restores ({}); their CRC32C stays on the CPU",
+        device.ordinal(), st.ToString());
+    Destroy(*b);
+    return nullptr;
+  }
+  made.push_back(std::move(b));
+  return made.back().get();
+}
+
+void GpuCheckedCopy::Give(Buffer* b) {
+  MutexLock l(mu_);
+  free_[b->device].push_back(b);
+}
+
+std::vector<std::optional<Status>> GpuCheckedCopy::Restore(const Instance& inst,
+                                                           std::span<const Block> blocks) {
+  std::vector<std::optional<Status>> out(blocks.size());
+  Buffer* buf = blocks.empty() ? nullptr : Take(inst.device());
+  if (buf == nullptr) {
+    o_.declined->Inc(blocks.size());
+    return out;
+  }
+  const uint64_t max_crcs = o_.buffer_bytes / kMinSegment;
+  std::vector<Item> round;
+  uint64_t used = 0, crcs = 0;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const Block& b = blocks[i];
+    const ObjectShape& shape = *inst.shapes.at(b.group);
+    const uint64_t size = b.object.size();
+    // The header only: it says whether the GPU takes the object at all.
+    Result<ParsedHeader> h =
+        ParseObjectHeader(b.object.first(std::min<uint64_t>(size, shape.header_bytes)), size);
+    if (!h.ok()) {
+      out[i] = h.status();
+      continue;
+    }
+    if (Status st = CheckObjectMatches(*h, b.id, shape.slot_bytes); !st.ok()) {
+      out[i] = st;
+      continue;
+    }
+    if (h->codec != kCodecRaw || size > o_.buffer_bytes || h->segments.size() > max_crcs) {
+      o_.declined->Inc();
+      continue;  // the CPU path: decoded there, or too large for a buffer
+    }
+    if (AlignUp(used, kPlacement) + size > o_.buffer_bytes ||
+        crcs + h->segments.size() > max_crcs) {
+      Round(inst, *buf, blocks, round, out);
+      round.clear();
+      used = crcs = 0;
+    }
+    used = AlignUp(used, kPlacement);
+    crcs += h->segments.size();
+    round.push_back({i, used, std::move(h).value()});
+    used += size;
+  }
+  if (!round.empty()) Round(inst, *buf, blocks, round, out);
+  Give(buf);
+  return out;
+}
+
+void GpuCheckedCopy::Round(const Instance& inst, Buffer& buf, std::span<const Block> blocks,
+                           std::span<const Item> round, std::vector<std::optional<Status>>& out) {
+  gpu::Device& d = *buf.device;
+  std::vector<gpu::CopyOp> h2d;
+  std::vector<gpu::CrcOp> crc_ops;
+  for (const Item& it : round) {
+    const Block& b = blocks[it.block];
+    h2d.push_back(
+        {buf.data + it.at, reinterpret_cast<gpu::DevPtr>(b.object.data()), b.object.size()});
+    for (const SegmentPos& seg : it.header.segments) {
+      crc_ops.push_back({buf.data + it.at + seg.offset, seg.size});
+    }
+  }
+  auto fail = [&](const Status& st, auto&& blocks_of) {
+    d.Synchronize(*buf.stream).IgnoreError("draining a failed GPU-checked copy");
+    for (size_t i : blocks_of) out[i] = st;
+  };
+  // The objects into the staging and their segments' CRCs, then one wait.
+  Status st = d.CopyAsync(h2d, *buf.stream);
+  if (st.ok()) st = d.Crc32cAsync(crc_ops, buf.crcs, *buf.stream);
+  if (st.ok()) st = d.Record(*buf.event, *buf.stream);
+  if (st.ok()) st = d.Wait(*buf.event);
+  if (!st.ok()) {
+    std::vector<size_t> all;
+    for (const Item& it : round) all.push_back(it.block);
+    return fail(st.WithContext("GPU-checked copy into staging"), all);
+  }
+  // Compare; scatter the objects that match.
+  std::vector<size_t> good;
+  std::vector<gpu::CopyOp> scatter;
+  size_t k = 0;
+  for (const Item& it : round) {
+    const ParsedHeader& h = it.header;
+    Status ok;
+    for (uint32_t j = 0; j < h.segments.size(); ++j, ++k) {
+      if (ok.ok()) ok = CheckSegmentCrc(h, j, buf.crcs[k]);
+    }
+    o_.checked_bytes->Inc(blocks[it.block].object.size());
+    if (!ok.ok()) {
+      out[it.block] = ok;
+      continue;
+    }
+    good.push_back(it.block);
+    const GroupLayout& g = *inst.groups.at(blocks[it.block].group);
+    for (const SlotLayout& s : g.slots) {
+      scatter.push_back({inst.DevicePage(s, blocks[it.block].page),
+                         buf.data + it.at + h.segments[s.slot_id].offset, s.bytes_per_page});
+    }
+  }
+  if (good.empty()) return;
+  st = d.CopyAsync(scatter, *buf.stream);
+  if (st.ok()) st = d.Record(*buf.event, *buf.stream);
+  if (st.ok()) st = d.Wait(*buf.event);
+  if (!st.ok()) return fail(st.WithContext("GPU-checked copy into the pages"), good);
+  for (size_t i : good) out[i] = Status::OK();
+}
+
+}  // namespace orbitkv
