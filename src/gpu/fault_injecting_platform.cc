@@ -43,6 +43,8 @@ struct FaultInjectingPlatform::State {
   DevPtr refuse_copy_begin = 0;
   uint64_t refuse_copy_bytes = 0;
   Status refuse_copy_status;
+  int failed_allocations = 0;
+  Status allocation_fault;
   bool hold_reads = false;
   bool stall_read_submits = false;
   int stalled_read_submits = 0;
@@ -161,7 +163,16 @@ class WrappedDevice : public Device {
   int ordinal() const override { return inner_->ordinal(); }
   Result<IpcMapping> OpenIpc(const IpcHandle& handle) override { return inner_->OpenIpc(handle); }
   Status CloseIpc(DevPtr base) override { return inner_->CloseIpc(base); }
-  Result<DevPtr> Allocate(uint64_t bytes) override { return inner_->Allocate(bytes); }
+  Result<DevPtr> Allocate(uint64_t bytes) override {
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      if (state_->failed_allocations > 0) {
+        --state_->failed_allocations;
+        return state_->allocation_fault;
+      }
+    }
+    return inner_->Allocate(bytes);
+  }
   Status Free(DevPtr ptr) override { return inner_->Free(ptr); }
   Result<uint8_t*> AllocateHost(uint64_t bytes) override { return inner_->AllocateHost(bytes); }
   Status FreeHost(uint8_t* ptr) override { return inner_->FreeHost(ptr); }
@@ -468,6 +479,12 @@ void FaultInjectingPlatform::RefuseCopiesFrom(DevPtr begin, uint64_t bytes, int 
   state_->refuse_copy_begin = begin;
   state_->refuse_copy_bytes = bytes;
   state_->refuse_copy_status = std::move(status);
+}
+
+void FaultInjectingPlatform::FailAllocations(int count, Status status) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->failed_allocations = status.ok() ? 0 : count;
+  state_->allocation_fault = std::move(status);
 }
 
 void FaultInjectingPlatform::CorruptCrcs(int count) {

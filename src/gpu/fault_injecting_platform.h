@@ -34,6 +34,8 @@
 //  * RefuseCopiesFrom(begin, bytes, count, status): the next `count`
 //    CopyAsync calls with an op whose source overlaps [begin, +bytes) return
 //    the status without enqueueing anything (a failed D2H of those pages).
+//  * FailAllocations(count, status): the next `count` Device::Allocate calls
+//    return the status without allocating (device memory full).
 //  * HoldWrites / HoldReads(true): a write (read) submitted while the hold is
 //    on runs normally, but its completion is held at the event level: an event
 //    recorded after it on the same stream reports false from Poll, and Wait and
@@ -101,6 +103,7 @@ class FaultInjectingPlatform : public Platform {
   void CorruptCrcs(int count);
   void FailEncodes(int count, Status status);
   void RefuseCopiesFrom(DevPtr begin, uint64_t bytes, int count, Status status);
+  void FailAllocations(int count, Status status);
 
   // While on, ReadAsync blocks in the call (a device that does not return);
   // stalled_read_submits() counts the calls blocked now.

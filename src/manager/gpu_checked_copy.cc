@@ -46,7 +46,7 @@ GpuCheckedCopy::Buffer* GpuCheckedCopy::Take(gpu::Device& device) {
     return b;
   }
   std::vector<std::unique_ptr<Buffer>>& made = made_[&device];
-  if (made.size() >= o_.buffers) return nullptr;
+  if (made.size() >= o_.buffers || refused_.count(&device)) return nullptr;
   // Made under the lock: rare (at most `buffers` per device, ever).
   auto b = std::make_unique<Buffer>();
   b->device = &device;
@@ -61,9 +61,13 @@ GpuCheckedCopy::Buffer* GpuCheckedCopy::Take(gpu::Device& device) {
     return Status::OK();
   }();
   if (!st.ok()) {
+    // Not tried again (each run would retry and log): the buffers made so
+    // far serve, the rest of the runs take the CPU check.
+    refused_.insert(&device);
     OKV_LOG_WARN(
-        "cuda:{}: no GPU staging for io_uring restores ({}); their CRC32C stays on the CPU",
-        device.ordinal(), st.ToString());
+        "cuda:{}: no more GPU staging for io_uring restores ({}; {} of {} buffers made); runs "
+        "without one keep the CPU CRC32C check until restart",
+        device.ordinal(), st.ToString(), made.size(), o_.buffers);
     Destroy(*b);
     return nullptr;
   }

@@ -17,7 +17,8 @@
 //
 // Staging: per device, `buffers` buffers of `buffer_bytes` device memory and
 // a pinned result array each, outside --pool-size (on the staging gauge),
-// allocated when first needed and kept until this goes. A call takes one
+// allocated when first needed and kept until this goes (one that cannot be
+// made, device memory being full, is logged and not tried again). A call takes one
 // buffer, or declines every block when none is free or it cannot be made;
 // blocks that do not fit the buffer are done in several rounds, and an object
 // larger than a buffer, or an encoded one, is declined (the caller checks it
@@ -31,6 +32,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <vector>
 
@@ -94,6 +96,7 @@ class GpuCheckedCopy {
   Mutex mu_;
   std::map<gpu::Device*, std::vector<std::unique_ptr<Buffer>>> made_ GUARDED_BY(mu_);
   std::map<gpu::Device*, std::vector<Buffer*>> free_ GUARDED_BY(mu_);
+  std::set<gpu::Device*> refused_ GUARDED_BY(mu_);  // a buffer could not be made: none again
 };
 
 }  // namespace orbitkv

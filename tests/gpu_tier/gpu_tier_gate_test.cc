@@ -610,6 +610,29 @@ TEST_F(UringGpuCheck, AnObjectLargerThanAGpuBufferIsCheckedOnTheCpu) {
   EXPECT_EQ(Plain("orbitkv_ssd_uring_gpu_declined_total"), 2);
 }
 
+// No device memory for the staging (its first Allocate refused): the
+// restore is exact through the CPU check, every block counted as declined,
+// nothing held; the buffer is not asked for again (a second restore stays on
+// the CPU, no second Allocate is attempted: the knob's second refusal is
+// left over).
+TEST_F(UringGpuCheck, NoDeviceMemoryForTheStagingKeepsTheCpuCheck) {
+  Engine* started = Begin(SplitLayout(16, {65536, 8192}));
+  ASSERT_NE(started, nullptr);
+  Engine& e = *started;
+  FillAndPublish(e, 1, 0, 4);
+  faults->FailAllocations(2, Status::ResourceExhausted("injected: device memory full"));
+  RestoreExact(e, 1, {8, 9, 10, 11});
+  EXPECT_EQ(Plain("orbitkv_ssd_uring_gpu_declined_total"), 4);
+  EXPECT_EQ(Plain("orbitkv_ssd_uring_gpu_staging_bytes"), 0);
+  EXPECT_EQ(CrcBytes("gpu"), 0);
+  RestoreExact(e, 1, {8, 9, 10, 11});
+  EXPECT_EQ(Plain("orbitkv_ssd_uring_gpu_declined_total"), 8);
+  EXPECT_EQ(CrcBytes("gpu"), 0);
+  // The second refusal was never consumed: this Allocate gets it.
+  EXPECT_FALSE(faults->device(0).value()->Allocate(4096).ok());
+  faults->FailAllocations(0, Status::OK());
+}
+
 // The H2D into GPU staging refused (the copy of the read staging's bytes)
 // for the first of a restore's two runs: both of its blocks fail with that
 // error and neither page is written; the second run restores exactly; the
