@@ -114,10 +114,9 @@ std::vector<std::optional<Status>> DramGpuDecode::Restore(const Instance& inst,
     const Block& b = blocks[i];
     const ObjectShape& shape = *inst.shapes.at(b.group);
     const uint64_t size = b.object.size();
-    Result<ParsedHeader> h =
-        ParseObjectHeader({b.object.data(), std::min(size, shape.header_bytes)}, size);
+    Result<ParsedHeader> h = inst.MatchedHeader(b.group, b.object, b.id);
     if (h.ok() && h->codec == kCodecRaw) continue;  // a raw entry: the caller copies it
-    Status st = h.ok() ? CheckObjectMatches(*h, b.id, shape.slot_bytes) : h.status();
+    Status st = h.status();
     if (st.ok()) st = CheckObjectCodec(inst.codec, *h);
     if (!st.ok()) {
       out[i] = std::move(st);  // nothing moved

@@ -93,17 +93,11 @@ std::vector<std::optional<Status>> GpuCheckedCopy::Restore(const Instance& inst,
   uint64_t used = 0, crcs = 0;
   for (size_t i = 0; i < blocks.size(); ++i) {
     const Block& b = blocks[i];
-    const ObjectShape& shape = *inst.shapes.at(b.group);
     const uint64_t size = b.object.size();
     // The header only: it says whether the GPU takes the object at all.
-    Result<ParsedHeader> h =
-        ParseObjectHeader(b.object.first(std::min<uint64_t>(size, shape.header_bytes)), size);
+    Result<ParsedHeader> h = inst.MatchedHeader(b.group, b.object, b.id);
     if (!h.ok()) {
       out[i] = h.status();
-      continue;
-    }
-    if (Status st = CheckObjectMatches(*h, b.id, shape.slot_bytes); !st.ok()) {
-      out[i] = st;
       continue;
     }
     if (h->codec != kCodecRaw || size > o_.buffer_bytes || h->segments.size() > max_crcs) {

@@ -276,14 +276,20 @@ Status Instance::PageCrcs(const GroupLayout& g, uint64_t page, uint32_t* out) {
   return CopyToHostWithCrcs({}, ops, out);
 }
 
-Status Instance::ObjectToPages(uint32_t group, std::span<const uint8_t> object, const ObjectId& id,
-                               uint64_t page, bool from_ssd, PageCopies* copies) const {
-  const GroupLayout* g = groups.at(group);
+Result<ParsedHeader> Instance::MatchedHeader(uint32_t group, std::span<const uint8_t> object,
+                                             const ObjectId& id) const {
   const ObjectShape& shape = *shapes.at(group);
   const uint64_t size = object.size();
   ORBITKV_ASSIGN_OR_RETURN(
       ParsedHeader h, ParseObjectHeader({object.data(), std::min(size, shape.header_bytes)}, size));
   ORBITKV_RETURN_IF_ERROR(CheckObjectMatches(h, id, shape.slot_bytes));
+  return h;
+}
+
+Status Instance::ObjectToPages(uint32_t group, std::span<const uint8_t> object, const ObjectId& id,
+                               uint64_t page, bool from_ssd, PageCopies* copies) const {
+  const GroupLayout* g = groups.at(group);
+  ORBITKV_ASSIGN_OR_RETURN(ParsedHeader h, MatchedHeader(group, object, id));
   if (h.codec != kCodecRaw) {
     // Every segment is checked before the first is decoded, so a damaged
     // object leaves no page of it half written.

@@ -153,6 +153,12 @@ class Instance {
    private:
     uint64_t scratch_bytes_ = 0;
   };
+  // The header of `object` (an object of storage group `group` in host
+  // memory; only its first header_bytes are read) parsed and checked to be
+  // `id`'s of this group's shape (ParseObjectHeader, CheckObjectMatches):
+  // Corruption saying which check failed otherwise. No payload byte is read.
+  Result<ParsedHeader> MatchedHeader(uint32_t group, std::span<const uint8_t> object,
+                                     const ObjectId& id) const;
   // Checks one object (host memory) against its id and shape, then copies its
   // segments into `page` for every slot this instance holds: memcpy for host
   // pages; for CUDA pages the copies are appended to `copies`. `from_ssd`:

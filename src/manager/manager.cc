@@ -119,8 +119,7 @@ Result<std::unique_ptr<Manager>> Manager::Create(const ManagerConfig& config) {
     r.crc_cpu_bytes = x.m.uring_crc_cpu_bytes;
     if (config.gpu != nullptr && o.ssd_uring_gpu_staging != 0) {
       GpuCheckedCopy::Options gc;
-      gc.buffer_bytes = AlignDown(o.ssd_uring_gpu_staging / 2, 4096);
-      gc.buffers = 2;
+      gc.buffer_bytes = AlignDown(o.ssd_uring_gpu_staging / gc.buffers, 4096);
       gc.staging_bytes = x.m.uring_gpu_staging_bytes;
       gc.checked_bytes = x.m.uring_crc_gpu_bytes;
       gc.declined = x.m.uring_gpu_declined;

@@ -189,7 +189,6 @@ void UringRoute::CopyLane(CopyJob& job) {
     Status st = job.read_status[i];
     if (st.ok() && on_gpu[i].has_value()) {
       st = *on_gpu[i];
-      o_.ssd->DropIfCorrupt(b.src.ref, b.src.id, st);
     } else if (st.ok()) {
       Instance::PageCopies copies(o_.dram);
       const CostTimer verify(o_.cost_verify);
@@ -199,8 +198,8 @@ void UringRoute::CopyLane(CopyJob& job) {
       verify.Observe();
       if (inst.cuda() && o_.crc_cpu_bytes) o_.crc_cpu_bytes->Inc(b.src.ref.object_size);
       if (st.ok()) st = inst.CopyAndWait(/*to_device=*/true, copies.ops);
-      o_.ssd->DropIfCorrupt(b.src.ref, b.src.id, st);
     }
+    if (job.read_status[i].ok()) o_.ssd->DropIfCorrupt(b.src.ref, b.src.id, st);
     if (st.ok()) {
       o_.bytes_restore->Inc(b.src.ref.object_size);
       // Not an object dropped while this restore read it (a cleared namespace).
