@@ -37,6 +37,8 @@ struct FaultInjectingPlatform::State {
   uint64_t corrupt_offset = 0;
   uint8_t corrupt_value = 0;
   int corrupt_crcs = 0;
+  int refused_crcs = 0;
+  Status refuse_crc_status;
   int failed_encodes = 0;
   Status encode_fault;
   int refused_copies = 0;
@@ -180,6 +182,13 @@ class WrappedDevice : public Device {
   Status Crc32cAsync(std::span<const CrcOp> ops, uint32_t* out, Stream& stream) override {
     WrappedStream* s = nullptr;
     ORBITKV_ASSIGN_OR_RETURN(s, Unwrap(stream, "Crc32cAsync"));
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      if (state_->refused_crcs > 0) {
+        --state_->refused_crcs;
+        return state_->refuse_crc_status;
+      }
+    }
     ORBITKV_RETURN_IF_ERROR(inner_->Crc32cAsync(ops, out, s->inner()));
     bool corrupt = false;
     {
@@ -490,6 +499,12 @@ void FaultInjectingPlatform::FailAllocations(int count, Status status) {
 void FaultInjectingPlatform::CorruptCrcs(int count) {
   std::lock_guard<std::mutex> lock(state_->mu);
   state_->corrupt_crcs = count;
+}
+
+void FaultInjectingPlatform::RefuseCrcs(int count, Status status) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->refused_crcs = status.ok() ? 0 : count;
+  state_->refuse_crc_status = std::move(status);
 }
 
 void FaultInjectingPlatform::FailEncodes(int count, Status status) {

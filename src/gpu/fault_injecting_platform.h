@@ -28,6 +28,8 @@
 //  * CorruptCrcs(count): the next `count` Crc32cAsync calls run, then a host
 //    function flips a bit of their first result (REQUIRES: `out` is host
 //    memory, as the SSD worker's pinned results are).
+//  * RefuseCrcs(count, status): the next `count` Crc32cAsync calls return the
+//    status without enqueueing anything (a CRC kernel launch that fails).
 //  * FailEncodes(count, status): the next `count` EncodeAsync calls of the
 //    frame encoders it made run as usual, then their Finish returns the
 //    status instead of the frame sizes (a failed GPU encode).
@@ -101,6 +103,7 @@ class FaultInjectingPlatform : public Platform {
   void RefuseReadSubmits(int count, Status status);
   void CorruptReads(int count, uint64_t offset, uint8_t value);
   void CorruptCrcs(int count);
+  void RefuseCrcs(int count, Status status);
   void FailEncodes(int count, Status status);
   void RefuseCopiesFrom(DevPtr begin, uint64_t bytes, int count, Status status);
   void FailAllocations(int count, Status status);

@@ -229,12 +229,36 @@ Result<Instance::ToHostJob> Instance::EnqueueToHost(std::span<const gpu::CopyOp>
     return stream.status();
   }
   job.stream = *stream;
-  // The copies first: the staged mover takes a caller stream with nothing
-  // pending (this job's own); the CRC kernel then runs after them on it.
-  const CostTimer call(cost_copy_call[1]);
-  Status st = ops.empty() ? Status::OK() : device_->CopyAsync(ops, *job.stream);
-  call.Observe();
-  if (st.ok() && !crcs.empty()) {
+  Status st;
+  // The CRC kernels first, on their own stream when there are copies: they
+  // read the pages, so they need not wait for the copies, and a launch with
+  // nothing queued before it on its stream is the cheaper one. The copies
+  // then go on the job's stream, which has nothing pending, as the staged
+  // mover needs.
+  gpu::Stream* crc_stream = job.stream;
+  if (!crcs.empty() && !ops.empty()) {
+    Result<std::unique_ptr<gpu::Event>> ev = TakeEvent();
+    Result<gpu::Stream*> cs = ev.ok() ? TakeD2hStream() : Result<gpu::Stream*>(ev.status());
+    if (cs.ok()) {
+      job.crc_event = std::move(ev).value();
+      job.crc_stream = crc_stream = *cs;
+    } else {
+      if (ev.ok()) GiveEvent(std::move(ev).value());
+      st = cs.status();
+    }
+  }
+  if (st.ok() && crc_stream != job.stream) {
+    const CostTimer crc(cost_crc_launch);
+    st = device_->Crc32cAsync(crcs, out, *crc_stream);
+    crc.Observe();
+    if (st.ok()) st = device_->Record(*job.crc_event, *crc_stream);
+  }
+  if (st.ok() && !ops.empty()) {
+    const CostTimer call(cost_copy_call[1]);
+    st = device_->CopyAsync(ops, *job.stream);
+    call.Observe();
+  }
+  if (st.ok() && !crcs.empty() && crc_stream == job.stream) {
     const CostTimer crc(cost_crc_launch);
     st = device_->Crc32cAsync(crcs, out, *job.stream);
     crc.Observe();
@@ -244,6 +268,11 @@ Result<Instance::ToHostJob> Instance::EnqueueToHost(std::span<const gpu::CopyOp>
     device_->Synchronize(*job.stream).IgnoreError("draining a failed D2H job");
     GiveD2hStream(job.stream);
     GiveEvent(std::move(job.event));  // idle: its stream was drained
+    if (job.crc_stream) {
+      device_->Synchronize(*job.crc_stream).IgnoreError("draining a failed D2H job's CRCs");
+      GiveD2hStream(job.crc_stream);
+      GiveEvent(std::move(job.crc_event));
+    }
     return st;
   }
   job.enqueued = std::chrono::steady_clock::now();
@@ -256,6 +285,17 @@ Result<Instance::ToHostJob> Instance::EnqueueToHost(std::span<const gpu::CopyOp>
 Status Instance::WaitToHost(ToHostJob& job) {
   Status st = device_->Wait(*job.event);
   if (!st.ok()) device_->Synchronize(*job.stream).IgnoreError("draining a failed D2H job");
+  if (job.crc_stream != nullptr) {
+    Status crc = device_->Wait(*job.crc_event);
+    if (!crc.ok()) {
+      device_->Synchronize(*job.crc_stream).IgnoreError("draining a failed D2H job's CRCs");
+      job.crc_event.reset();  // an event of a failed wait is not reused
+    } else {
+      GiveEvent(std::move(job.crc_event));
+    }
+    GiveD2hStream(std::exchange(job.crc_stream, nullptr));
+    if (st.ok()) st = crc;
+  }
   if (cost_copy_wait[1]) {
     cost_copy_wait[1]->Observe(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - job.enqueued).count());

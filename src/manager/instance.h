@@ -95,10 +95,11 @@ class Instance {
   // Runs `ops` on the H2D (to_device) or a D2H stream and waits for this
   // job's own event. OK at once when ops is empty.
   Status CopyAndWait(bool to_device, std::span<const gpu::CopyOp> ops) EXCLUDES(h2d_mu_, d2h_mu_);
-  // D2H `ops`, then the CRC32C of each range of `crcs` (engine pages) into
-  // `out` (pinned or device memory, crcs.size() entries), on a D2H stream;
-  // waits for both (one event). Publish's batches: the segment CRCs on the
-  // GPU, not the CPU.
+  // D2H `ops` and the CRC32C of each range of `crcs` (engine pages) into
+  // `out` (pinned or device memory, crcs.size() entries); waits for both.
+  // Publish's batches: the segment CRCs on the GPU, not the CPU. The CRCs read
+  // the pages, not the copies, so with both they run on a second D2H stream
+  // beside the copies (REQUIRES: nothing writes the ranges until the wait).
   Status CopyToHostWithCrcs(std::span<const gpu::CopyOp> ops, std::span<const gpu::CrcOp> crcs,
                             uint32_t* out) EXCLUDES(d2h_mu_);
   // The two halves of CopyToHostWithCrcs, so a caller can build its next job
@@ -106,14 +107,19 @@ class Instance {
   // stream to itself until its wait (made on demand, so as many jobs may be
   // in flight as callers hold, and the staged mover always finds an idle
   // stream); `crcs` may be empty. Wait on every enqueued job exactly once.
+  // A job of copies and CRCs has a second stream and event for the CRC
+  // kernels: launched behind a stream's pending copies, a launch cost the
+  // enqueue 40-50 us more on the H200 (README, Benchmark, session 15).
   struct ToHostJob {
     std::unique_ptr<gpu::Event> event;
     gpu::Stream* stream = nullptr;
+    std::unique_ptr<gpu::Event> crc_event;  // with crc_stream
+    gpu::Stream* crc_stream = nullptr;      // the CRCs' own stream, or null
     std::chrono::steady_clock::time_point enqueued;
     bool crcs = false;
   };
-  // On an error nothing of the job is left running (its stream is drained and
-  // given back).
+  // On an error nothing of the job is left running (its streams are drained
+  // and given back).
   Result<ToHostJob> EnqueueToHost(std::span<const gpu::CopyOp> ops,
                                   std::span<const gpu::CrcOp> crcs, uint32_t* out)
       EXCLUDES(d2h_mu_);

@@ -1495,6 +1495,28 @@ TEST_F(GpuTierGate, PublishOfSeveralPipelinedBatchesStoresEveryObjectExactly) {
   RestoreExact(e, 1, Range(0, 40));
 }
 
+// A batch's segment CRCs run on a stream of their own beside its copies; a
+// CRC launch that fails fails the batch's job (both streams drained), and the
+// batch is redone object by object with the CRCs on the CPU: every object is
+// stored with its own bytes and headers that the SSD restore accepts, and
+// the batches after it take the GPU again.
+TEST_F(GpuTierGate, AFailedCrcLaunchOfAPublishBatchStoresItWithCpuCrcs) {
+  Options o;
+  o.pool = 96u << 20;
+  o.capacity = 128u << 20;
+  o.backend = SsdBackend::kUring;
+  ASSERT_NO_FATAL_FAILURE(Start(o));
+  Engine& e = Register(SplitLayout(40, {512u << 10, 512u << 10}));
+  faults->RefuseCrcs(1, Status::Internal("injected CRC launch failure"));
+  FillAndPublish(e, 1, 0, 40);  // 40 MiB: six batches, the first one refused
+  const double gpu = Plain("orbitkv_publish_crc_bytes_total", {{"where", "gpu"}});
+  const double cpu = Plain("orbitkv_publish_crc_bytes_total", {{"where", "cpu"}});
+  EXPECT_EQ(gpu + cpu, 40.0 * (1u << 20));
+  EXPECT_GT(cpu, 0);
+  EXPECT_GT(gpu, 0);
+  RestoreExact(e, 1, Range(0, 40));  // from SSD: every segment CRC checked
+}
+
 // A Publish's batches shrink towards its end (PublishBatchTarget), so the
 // copy left after its last enqueue is short: 40 objects of 1 MiB under the
 // 16 MiB cap are six D2H jobs of 16, 12, 6, 3, 2 and 1 objects (before, three
