@@ -205,6 +205,10 @@ class CudaDevice final : public Device {
   Status CopyAsync(std::span<const CopyOp> ops, Stream& stream) override;
   Status MemsetAsync(DevPtr dst, uint8_t value, uint64_t bytes, Stream& stream) override;
   Result<uint8_t*> AllocateHost(uint64_t bytes) override;
+  bool KernelsReadHost(const uint8_t* p, uint64_t bytes) const override {
+    return host_pointers_ok_ && bytes > 0 &&
+           InRegisteredHostRange(reinterpret_cast<uint64_t>(p), bytes);
+  }
   Status FreeHost(uint8_t* ptr) override;
   Status Crc32cAsync(std::span<const CrcOp> ops, uint32_t* out, Stream& stream) override;
   Status HostFuncAsync(std::function<void()> fn, Stream& stream) override;

@@ -554,6 +554,11 @@ class FakeDevice : public Device {
     return static_cast<uint8_t*>(mem);
   }
 
+  // The fake's "kernels" are host code: any host address is readable.
+  bool KernelsReadHost(const uint8_t* p, uint64_t bytes) const override {
+    return p != nullptr && bytes > 0;
+  }
+
   Status FreeHost(uint8_t* ptr) override {
     if (ptr == nullptr) return Status::OK();
     {

@@ -38,6 +38,7 @@ struct FaultInjectingPlatform::State {
   uint8_t corrupt_value = 0;
   int corrupt_crcs = 0;
   int refused_crcs = 0;
+  bool deny_kernel_host_reads = false;
   Status refuse_crc_status;
   int failed_encodes = 0;
   Status encode_fault;
@@ -177,6 +178,13 @@ class WrappedDevice : public Device {
   }
   Status Free(DevPtr ptr) override { return inner_->Free(ptr); }
   Result<uint8_t*> AllocateHost(uint64_t bytes) override { return inner_->AllocateHost(bytes); }
+  bool KernelsReadHost(const uint8_t* p, uint64_t bytes) const override {
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      if (state_->deny_kernel_host_reads) return false;
+    }
+    return inner_->KernelsReadHost(p, bytes);
+  }
   Status FreeHost(uint8_t* ptr) override { return inner_->FreeHost(ptr); }
 
   Status Crc32cAsync(std::span<const CrcOp> ops, uint32_t* out, Stream& stream) override {
@@ -505,6 +513,11 @@ void FaultInjectingPlatform::RefuseCrcs(int count, Status status) {
   std::lock_guard<std::mutex> lock(state_->mu);
   state_->refused_crcs = status.ok() ? 0 : count;
   state_->refuse_crc_status = std::move(status);
+}
+
+void FaultInjectingPlatform::DenyKernelHostReads(bool deny) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->deny_kernel_host_reads = deny;
 }
 
 void FaultInjectingPlatform::FailEncodes(int count, Status status) {

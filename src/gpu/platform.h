@@ -206,6 +206,15 @@ class Device {
   // an event. ResourceExhausted when it cannot be allocated.
   virtual Result<uint8_t*> AllocateHost(uint64_t bytes) = 0;
   virtual Status FreeHost(uint8_t* ptr) = 0;
+  // Whether this device's kernels (CopyAsync's, Crc32cAsync's) can read the
+  // host bytes [p, p + bytes) at that address: pinned memory registered with
+  // CUDA, where the device uses registered host pointers as they are. False
+  // when unsure (the default).
+  virtual bool KernelsReadHost(const uint8_t* p, uint64_t bytes) const {
+    (void)p;
+    (void)bytes;
+    return false;
+  }
 
   virtual Result<std::unique_ptr<Stream>> CreateStream() = 0;
   virtual Result<std::unique_ptr<Event>> CreateEvent() = 0;

@@ -100,9 +100,14 @@ std::vector<std::optional<Status>> GpuCheckedCopy::Restore(const Instance& inst,
       out[i] = h.status();
       continue;
     }
-    if (h->codec != kCodecRaw || size > o_.buffer_bytes || h->segments.size() > max_crcs) {
+    if (h->codec != kCodecRaw || h->segments.size() > max_crcs) {
       o_.declined->Inc();
-      continue;  // the CPU path: decoded there, or too large for a buffer
+      continue;  // the CPU path: decoded there, or more segments than results
+    }
+    if (size > o_.buffer_bytes) {
+      InPlace(inst, *buf, b, *h, out[i]);
+      if (!out[i]) o_.declined->Inc();
+      continue;
     }
     if (AlignUp(used, kPlacement) + size > o_.buffer_bytes ||
         crcs + h->segments.size() > max_crcs) {
@@ -118,6 +123,49 @@ std::vector<std::optional<Status>> GpuCheckedCopy::Restore(const Instance& inst,
   if (!round.empty()) Round(inst, *buf, blocks, round, out);
   Give(buf);
   return out;
+}
+
+void GpuCheckedCopy::InPlace(const Instance& inst, Buffer& buf, const Block& b,
+                             const ParsedHeader& h, std::optional<Status>& out) {
+  gpu::Device& d = *buf.device;
+  const uint8_t* object = b.object.data();
+  if (!d.KernelsReadHost(object, b.object.size())) return;
+  std::vector<gpu::CrcOp> crc_ops;
+  for (const SegmentPos& seg : h.segments) {
+    crc_ops.push_back({reinterpret_cast<gpu::DevPtr>(object + seg.offset), seg.size});
+  }
+  Status st = d.Crc32cAsync(crc_ops, buf.crcs, *buf.stream);
+  if (st.ok()) st = d.Record(*buf.event, *buf.stream);
+  if (st.ok()) st = d.Wait(*buf.event);
+  if (!st.ok()) {  // no page byte written: the CPU check takes it
+    d.Synchronize(*buf.stream).IgnoreError("draining a failed in-place GPU CRC check");
+    return;
+  }
+  Status ok;
+  for (uint32_t j = 0; j < h.segments.size() && ok.ok(); ++j) {
+    ok = CheckSegmentCrc(h, j, buf.crcs[j]);
+  }
+  o_.checked_bytes->Inc(b.object.size());
+  if (!ok.ok()) {
+    out = ok;
+    return;
+  }
+  std::vector<gpu::CopyOp> copies;
+  const GroupLayout& g = *inst.groups.at(b.group);
+  for (const SlotLayout& s : g.slots) {
+    copies.push_back({inst.DevicePage(s, b.page),
+                      reinterpret_cast<gpu::DevPtr>(object + h.segments[s.slot_id].offset),
+                      s.bytes_per_page});
+  }
+  st = d.CopyAsync(copies, *buf.stream);
+  if (st.ok()) st = d.Record(*buf.event, *buf.stream);
+  if (st.ok()) st = d.Wait(*buf.event);
+  if (!st.ok()) {
+    d.Synchronize(*buf.stream).IgnoreError("draining a failed GPU-checked copy");
+    out = st.WithContext("GPU-checked copy into the pages");
+    return;
+  }
+  out = Status::OK();
 }
 
 void GpuCheckedCopy::Round(const Instance& inst, Buffer& buf, std::span<const Block> blocks,

@@ -20,9 +20,14 @@
 // allocated when first needed and kept until this goes (one that cannot be
 // made, device memory being full, is logged and not tried again). A call takes one
 // buffer, or declines every block when none is free or it cannot be made;
-// blocks that do not fit the buffer are done in several rounds, and an object
-// larger than a buffer, or an encoded one, is declined (the caller checks it
-// on the CPU; both counted on `declined`).
+// blocks that do not fit the buffer are done in several rounds. An object
+// larger than a buffer (a hybrid model's recurrent-state checkpoint of tens of
+// MiB) is checked in place: the GPU computes its segments' CRC32C reading the
+// pinned host copy itself (Device::KernelsReadHost), and only when all match
+// are its slots copied H2D into the pages; where the device cannot read that
+// memory, or its CRC job fails (nothing written yet), it is declined. An
+// encoded object is declined (the caller checks and decodes it on the CPU;
+// declined blocks are counted on `declined`).
 //
 // Thread-safe: Restore from any number of threads. REQUIRES: destroyed
 // before the platform of its devices, after the last Restore returned.
@@ -89,6 +94,10 @@ class GpuCheckedCopy {
     ParsedHeader header;
   };
   // One round: every item fits the buffer together (bytes and CRC results).
+  // One object larger than a buffer, checked in place (above); `out` is left
+  // unset when it is declined.
+  void InPlace(const Instance& inst, Buffer& buf, const Block& b, const ParsedHeader& h,
+               std::optional<Status>& out);
   void Round(const Instance& inst, Buffer& buf, std::span<const Block> blocks,
              std::span<const Item> round, std::vector<std::optional<Status>>& out);
 

@@ -47,7 +47,8 @@ Result<ParsedFlags> ParseFlags(int argc, const char* const* argv, std::string* o
   std::string uring_gpu = std::to_string(o.ssd_uring_gpu_staging >> 20) + "mib";
   app.add_option("--ssd-uring-gpu-staging", uring_gpu,
                  "io_uring restores into CUDA pages: GPU memory per device (two buffers) in "
-                 "which the GPU checks a run's CRC32C before scattering it; 0: the CPU checks")
+                 "which the GPU checks a run's CRC32C before scattering it (objects larger than "
+                 "a buffer: in place in the read staging); 0: the CPU checks")
       ->capture_default_str();
   app.add_option("--max-query-ttl-ms", o.max_query_ttl_ms,
                  "Longest query lease (ttl_ms) an engine may ask for; longer ones are refused")

@@ -44,6 +44,9 @@ class LocalIpcDevice : public gpu::Device {
   Result<DevPtr> Allocate(uint64_t b) override { return d_->Allocate(b); }
   Status Free(DevPtr p) override { return d_->Free(p); }
   Result<uint8_t*> AllocateHost(uint64_t b) override { return d_->AllocateHost(b); }
+  bool KernelsReadHost(const uint8_t* p, uint64_t b) const override {
+    return d_->KernelsReadHost(p, b);
+  }
   Status FreeHost(uint8_t* p) override { return d_->FreeHost(p); }
   Status Crc32cAsync(std::span<const gpu::CrcOp> ops, uint32_t* out, gpu::Stream& s) override {
     return d_->Crc32cAsync(ops, out, s);

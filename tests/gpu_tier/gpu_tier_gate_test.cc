@@ -591,10 +591,12 @@ TEST_F(UringGpuCheck, UringGpuStagingZeroChecksOnTheCpu) {
   ExpectCorruptRestore(e, 1, 8, "payload CRC32C");
 }
 
-// An object larger than a staging buffer (1 MiB of staging: two of 512 KiB)
-// is declined, counted, and checked on the CPU instead; a small one in the
-// same restore still goes through the GPU.
-TEST_F(UringGpuCheck, AnObjectLargerThanAGpuBufferIsCheckedOnTheCpu) {
+// An object larger than a staging buffer (1 MiB of staging: two of 512 KiB),
+// a hybrid model's checkpoint in kind, is checked in place: the GPU reads the
+// pinned read staging for its CRCs, then its slots go H2D into the pages.
+// Exact bytes, every object byte counted on the GPU, nothing declined; a
+// small one beside it goes through the staging as before.
+TEST_F(UringGpuCheck, AnObjectLargerThanAGpuBufferIsCheckedInPlaceOnTheGpu) {
   Engine* started = Begin(SplitLayout(16, {524288, 8192}), /*staging=*/1u << 20);
   ASSERT_NE(started, nullptr);
   Engine& big = *started;
@@ -602,12 +604,59 @@ TEST_F(UringGpuCheck, AnObjectLargerThanAGpuBufferIsCheckedOnTheCpu) {
   FillAndPublish(big, 1, 0, 2);
   FillAndPublish(small, 1, 0, 2);
   RestoreExact(big, 1, {8, 9});
+  const double object = ObjectHeaderSize(2) + 524288 + 8192;
+  EXPECT_EQ(Plain("orbitkv_ssd_uring_gpu_declined_total"), 0);
+  EXPECT_EQ(CrcBytes("cpu"), 0);
+  EXPECT_EQ(CrcBytes("gpu"), 2 * object);
+  RestoreExact(small, 1, {8, 9});
+  EXPECT_EQ(CrcBytes("gpu"), 2 * object + 2 * (ObjectHeaderSize(1) + 8192));
+  EXPECT_EQ(CrcBytes("cpu"), 0);
+}
+
+// A damaged object larger than a buffer: the in-place CRCs catch it before a
+// byte is copied, so its page keeps every byte it had and the object is
+// dropped; the one after it in the same restore is exact.
+TEST_F(UringGpuCheck, ADamagedObjectLargerThanAGpuBufferFailsInPlaceUntouched) {
+  Engine* started = Begin(SplitLayout(16, {524288, 8192}), /*staging=*/1u << 20);
+  ASSERT_NE(started, nullptr);
+  Engine& e = *started;
+  FillAndPublish(e, 1, 0, 2);
+  Flip(Find(1), ObjectHeaderSize(2) + 524288 + 9, 0x08);  // slot 1's payload
+  const std::vector<uint64_t> pages = {8, 9};
+  for (uint64_t p : pages) Scribble(e, p);
+  const double dropped = Plain("orbitkv_ssd_corrupt_objects_dropped_total");
+  QueryResult q = Query(e, 1, 2);
+  ASSERT_EQ(q.prefix, 2u);
+  RestoreResult r = Restore(Req(e, q, {0, 1}, pages));
+  ASSERT_EQ(r.blocks.size(), 2u);
+  EXPECT_EQ(r.blocks[0].status.code(), StatusCode::kCorruption) << r.blocks[0].status.ToString();
+  EXPECT_NE(r.blocks[0].status.message().find("payload CRC32C"), std::string::npos)
+      << r.blocks[0].status.ToString();
+  EXPECT_TRUE(Untouched(e, 8));
+  EXPECT_TRUE(r.blocks[1].status.ok()) << r.blocks[1].status.ToString();
+  EXPECT_TRUE(Holds(e, 9, 2));
+  EXPECT_EQ(Plain("orbitkv_ssd_corrupt_objects_dropped_total"), dropped + 1);
+  EXPECT_EQ(CrcBytes("cpu"), 0);
+}
+
+// Where the device cannot read the host copy (DenyKernelHostReads), or the
+// in-place CRC launch fails, the large object is declined before any page
+// byte is written and the CPU checks it: exact bytes either way.
+TEST_F(UringGpuCheck, ALargeObjectTheGpuCannotCheckInPlaceIsCheckedOnTheCpu) {
+  Engine* started = Begin(SplitLayout(16, {524288, 8192}), /*staging=*/1u << 20);
+  ASSERT_NE(started, nullptr);
+  Engine& e = *started;
+  FillAndPublish(e, 1, 0, 2);
+  faults->DenyKernelHostReads(true);
+  RestoreExact(e, 1, {8, 9});
+  faults->DenyKernelHostReads(false);
   EXPECT_EQ(Plain("orbitkv_ssd_uring_gpu_declined_total"), 2);
   EXPECT_GT(CrcBytes("cpu"), 2 * 524288);
   EXPECT_EQ(CrcBytes("gpu"), 0);
-  RestoreExact(small, 1, {8, 9});
-  EXPECT_EQ(CrcBytes("gpu"), 2 * (ObjectHeaderSize(1) + 8192));
-  EXPECT_EQ(Plain("orbitkv_ssd_uring_gpu_declined_total"), 2);
+  faults->RefuseCrcs(1, Status::Internal("injected CRC launch failure"));
+  RestoreExact(e, 1, {8, 9});  // the first object declined, the second checked in place
+  EXPECT_EQ(Plain("orbitkv_ssd_uring_gpu_declined_total"), 3);
+  EXPECT_EQ(CrcBytes("gpu"), ObjectHeaderSize(2) + 524288 + 8192);
 }
 
 // No device memory for the staging (its first Allocate refused): the
