@@ -526,6 +526,14 @@ class UringGpuCheck : public GpuTierGate {
   double CrcBytes(const char* where) {
     return Plain("orbitkv_ssd_uring_crc_bytes_total", {{"where", where}});
   }
+  // Objects larger than a GPU staging buffer (a 512 KiB and an 8 KiB slot;
+  // 1 MiB of staging: two buffers of 512 KiB), keys 1 and 2 published.
+  Engine* BeginWithObjectsLargerThanABuffer() {
+    Engine* e = Begin(SplitLayout(16, {524288, 8192}), /*staging=*/1u << 20);
+    if (e != nullptr) FillAndPublish(*e, 1, 0, 2);
+    return e;
+  }
+  static double LargeObject() { return ObjectHeaderSize(2) + 524288 + 8192; }
 };
 
 // --ssd-read-path uring: a run's objects go H2D into GPU staging, the GPU
@@ -597,14 +605,13 @@ TEST_F(UringGpuCheck, UringGpuStagingZeroChecksOnTheCpu) {
 // Exact bytes, every object byte counted on the GPU, nothing declined; a
 // small one beside it goes through the staging as before.
 TEST_F(UringGpuCheck, AnObjectLargerThanAGpuBufferIsCheckedInPlaceOnTheGpu) {
-  Engine* started = Begin(SplitLayout(16, {524288, 8192}), /*staging=*/1u << 20);
+  Engine* started = BeginWithObjectsLargerThanABuffer();
   ASSERT_NE(started, nullptr);
   Engine& big = *started;
   Engine& small = Register(SplitLayout(16, {8192}), "small");
-  FillAndPublish(big, 1, 0, 2);
   FillAndPublish(small, 1, 0, 2);
   RestoreExact(big, 1, {8, 9});
-  const double object = ObjectHeaderSize(2) + 524288 + 8192;
+  const double object = LargeObject();
   EXPECT_EQ(Plain("orbitkv_ssd_uring_gpu_declined_total"), 0);
   EXPECT_EQ(CrcBytes("cpu"), 0);
   EXPECT_EQ(CrcBytes("gpu"), 2 * object);
@@ -617,10 +624,9 @@ TEST_F(UringGpuCheck, AnObjectLargerThanAGpuBufferIsCheckedInPlaceOnTheGpu) {
 // byte is copied, so its page keeps every byte it had and the object is
 // dropped; the one after it in the same restore is exact.
 TEST_F(UringGpuCheck, ADamagedObjectLargerThanAGpuBufferFailsInPlaceUntouched) {
-  Engine* started = Begin(SplitLayout(16, {524288, 8192}), /*staging=*/1u << 20);
+  Engine* started = BeginWithObjectsLargerThanABuffer();
   ASSERT_NE(started, nullptr);
   Engine& e = *started;
-  FillAndPublish(e, 1, 0, 2);
   Flip(Find(1), ObjectHeaderSize(2) + 524288 + 9, 0x08);  // slot 1's payload
   const std::vector<uint64_t> pages = {8, 9};
   for (uint64_t p : pages) Scribble(e, p);
@@ -643,10 +649,9 @@ TEST_F(UringGpuCheck, ADamagedObjectLargerThanAGpuBufferFailsInPlaceUntouched) {
 // in-place CRC launch fails, the large object is declined before any page
 // byte is written and the CPU checks it: exact bytes either way.
 TEST_F(UringGpuCheck, ALargeObjectTheGpuCannotCheckInPlaceIsCheckedOnTheCpu) {
-  Engine* started = Begin(SplitLayout(16, {524288, 8192}), /*staging=*/1u << 20);
+  Engine* started = BeginWithObjectsLargerThanABuffer();
   ASSERT_NE(started, nullptr);
   Engine& e = *started;
-  FillAndPublish(e, 1, 0, 2);
   faults->DenyKernelHostReads(true);
   RestoreExact(e, 1, {8, 9});
   faults->DenyKernelHostReads(false);
@@ -656,7 +661,7 @@ TEST_F(UringGpuCheck, ALargeObjectTheGpuCannotCheckInPlaceIsCheckedOnTheCpu) {
   faults->RefuseCrcs(1, Status::Internal("injected CRC launch failure"));
   RestoreExact(e, 1, {8, 9});  // the first object declined, the second checked in place
   EXPECT_EQ(Plain("orbitkv_ssd_uring_gpu_declined_total"), 3);
-  EXPECT_EQ(CrcBytes("gpu"), ObjectHeaderSize(2) + 524288 + 8192);
+  EXPECT_EQ(CrcBytes("gpu"), LargeObject());
 }
 
 // No device memory for the staging (its first Allocate refused): the
