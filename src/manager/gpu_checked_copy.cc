@@ -104,68 +104,31 @@ std::vector<std::optional<Status>> GpuCheckedCopy::Restore(const Instance& inst,
       o_.declined->Inc();
       continue;  // the CPU path: decoded there, or more segments than results
     }
-    if (size > o_.buffer_bytes) {
-      InPlace(inst, *buf, b, *h, out[i]);
-      if (!out[i]) o_.declined->Inc();
+    // Larger than a buffer: read in place by the GPU, where it can.
+    const bool in_place = size > o_.buffer_bytes;
+    if (in_place && !inst.device().KernelsReadHost(b.object.data(), size)) {
+      o_.declined->Inc();
       continue;
     }
-    if (AlignUp(used, kPlacement) + size > o_.buffer_bytes ||
+    const uint64_t staged = in_place ? 0 : size;
+    if (AlignUp(used, kPlacement) + staged > o_.buffer_bytes ||
         crcs + h->segments.size() > max_crcs) {
       Round(inst, *buf, blocks, round, out);
       round.clear();
       used = crcs = 0;
     }
-    used = AlignUp(used, kPlacement);
+    gpu::DevPtr src = reinterpret_cast<gpu::DevPtr>(b.object.data());
+    if (!in_place) {
+      used = AlignUp(used, kPlacement);
+      src = buf->data + used;
+      used += size;
+    }
     crcs += h->segments.size();
-    round.push_back({i, used, std::move(h).value()});
-    used += size;
+    round.push_back({i, src, in_place, std::move(h).value()});
   }
   if (!round.empty()) Round(inst, *buf, blocks, round, out);
   Give(buf);
   return out;
-}
-
-void GpuCheckedCopy::InPlace(const Instance& inst, Buffer& buf, const Block& b,
-                             const ParsedHeader& h, std::optional<Status>& out) {
-  gpu::Device& d = *buf.device;
-  const uint8_t* object = b.object.data();
-  if (!d.KernelsReadHost(object, b.object.size())) return;
-  std::vector<gpu::CrcOp> crc_ops;
-  for (const SegmentPos& seg : h.segments) {
-    crc_ops.push_back({reinterpret_cast<gpu::DevPtr>(object + seg.offset), seg.size});
-  }
-  Status st = d.Crc32cAsync(crc_ops, buf.crcs, *buf.stream);
-  if (st.ok()) st = d.Record(*buf.event, *buf.stream);
-  if (st.ok()) st = d.Wait(*buf.event);
-  if (!st.ok()) {  // no page byte written: the CPU check takes it
-    d.Synchronize(*buf.stream).IgnoreError("draining a failed in-place GPU CRC check");
-    return;
-  }
-  Status ok;
-  for (uint32_t j = 0; j < h.segments.size() && ok.ok(); ++j) {
-    ok = CheckSegmentCrc(h, j, buf.crcs[j]);
-  }
-  o_.checked_bytes->Inc(b.object.size());
-  if (!ok.ok()) {
-    out = ok;
-    return;
-  }
-  std::vector<gpu::CopyOp> copies;
-  const GroupLayout& g = *inst.groups.at(b.group);
-  for (const SlotLayout& s : g.slots) {
-    copies.push_back({inst.DevicePage(s, b.page),
-                      reinterpret_cast<gpu::DevPtr>(object + h.segments[s.slot_id].offset),
-                      s.bytes_per_page});
-  }
-  st = d.CopyAsync(copies, *buf.stream);
-  if (st.ok()) st = d.Record(*buf.event, *buf.stream);
-  if (st.ok()) st = d.Wait(*buf.event);
-  if (!st.ok()) {
-    d.Synchronize(*buf.stream).IgnoreError("draining a failed GPU-checked copy");
-    out = st.WithContext("GPU-checked copy into the pages");
-    return;
-  }
-  out = Status::OK();
 }
 
 void GpuCheckedCopy::Round(const Instance& inst, Buffer& buf, std::span<const Block> blocks,
@@ -175,25 +138,34 @@ void GpuCheckedCopy::Round(const Instance& inst, Buffer& buf, std::span<const Bl
   std::vector<gpu::CrcOp> crc_ops;
   for (const Item& it : round) {
     const Block& b = blocks[it.block];
-    h2d.push_back(
-        {buf.data + it.at, reinterpret_cast<gpu::DevPtr>(b.object.data()), b.object.size()});
+    if (!it.in_place) {
+      h2d.push_back({it.src, reinterpret_cast<gpu::DevPtr>(b.object.data()), b.object.size()});
+    }
     for (const SegmentPos& seg : it.header.segments) {
-      crc_ops.push_back({buf.data + it.at + seg.offset, seg.size});
+      crc_ops.push_back({it.src + seg.offset, seg.size});
     }
   }
   auto fail = [&](const Status& st, auto&& blocks_of) {
     d.Synchronize(*buf.stream).IgnoreError("draining a failed GPU-checked copy");
     for (size_t i : blocks_of) out[i] = st;
   };
-  // The objects into the staging and their segments' CRCs, then one wait.
-  Status st = d.CopyAsync(h2d, *buf.stream);
+  // The staged objects into the staging and every segment's CRC, then one wait.
+  Status st = h2d.empty() ? Status::OK() : d.CopyAsync(h2d, *buf.stream);
   if (st.ok()) st = d.Crc32cAsync(crc_ops, buf.crcs, *buf.stream);
   if (st.ok()) st = d.Record(*buf.event, *buf.stream);
   if (st.ok()) st = d.Wait(*buf.event);
   if (!st.ok()) {
-    std::vector<size_t> all;
-    for (const Item& it : round) all.push_back(it.block);
-    return fail(st.WithContext("GPU-checked copy into staging"), all);
+    // No page byte is written yet: the objects read in place go to the CPU
+    // check (declined), the staged ones fail with the error.
+    std::vector<size_t> staged;
+    for (const Item& it : round) {
+      if (it.in_place) {
+        o_.declined->Inc();
+      } else {
+        staged.push_back(it.block);
+      }
+    }
+    return fail(st.WithContext("GPU-checked copy into staging"), staged);
   }
   // Compare; scatter the objects that match.
   std::vector<size_t> good;
@@ -214,7 +186,7 @@ void GpuCheckedCopy::Round(const Instance& inst, Buffer& buf, std::span<const Bl
     const GroupLayout& g = *inst.groups.at(blocks[it.block].group);
     for (const SlotLayout& s : g.slots) {
       scatter.push_back({inst.DevicePage(s, blocks[it.block].page),
-                         buf.data + it.at + h.segments[s.slot_id].offset, s.bytes_per_page});
+                         it.src + h.segments[s.slot_id].offset, s.bytes_per_page});
     }
   }
   if (good.empty()) return;

@@ -22,10 +22,11 @@
 // buffer, or declines every block when none is free or it cannot be made;
 // blocks that do not fit the buffer are done in several rounds. An object
 // larger than a buffer (a hybrid model's recurrent-state checkpoint of tens of
-// MiB) is checked in place: the GPU computes its segments' CRC32C reading the
-// pinned host copy itself (Device::KernelsReadHost), and only when all match
-// are its slots copied H2D into the pages; where the device cannot read that
-// memory, or its CRC job fails (nothing written yet), it is declined. An
+// MiB) is checked in place, in a round like the others: the GPU computes its
+// segments' CRC32C reading the pinned host copy itself
+// (Device::KernelsReadHost), and only when all match are its slots copied H2D
+// into the pages; where the device cannot read that memory, or the round's
+// CRC job fails (nothing written yet), it is declined. An
 // encoded object is declined (the caller checks and decodes it on the CPU;
 // declined blocks are counted on `declined`).
 //
@@ -87,17 +88,17 @@ class GpuCheckedCopy {
   Buffer* Take(gpu::Device& device) EXCLUDES(mu_);
   void Give(Buffer* b) EXCLUDES(mu_);
   void Destroy(Buffer& b);
-  // A block of a round: blocks[block], at `at` in the staging, its header.
+  // A block of a round: blocks[block], its header, and where the GPU reads
+  // it: its place in the staging, or (in_place) its pinned host copy.
   struct Item {
     size_t block = 0;
-    uint64_t at = 0;
+    gpu::DevPtr src = 0;
+    bool in_place = false;
     ParsedHeader header;
   };
-  // One round: every item fits the buffer together (bytes and CRC results).
-  // One object larger than a buffer, checked in place (above); `out` is left
-  // unset when it is declined.
-  void InPlace(const Instance& inst, Buffer& buf, const Block& b, const ParsedHeader& h,
-               std::optional<Status>& out);
+  // One round: every item fits the buffer together (staged bytes and CRC
+  // results). Items read in place are left unset (declined) when the round's
+  // copy or CRC job fails; nothing of them was written.
   void Round(const Instance& inst, Buffer& buf, std::span<const Block> blocks,
              std::span<const Item> round, std::vector<std::optional<Status>>& out);
 
