@@ -210,11 +210,7 @@ class Device {
   // host bytes [p, p + bytes) at that address: pinned memory registered with
   // CUDA, where the device uses registered host pointers as they are. False
   // when unsure (the default).
-  virtual bool KernelsReadHost(const uint8_t* p, uint64_t bytes) const {
-    (void)p;
-    (void)bytes;
-    return false;
-  }
+  virtual bool KernelsReadHost(const uint8_t* /*p*/, uint64_t /*bytes*/) const { return false; }
 
   virtual Result<std::unique_ptr<Stream>> CreateStream() = 0;
   virtual Result<std::unique_ptr<Event>> CreateEvent() = 0;

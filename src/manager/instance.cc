@@ -230,38 +230,35 @@ Result<Instance::ToHostJob> Instance::EnqueueToHost(std::span<const gpu::CopyOp>
   }
   job.stream = *stream;
   Status st;
-  // The CRC kernels first, on their own stream when there are copies: they
-  // read the pages, so they need not wait for the copies, and a launch with
-  // nothing queued before it on its stream is the cheaper one. The copies
-  // then go on the job's stream, which has nothing pending, as the staged
-  // mover needs.
-  gpu::Stream* crc_stream = job.stream;
-  if (!crcs.empty() && !ops.empty()) {
-    Result<std::unique_ptr<gpu::Event>> ev = TakeEvent();
-    Result<gpu::Stream*> cs = ev.ok() ? TakeD2hStream() : Result<gpu::Stream*>(ev.status());
-    if (cs.ok()) {
-      job.crc_event = std::move(ev).value();
-      job.crc_stream = crc_stream = *cs;
-    } else {
-      if (ev.ok()) GiveEvent(std::move(ev).value());
-      st = cs.status();
+  // The CRC kernels first, on a stream of their own when there are copies:
+  // they read the pages, so they need not wait for the copies, and a launch
+  // with nothing queued before it on its stream is the cheaper one. The
+  // copies then go on the job's stream with nothing pending on it, as the
+  // staged mover needs.
+  if (!crcs.empty()) {
+    gpu::Stream* crc_stream = job.stream;
+    if (!ops.empty()) {
+      if (Result<std::unique_ptr<gpu::Event>> ev = TakeEvent(); !ev.ok()) {
+        st = ev.status();
+      } else if (Result<gpu::Stream*> cs = TakeD2hStream(); !cs.ok()) {
+        GiveEvent(std::move(ev).value());
+        st = cs.status();
+      } else {
+        job.crc_event = std::move(ev).value();
+        job.crc_stream = crc_stream = *cs;
+      }
     }
-  }
-  if (st.ok() && crc_stream != job.stream) {
-    const CostTimer crc(cost_crc_launch);
-    st = device_->Crc32cAsync(crcs, out, *crc_stream);
-    crc.Observe();
-    if (st.ok()) st = device_->Record(*job.crc_event, *crc_stream);
+    if (st.ok()) {
+      const CostTimer crc(cost_crc_launch);
+      st = device_->Crc32cAsync(crcs, out, *crc_stream);
+      crc.Observe();
+    }
+    if (st.ok() && job.crc_stream) st = device_->Record(*job.crc_event, *job.crc_stream);
   }
   if (st.ok() && !ops.empty()) {
     const CostTimer call(cost_copy_call[1]);
     st = device_->CopyAsync(ops, *job.stream);
     call.Observe();
-  }
-  if (st.ok() && !crcs.empty() && crc_stream == job.stream) {
-    const CostTimer crc(cost_crc_launch);
-    st = device_->Crc32cAsync(crcs, out, *job.stream);
-    crc.Observe();
   }
   if (st.ok()) st = device_->Record(*job.event, *job.stream);
   if (!st.ok()) {
