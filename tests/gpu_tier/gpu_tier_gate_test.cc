@@ -534,6 +534,16 @@ class UringGpuCheck : public GpuTierGate {
     return e;
   }
   static double LargeObject() { return ObjectHeaderSize(2) + 524288 + 8192; }
+  // The next CopyAsync with a source in any of the Manager's pinned arenas
+  // (the read staging among them) is refused: "injected H2D refusal".
+  void RefuseNextCopyFromTheArenas() {
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (const auto& [base, bytes] : arenas) {
+      lo = std::min(lo, reinterpret_cast<uint64_t>(base));
+      hi = std::max(hi, reinterpret_cast<uint64_t>(base) + bytes);
+    }
+    faults->RefuseCopiesFrom(lo, hi - lo, 1, Status::Internal("injected H2D refusal"));
+  }
 };
 
 // --ssd-read-path uring: a run's objects go H2D into GPU staging, the GPU
@@ -645,6 +655,28 @@ TEST_F(UringGpuCheck, ADamagedObjectLargerThanAGpuBufferFailsInPlaceUntouched) {
   EXPECT_EQ(CrcBytes("cpu"), 0);
 }
 
+// An object checked in place whose H2D into the pages is refused (copies
+// from the Manager's pinned arenas: the read staging it is read from): that
+// block fails with the error and its page keeps every byte it had; the
+// object is not corrupt, so it stays, and a second restore is exact.
+TEST_F(UringGpuCheck, ARefusedCopyOfAnObjectCheckedInPlaceFailsItsBlockUntouched) {
+  Engine* started = BeginWithObjectsLargerThanABuffer();
+  ASSERT_NE(started, nullptr);
+  Engine& e = *started;
+  Scribble(e, 8);
+  ASSERT_FALSE(arenas.empty());
+  RefuseNextCopyFromTheArenas();
+  QueryResult q = Query(e, 1, 1);
+  ASSERT_EQ(q.prefix, 1u);
+  RestoreResult r = Restore(Req(e, q, {0}, {8}));
+  ASSERT_EQ(r.blocks.size(), 1u);
+  EXPECT_EQ(r.blocks[0].status.code(), StatusCode::kInternal) << r.blocks[0].status.ToString();
+  EXPECT_NE(r.blocks[0].status.message().find("injected H2D refusal"), std::string::npos);
+  EXPECT_TRUE(Untouched(e, 8));
+  EXPECT_EQ(Plain("orbitkv_ssd_corrupt_objects_dropped_total"), 0);
+  RestoreExact(e, 1, {8, 9});
+}
+
 // Where the device cannot read the host copy (DenyKernelHostReads), or the
 // in-place CRC launch fails, the large object is declined before any page
 // byte is written and the CPU checks it: exact bytes either way.
@@ -701,12 +733,7 @@ TEST_F(UringGpuCheck, AFailedCopyIntoGpuStagingFailsTheRunAndTouchesNoPage) {
   // Copies from any of the Manager's pinned arenas (the read staging among
   // them): the restore's first CopyAsync is the first run's H2D.
   ASSERT_FALSE(arenas.empty());
-  uint64_t lo = UINT64_MAX, hi = 0;
-  for (const auto& [base, bytes] : arenas) {
-    lo = std::min(lo, reinterpret_cast<uint64_t>(base));
-    hi = std::max(hi, reinterpret_cast<uint64_t>(base) + bytes);
-  }
-  faults->RefuseCopiesFrom(lo, hi - lo, 1, Status::Internal("injected H2D refusal"));
+  RefuseNextCopyFromTheArenas();
   QueryResult q = Query(e, 1, 4);
   ASSERT_EQ(q.prefix, 4u);
   RestoreResult r = Restore(Req(e, q, {0, 1, 2, 3}, pages));
