@@ -3,9 +3,11 @@
 // routes, plans, fio and /proc parsing, throughput aggregation, the naive store.
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <thread>
 #include <vector>
 
 #include <gmock/gmock.h>
@@ -20,6 +22,7 @@
 #include "bench/report.h"
 #include "bench/route.h"
 #include "bench/workloads.h"
+#include "common/thread_name.h"
 #include "orbitkv/units.h"
 #include "recovery/model_description.h"
 #include "testing/temp_dir.h"
@@ -375,6 +378,48 @@ TEST(ProcStatTest, ParsesUtimeAndStime) {
   EXPECT_DOUBLE_EQ(*s, 3.0);
   EXPECT_FALSE(ParseProcStatCpuSeconds("garbage", 100).ok());
   EXPECT_TRUE(ProcessCpuSeconds(::getpid()).ok());
+}
+
+TEST(ProcStatTest, ThreadCpuIsSummedByRoleBetweenSnapshots) {
+  EXPECT_EQ(ParseProcStatComm("123 (a b) c) S 1 2"), "a b) c");
+  EXPECT_EQ(ParseProcStatComm("garbage"), "");
+  EXPECT_EQ(ThreadRole("okv-ssd-read12"), "okv-ssd-read");
+  EXPECT_EQ(ThreadRole("okv-req"), "okv-req");
+  EXPECT_EQ(ThreadRole("123"), "123");  // all digits: kept whole
+  std::map<pid_t, ThreadCpu> before{{1, {"okv-ssd-read0", 1.0}},
+                                    {2, {"okv-ssd-read1", 2.0}},
+                                    {3, {"okv-req", 5.0}},
+                                    {4, {"okv-gone", 9.0}},
+                                    {6, {"okv-old", 3.0}}};
+  std::map<pid_t, ThreadCpu> after{{1, {"okv-ssd-read0", 1.5}},
+                                   {2, {"okv-ssd-read1", 2.25}},
+                                   {3, {"okv-req", 5.0}},       // idle: not counted
+                                   {5, {"okv-new", 0.5}},       // started in between
+                                   {6, {"okv-reused", 0.25}}};  // tid reused by another thread
+  std::map<std::string, RoleCpu> roles = CpuByRole(before, after);
+  ASSERT_EQ(roles.size(), 3u);
+  EXPECT_DOUBLE_EQ(roles["okv-ssd-read"].seconds, 0.75);
+  EXPECT_EQ(roles["okv-ssd-read"].threads, 2);
+  EXPECT_DOUBLE_EQ(roles["okv-new"].seconds, 0.5);
+  EXPECT_DOUBLE_EQ(roles["okv-reused"].seconds, 0.25);
+}
+
+TEST(ProcStatTest, ThreadCpuSecondsSeesANamedThreadOfThisProcess) {
+  std::atomic<bool> named{false}, stop{false};
+  std::thread t([&] {
+    SetThreadName("okv-bench-probe");
+    named = true;
+    while (!stop) std::this_thread::yield();
+  });
+  while (!named) std::this_thread::yield();
+  Result<std::map<pid_t, ThreadCpu>> threads = ThreadCpuSeconds(::getpid());
+  stop = true;
+  t.join();
+  ASSERT_TRUE(threads.ok()) << threads.status().ToString();
+  bool found = false;
+  for (const auto& [tid, c] : *threads) found |= c.name == "okv-bench-probe";
+  EXPECT_TRUE(found);
+  EXPECT_FALSE(ThreadCpuSeconds(-1).ok());
 }
 
 TEST(FiguresTest, ThroughputCountsOverlappingCallsOnce) {

@@ -202,6 +202,7 @@ RouteFigures ComputeFigures(const RouteRunResult& run, uint64_t block_bytes, uin
   if (run.manager) {
     f.cpu_who = "Manager process (/proc/<pid>/stat utime+stime)";
     f.cpu_s = v.cpu_seconds;
+    f.cpu_by_role = v.cpu_by_role;
     // Bytes read from the SSD by either engine: io_uring into staging, cuFile into GPU staging.
     const double ssd_read =
         Value(v.delta, "ssd_read_bytes") + Value(v.delta, "ssd_cufile_read_bytes");

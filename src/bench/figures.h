@@ -90,6 +90,8 @@ struct RouteFigures {
   // CPU of whoever moves the bytes: the Manager process, or the naive route's engine threads.
   std::string cpu_who;
   double cpu_s = 0, moved_bytes = 0, cpu_s_per_gb = 0, cpu_cores = 0;
+  // The Manager's CPU of the measured phases by thread role (proc_stat.h); empty for naive.
+  std::map<std::string, RoleCpu> cpu_by_role;
   std::optional<double> read_amplification;      // SSD bytes read / KV bytes restored from SSD
   std::optional<double> physical_amplification;  // SSD bytes written / KV bytes written
   bool amplification_measured = false;           // false: naive, by construction

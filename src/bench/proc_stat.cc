@@ -1,7 +1,9 @@
 #include "bench/proc_stat.h"
 
+#include <dirent.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -35,6 +37,54 @@ Result<double> ProcessCpuSeconds(pid_t pid) {
   std::string line;
   std::getline(f, line);
   return ParseProcStatCpuSeconds(line, ::sysconf(_SC_CLK_TCK));
+}
+
+std::string ParseProcStatComm(const std::string& stat) {
+  const size_t open = stat.find('(');
+  const size_t close = stat.rfind(')');
+  if (open == std::string::npos || close == std::string::npos || close <= open) return {};
+  return stat.substr(open + 1, close - open - 1);
+}
+
+Result<std::map<pid_t, ThreadCpu>> ThreadCpuSeconds(pid_t pid) {
+  const std::string dir = "/proc/" + std::to_string(pid) + "/task";
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return Status::NotFound("cannot list " + dir);
+  const long ticks = ::sysconf(_SC_CLK_TCK);
+  std::map<pid_t, ThreadCpu> out;
+  while (const dirent* e = ::readdir(d)) {
+    if (!std::isdigit(static_cast<unsigned char>(e->d_name[0]))) continue;
+    std::ifstream f(dir + "/" + e->d_name + "/stat");
+    std::string line;
+    if (!f || !std::getline(f, line)) continue;  // the thread ended meanwhile
+    Result<double> s = ParseProcStatCpuSeconds(line, ticks);
+    if (!s.ok()) continue;
+    out[static_cast<pid_t>(std::atol(e->d_name))] = {ParseProcStatComm(line), *s};
+  }
+  ::closedir(d);
+  return out;
+}
+
+std::string ThreadRole(std::string_view name) {
+  size_t end = name.size();
+  while (end > 0 && std::isdigit(static_cast<unsigned char>(name[end - 1]))) --end;
+  return std::string(name.substr(0, end == 0 ? name.size() : end));
+}
+
+std::map<std::string, RoleCpu> CpuByRole(const std::map<pid_t, ThreadCpu>& before,
+                                         const std::map<pid_t, ThreadCpu>& after) {
+  std::map<std::string, RoleCpu> out;
+  for (const auto& [tid, t] : after) {
+    auto b = before.find(tid);
+    // A reused tid with another name is another thread.
+    const double base = b != before.end() && b->second.name == t.name ? b->second.seconds : 0.0;
+    const double used = t.seconds - base;
+    if (used <= 0) continue;
+    RoleCpu& r = out[ThreadRole(t.name)];
+    r.seconds += used;
+    ++r.threads;
+  }
+  return out;
 }
 
 }  // namespace orbitkv::bench

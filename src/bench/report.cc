@@ -150,6 +150,23 @@ std::string Limits(const BenchReport& r, const Point& p, const RouteFigures& f) 
   return s;
 }
 
+// "okv-req x4 1.20 s 52%, okv-ssd-copy 0.40 s 17%, ...": the Manager's CPU by
+// thread role, largest first, each with its share of the process total.
+std::string CpuByRoleText(const RouteFigures& f) {
+  std::vector<std::pair<std::string, RoleCpu>> roles(f.cpu_by_role.begin(), f.cpu_by_role.end());
+  std::sort(roles.begin(), roles.end(),
+            [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+  std::string s;
+  for (const auto& [role, c] : roles) {
+    if (!s.empty()) s += ", ";
+    s += role.empty() ? std::string("(unnamed)") : role;
+    if (c.threads > 1) s += fmt::format(" x{}", c.threads);
+    s += fmt::format(" {:.2f} s", c.seconds);
+    if (f.cpu_s > 0) s += fmt::format(" {:.0f}%", 100 * c.seconds / f.cpu_s);
+  }
+  return s;
+}
+
 // Issue 17: fp8-encoded DRAM copies restored into HBM (the dram-encoded route:
 // encoded bytes over PCIe, decoded on the GPU) against the uncompressed route
 // (dram: raw DRAM copies, one H2D) in the same run, effective KV GB/s.
@@ -499,6 +516,10 @@ void PrintSummary(std::FILE* out, const BenchReport& r) {
                        DrainMs(f.lease_drain_ms), DrainMs(f.writeback_drain_ms)));
     }
     for (const RouteFigures& f : p.routes) {
+      if (!f.cpu_by_role.empty())
+        line(fmt::format("    {} CPU by thread: {}", Info(f.route).name, CpuByRoleText(f)));
+    }
+    for (const RouteFigures& f : p.routes) {
       if (!f.first_error.empty())
         line(fmt::format("    {}: first failed restore: {}", Info(f.route).name, f.first_error));
     }
@@ -634,6 +655,8 @@ json ToJson(const BenchReport& r) {
                    {"moved_bytes", f.moved_bytes},
                    {"seconds_per_gb", f.moved_bytes > 0 ? json(f.cpu_s_per_gb) : json(nullptr)},
                    {"cores", f.cpu_cores}};
+      for (const auto& [role, c] : f.cpu_by_role)
+        jr["cpu"]["by_thread"][role] = {{"seconds", c.seconds}, {"threads", c.threads}};
       jr["amplification"] = {
           {"measured", f.amplification_measured},
           {"ssd_read_ops", f.ssd_read_ops},

@@ -316,10 +316,12 @@ class Driver {
       }
       phase_name_ = ph.name;
       double cpu0 = 0;
+      std::map<pid_t, ThreadCpu> threads0;
       std::optional<demo::MetricsSnapshot> before;
       if (ph.measured && manager_) {
         before = Scrape();
         cpu0 = ProcessCpuSeconds(manager_->child.pid()).value_or(0);
+        threads0 = ThreadCpuSeconds(manager_->child.pid()).value_or(threads0);
       }
       const auto t0 = Clock::now();
       gate_->Open(k);
@@ -328,6 +330,14 @@ class Driver {
         out_.measured_wall_s += Since(t0);
         if (manager_) {
           out_.view.cpu_seconds += ProcessCpuSeconds(manager_->child.pid()).value_or(cpu0) - cpu0;
+          if (Result<std::map<pid_t, ThreadCpu>> t = ThreadCpuSeconds(manager_->child.pid());
+              t.ok()) {
+            for (const auto& [role, c] : CpuByRole(threads0, *t)) {
+              RoleCpu& sum = out_.view.cpu_by_role[role];
+              sum.seconds += c.seconds;
+              sum.threads = std::max(sum.threads, c.threads);
+            }
+          }
           std::optional<demo::MetricsSnapshot> after = Scrape();
           if (before && after) {
             for (const Series& s : kCounters)

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/proc_stat.h"
 #include "bench/route.h"
 #include "bench/samples.h"
 #include "bench/workloads.h"
@@ -72,10 +73,11 @@ inline constexpr const char* kCostPaths[] = {
 
 // Gauges' peaks and counters' deltas from the Manager's /metrics.
 struct ManagerView {
-  double cpu_seconds = 0;               // during measured phases
-  std::map<std::string, double> delta;  // counters: sum over measured phases
-  std::map<std::string, double> peak;   // gauges: maximum seen during the run
-  std::map<std::string, double> end;    // counters and gauges after the last phase
+  double cpu_seconds = 0;                      // during measured phases
+  std::map<std::string, RoleCpu> cpu_by_role;  // the same, by thread role (proc_stat.h)
+  std::map<std::string, double> delta;         // counters: sum over measured phases
+  std::map<std::string, double> peak;          // gauges: maximum seen during the run
+  std::map<std::string, double> end;           // counters and gauges after the last phase
   // The cost observations ("cost_<path>_sum"/"_count") of the one-block
   // latency probes alone (they run after the phases, on an idle Manager).
   std::map<std::string, double> probe_cost;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include "common/thread_name.h"
 #include "orbitkv/logging.h"
 #include "orbitkv/units.h"
 
@@ -230,6 +231,7 @@ void GpuDecodeLane::Close() {
 }
 
 void GpuDecodeLane::Loop() {
+  SetThreadName("okv-gpu-decode");
   while (true) {
     Stage* s = nullptr;
     {
@@ -271,6 +273,7 @@ void GpuDecodeLane::Loop() {
 }
 
 void GpuDecodeLane::FinishLoop() {
+  SetThreadName("okv-gpu-dec-fin");
   while (true) {
     Stage* s = nullptr;
     {

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "common/thread_name.h"
 #include "orbitkv/units.h"
 #include "store/object_format.h"
 
@@ -148,6 +149,7 @@ void GpuEncodeLane::Close() {
 }
 
 void GpuEncodeLane::Loop() {
+  SetThreadName("okv-gpu-encode");
   while (true) {
     Queued q;
     {

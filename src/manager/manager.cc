@@ -1,6 +1,7 @@
 // Manager: construction, teardown, sessions and instances, drain and gauges.
 // Publish, Query/Prepare and restores are in publish.cc, query.cc, restore.cc.
 #include "manager/manager.h"
+#include "common/thread_name.h"
 
 #include <algorithm>
 
@@ -203,6 +204,7 @@ Manager::~Manager() {
 }
 
 void Manager::Impl::ReaperLoop() {
+  SetThreadName("okv-reaper");
   MutexLock l(reaper_mu);
   while (!stopping) {
     reaper_cv.WaitFor(reaper_mu, std::chrono::milliseconds(50));

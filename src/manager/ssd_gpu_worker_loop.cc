@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <thread>
 
+#include "common/thread_name.h"
 #include "io/coalesce.h"
 #include "manager/ssd_gpu_worker_impl.h"
 #include "store/crc32c.h"
@@ -42,6 +43,7 @@ Status CheckItemCrcs(ItemCheck& c) {
 // ---- the loop ------------------------------------------------------------------
 
 void SsdGpuWorker::Impl::Loop() {
+  SetThreadName("okv-cufile");
   while (true) {
     Callbacks cbs;
     std::vector<Status> failures;

@@ -7,11 +7,11 @@
 namespace orbitkv {
 
 UringRoute::UringRoute(Options options) : o_(std::move(options)) {
-  host_restore_ =
-      std::make_unique<WorkQueue<CopyJob>>(o_.queue, 1, [this](size_t, std::vector<CopyJob>& jobs) {
-        for (CopyJob& j : jobs) CopyLane(j);
-      });
-  reader_ = std::make_unique<WorkQueue<ReadJob>>(o_.queue, o_.engines.size(),
+  host_restore_ = std::make_unique<WorkQueue<CopyJob>>("okv-ssd-copy", o_.queue, 1,
+                                                       [this](size_t, std::vector<CopyJob>& jobs) {
+                                                         for (CopyJob& j : jobs) CopyLane(j);
+                                                       });
+  reader_ = std::make_unique<WorkQueue<ReadJob>>("okv-ssd-read", o_.queue, o_.engines.size(),
                                                  [this](size_t w, std::vector<ReadJob>& jobs) {
                                                    for (ReadJob& j : jobs) ReadLane(w, j);
                                                  });

@@ -1,7 +1,8 @@
 // WorkQueue<T>: a bounded multi-producer queue drained by a fixed set of
 // worker threads (a "lane"). TryPush never blocks: a full queue is reported so
 // the caller can drop or fail the work and count it. Close() stops intake,
-// lets workers drain what is queued, and joins them. Thread-safe.
+// lets workers drain what is queued, and joins them. Thread-safe. Its threads
+// are named after the lane (common/thread_name.h), with an index when several.
 #pragma once
 
 #include <condition_variable>
@@ -12,6 +13,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/thread_name.h"
+
 namespace orbitkv {
 
 template <typename T>
@@ -19,14 +22,17 @@ class WorkQueue {
  public:
   // `worker(index, items)` runs on one of `threads` threads with 1..max_batch
   // items taken in queue order (a writer batches them into one submission).
-  // `init(index)` runs first on each thread.
-  WorkQueue(size_t capacity, size_t threads, std::function<void(size_t, std::vector<T>&)> worker,
-            size_t max_batch = 1, std::function<void(size_t)> init = {})
+  // `init(index)` runs first on each thread. The threads are named `name`
+  // ("okv-<lane>"), followed by their index when there are several.
+  WorkQueue(std::string name, size_t capacity, size_t threads,
+            std::function<void(size_t, std::vector<T>&)> worker, size_t max_batch = 1,
+            std::function<void(size_t)> init = {})
       : capacity_(capacity),
         max_batch_(max_batch == 0 ? 1 : max_batch),
         worker_(std::move(worker)) {
     for (size_t i = 0; i < threads; ++i) {
-      threads_.emplace_back([this, i, init] {
+      threads_.emplace_back([this, i, init, name = threads > 1 ? ThreadName(name, int(i)) : name] {
+        SetThreadName(name);
         if (init) init(i);
         Loop(i);
       });

@@ -9,7 +9,8 @@ namespace orbitkv {
 
 Writeback::Writeback(Options options) : o_(std::move(options)) {
   queue_ = std::make_unique<WorkQueue<Item>>(
-      o_.queue, o_.engines.size(), [this](size_t w, std::vector<Item>& items) { Lane(w, items); },
+      "okv-writeback", o_.queue, o_.engines.size(),
+      [this](size_t w, std::vector<Item>& items) { Lane(w, items); },
       std::max<size_t>(1, o_.batch));
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/cpu_relax.h"
+#include "common/thread_name.h"
 #include "orbitkv/logging.h"
 #include "protocol/wire.h"
 
@@ -196,6 +197,7 @@ std::optional<Status> ClientConnection::ClosingReason(std::span<const uint8_t> f
 }
 
 void ClientConnection::ReadLoop() {
+  SetThreadName("okv-client-rd");
   for (;;) {
     Result<Frame> frame =
         RecvFrame(fd_.get(), options_.max_frame_payload, options_.max_fds_per_frame);

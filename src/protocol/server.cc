@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "common/cpu_relax.h"
+#include "common/thread_name.h"
 #include "orbitkv/logging.h"
 #include "protocol/wire.h"
 
@@ -192,6 +193,7 @@ void Session::SendAsync(std::vector<uint8_t> payload) {
 }
 
 void Session::WriterLoop() {
+  SetThreadName("okv-send");
   while (true) {
     std::vector<uint8_t> frame;
     {
@@ -425,6 +427,7 @@ void SocketServer::Enqueue(const std::shared_ptr<Session>& session, Session::Tas
 }
 
 void SocketServer::WorkerThread() {
+  SetThreadName("okv-req");
   std::unique_lock lock(pool_mu_);
   bool ran = false;  // a task ran since this worker last slept
   for (;;) {
@@ -480,6 +483,7 @@ void SocketServer::WorkerThread() {
 }
 
 void SocketServer::LoopThread() {
+  SetThreadName("okv-epoll");
   constexpr int kMaxEvents = 256;
   epoll_event events[kMaxEvents];
   int64_t next_tick = NowNs();

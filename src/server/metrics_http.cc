@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/thread_name.h"
 #include "common/unique_fd.h"
 #include "orbitkv/logging.h"
 
@@ -320,6 +321,7 @@ struct MetricsHttpServer::Impl {
     auto done = std::make_shared<std::atomic<bool>>(false);
     try {
       std::thread t([this, done, fd = std::move(conn)]() mutable {
+        SetThreadName("okv-metrics-rq");
         ServeConnection(fd.get());
         fd.Reset();
         done->store(true, std::memory_order_release);
@@ -349,6 +351,7 @@ struct MetricsHttpServer::Impl {
 
   // The listener thread.
   void Run() {
+    SetThreadName("okv-metrics");
     for (;;) {
       pollfd fds[2] = {{wake_fd.get(), POLLIN, 0}, {listen_fd.get(), POLLIN, 0}};
       const int r = ::poll(fds, 2, -1);

@@ -9,6 +9,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/thread_name.h"
+
 namespace orbitkv {
 
 Result<uint32_t> LockMemory(void* base, uint64_t bytes, const LockMemoryOptions& options) {
@@ -23,6 +25,7 @@ Result<uint32_t> LockMemory(void* base, uint64_t bytes, const LockMemoryOptions&
   std::vector<std::thread> threads;
   auto* p = static_cast<uint8_t*>(base);
   auto lock = [&](uint32_t i) {
+    if (i > 0) SetThreadName(ThreadName("okv-mlock", int(i)));
     const uint64_t begin = uint64_t{i} * part;
     if (begin >= bytes) return;
     const uint64_t len = std::min(part, bytes - begin);

@@ -1,0 +1,26 @@
+// SetThreadName: names the calling thread (Linux comm, at most 15 bytes; a
+// longer name is cut), so that `top -H`, /proc/<pid>/task/<tid>/comm and
+// orbitkv-bench's per-thread Manager CPU say which part of the Manager a
+// thread is. Every long-lived OrbitKV thread calls it first with an "okv-"
+// name: a role, and a worker index where a role has several threads. Threads
+// that a library starts (the CUDA driver's) inherit their creator's name.
+// Thread-safe; affects only the calling thread; never fails the caller.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace orbitkv {
+
+inline constexpr size_t kMaxThreadName = 15;
+
+// `role` plus, when index >= 0, its decimal index ("okv-ssd-read" 1 ->
+// "okv-ssd-read1"), cut to kMaxThreadName bytes keeping the index.
+std::string ThreadName(std::string_view role, int index = -1);
+
+void SetThreadName(std::string_view name);
+
+// The calling thread's name ("" where it cannot be read).
+std::string CurrentThreadName();
+
+}  // namespace orbitkv
