@@ -98,6 +98,45 @@ TEST_F(ManagerTest, AQueryOfAChainAlternatingDramAndSsdHoldsExactlyItsPrefix) {
 
 // The restore timeline: asked for, a DRAM restore reports no I/O, an SSD one
 // every stage, in order; not asked for, none.
+// A long-context restore (a 128k-token prefix is 8192 blocks of 16 tokens)
+// names every block of its query in one call: its validation once counted
+// each block over the whole call under the query table's lock (quadratic).
+// A block given twice anywhere in it still refuses the whole call, and the
+// query then restores in full.
+TEST_F(ManagerTest, ALongRestoreNamingABlockTwiceIsRefusedWholeAndTheQueryStillRestores) {
+  constexpr uint64_t kBlocks = 8192;
+  Start(32u << 20, /*ssd=*/false);
+  InstanceLayout l = SplitLayout(2 * kBlocks, {512});
+  HostPages pages(l);
+  InstanceId inst = Register(pages, l);
+  std::vector<uint64_t> keys, src, dst;
+  std::vector<uint32_t> blocks;
+  for (uint64_t i = 0; i < kBlocks; ++i) {
+    pages.Fill(0, i, 1000 + i);
+    keys.push_back(1000 + i);
+    src.push_back(i);
+    dst.push_back(kBlocks + i);
+    blocks.push_back(static_cast<uint32_t>(i));
+  }
+  EXPECT_EQ(Publish(inst, keys, src).sealed, kBlocks);
+  QueryResult q = Query(inst, keys);
+  ASSERT_EQ(q.prefix, kBlocks);
+  std::vector<uint32_t> twice = blocks;
+  twice.back() = 0;  // block 0 again, last
+  Result<RestoreResult> bad = mgr->Restore(session, {inst, q.query, twice, dst});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("block 0 given twice"), std::string::npos)
+      << bad.status().ToString();
+  RestoreResult r = Restore(inst, q.query, blocks, dst);
+  ASSERT_EQ(r.blocks.size(), kBlocks);
+  for (uint64_t i = 0; i < kBlocks; ++i) {
+    ASSERT_TRUE(r.blocks[i].status.ok()) << i << ": " << r.blocks[i].status.ToString();
+    ASSERT_TRUE(pages.Holds(0, kBlocks + i, 1000 + i)) << i;
+  }
+  EXPECT_TRUE(mgr->UnregisterInstance(session, inst).ok());
+  ExpectAllReleased();
+}
+
 TEST_F(ManagerTest, RestoreTimelineStampsEachStageOfTheRouteInOrder) {
   Start(1u << 20);
   InstanceLayout l = SplitLayout(64, {32768, 32768 - 100});
