@@ -33,7 +33,9 @@
 //     one context and more cores), and a publish's 0.7-1.4 ms job waits, on
 //     four request threads, were Manager CPU (issue 18's <= 0.1 s/GB). The
 //     spin keeps short waits (one block's copy: tens of us) free of the
-//     wake-up's latency.
+//     wake-up's latency. Waits the caller knows to be long do not spin
+//     (Device::WaitLong: a Publish job with more of its call's jobs behind
+//     it, a copy of gpu::kLongWaitBytes or more, an io_uring run's GPU check).
 //
 // Pure parsing, no CUDA: built and tested everywhere.
 #pragma once

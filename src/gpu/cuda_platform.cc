@@ -201,6 +201,7 @@ class CudaDevice final : public Device {
   Status Record(Event& event, Stream& stream) override;
   Result<bool> Poll(Event& event) override;
   Status Wait(Event& event) override;
+  Status WaitLong(Event& event) override;
   Status Synchronize(Stream& stream) override;
   Status CopyAsync(std::span<const CopyOp> ops, Stream& stream) override;
   Status MemsetAsync(DevPtr dst, uint8_t value, uint64_t bytes, Stream& stream) override;
@@ -552,6 +553,13 @@ Status CudaDevice::Wait(Event& event) {
       if (q != cudaErrorNotReady) return ORBITKV_CUDA_STATUS(q);
     } while (std::chrono::steady_clock::now() < until);
   }
+  return ORBITKV_CUDA_STATUS(cudaEventSynchronize(e->get()));
+}
+
+Status CudaDevice::WaitLong(Event& event) {
+  ORBITKV_ASSIGN_OR_RETURN(CudaEvent * e, Own(event));
+  ORBITKV_RETURN_IF_ERROR(MakeCurrent());
+  // A blocking-sync event: the thread sleeps until the GPU signals it.
   return ORBITKV_CUDA_STATUS(cudaEventSynchronize(e->get()));
 }
 

@@ -251,14 +251,8 @@ class WrappedDevice : public Device {
     return inner_->Poll(e->inner());
   }
 
-  Status Wait(Event& event) override {
-    WrappedEvent* e = nullptr;
-    ORBITKV_ASSIGN_OR_RETURN(e, Unwrap(event, "Wait"));
-    ORBITKV_RETURN_IF_ERROR(inner_->Wait(e->inner()));
-    std::unique_lock<std::mutex> lock(state_->mu);
-    state_->cv.wait(lock, [&] { return !state_->Held(e->stamp); });
-    return Status::OK();
-  }
+  Status Wait(Event& event) override { return WaitFor(event, /*long_wait=*/false); }
+  Status WaitLong(Event& event) override { return WaitFor(event, /*long_wait=*/true); }
 
   Status Synchronize(Stream& stream) override {
     WrappedStream* s = nullptr;
@@ -361,6 +355,20 @@ class WrappedDevice : public Device {
           fmt::format("{}: event does not come from this FaultInjectingPlatform", what));
     }
     return e;
+  }
+
+  // Wait or WaitLong of the inner device, then until the event is not held.
+  Status WaitFor(Event& event, bool long_wait) {
+    WrappedEvent* e = nullptr;
+    ORBITKV_ASSIGN_OR_RETURN(e, Unwrap(event, long_wait ? "WaitLong" : "Wait"));
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      ++(long_wait ? state_->calls.long_waits : state_->calls.waits);
+    }
+    ORBITKV_RETURN_IF_ERROR(long_wait ? inner_->WaitLong(e->inner()) : inner_->Wait(e->inner()));
+    std::unique_lock<std::mutex> lock(state_->mu);
+    state_->cv.wait(lock, [&] { return !state_->Held(e->stamp); });
+    return Status::OK();
   }
 
   Status Submit(StorageFile& file, DevPtr buffer, AsyncIo* io, Stream& stream, bool write) {

@@ -186,6 +186,11 @@ struct IpcMapping {
   uint64_t bytes = 0;  // the size of the whole allocation the handle names
 };
 
+// A job that moves at least this many bytes between host and device takes
+// longer than the default wait spin (100 us) on any PCIe link (8 MiB: about
+// 150 us at 55 GB/s), so its waiter uses WaitLong.
+inline constexpr uint64_t kLongWaitBytes = 8u << 20;
+
 class Device {
  public:
   virtual ~Device() = default;
@@ -218,8 +223,16 @@ class Device {
   // true once the work before the event's latest Record has completed; an
   // error when that work failed. An event never recorded is complete.
   virtual Result<bool> Poll(Event& event) = 0;
-  // Blocks until Poll would return true (or the error).
+  // Blocks until Poll would return true (or the error). A short wait: the
+  // platform may poll a while before it sleeps (CUDA: ORBITKV_GPU_WAIT_SPIN_US),
+  // so that work ending within tens of us (one block's copy) is seen at once.
   virtual Status Wait(Event& event) = 0;
+  // Wait's result, without the poll: for work the caller knows to outlast
+  // any spin (kLongWaitBytes or more to move), or whose end nobody needs the
+  // moment it comes (a Publish job with more of the call's jobs queued behind
+  // it). It sleeps at once, so no CPU goes to a spin that could not end in
+  // time (issue 18: Manager CPU per GB).
+  virtual Status WaitLong(Event& event) { return Wait(event); }
   virtual Status Synchronize(Stream& stream) = 0;
 
   // Copies every op, in any order among themselves, after the stream's earlier

@@ -136,8 +136,10 @@ void GpuCheckedCopy::Round(const Instance& inst, Buffer& buf, std::span<const Bl
   gpu::Device& d = *buf.device;
   std::vector<gpu::CopyOp> h2d;
   std::vector<gpu::CrcOp> crc_ops;
+  uint64_t over_pcie = 0;  // staged H2D, or read in place by the CRC kernels
   for (const Item& it : round) {
     const Block& b = blocks[it.block];
+    over_pcie += b.object.size();
     if (!it.in_place) {
       h2d.push_back({it.src, reinterpret_cast<gpu::DevPtr>(b.object.data()), b.object.size()});
     }
@@ -153,7 +155,8 @@ void GpuCheckedCopy::Round(const Instance& inst, Buffer& buf, std::span<const Bl
   Status st = h2d.empty() ? Status::OK() : d.CopyAsync(h2d, *buf.stream);
   if (st.ok()) st = d.Crc32cAsync(crc_ops, buf.crcs, *buf.stream);
   if (st.ok()) st = d.Record(*buf.event, *buf.stream);
-  if (st.ok()) st = d.Wait(*buf.event);
+  // A run of several objects takes longer than any spin: sleep at once.
+  if (st.ok()) st = over_pcie >= gpu::kLongWaitBytes ? d.WaitLong(*buf.event) : d.Wait(*buf.event);
   if (!st.ok()) {
     // No page byte is written yet: the objects read in place go to the CPU
     // check (declined), the staged ones fail with the error.

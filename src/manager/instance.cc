@@ -170,7 +170,10 @@ Status Instance::CopyAndWait(bool to_device, std::span<const gpu::CopyOp> ops) {
     }
   }
   cost.Enqueued();
-  Status st = device_->Wait(*ev).WithContext("H2D copy into engine pages");
+  uint64_t bytes = 0;
+  for (const gpu::CopyOp& op : ops) bytes += op.bytes;
+  Status st = (bytes >= gpu::kLongWaitBytes ? device_->WaitLong(*ev) : device_->Wait(*ev))
+                  .WithContext("H2D copy into engine pages");
   cost.Waited();
   if (st.ok()) GiveEvent(std::move(ev));  // an event of a failed wait is not reused
   return st;
@@ -272,6 +275,8 @@ Result<Instance::ToHostJob> Instance::EnqueueToHost(std::span<const gpu::CopyOp>
     }
     return st;
   }
+  for (const gpu::CopyOp& op : ops) job.bytes += op.bytes;
+  for (const gpu::CrcOp& op : crcs) job.bytes += op.bytes;
   job.enqueued = std::chrono::steady_clock::now();
   if (cost_copy_enqueue[1]) {
     cost_copy_enqueue[1]->Observe(std::chrono::duration<double>(job.enqueued - start).count());
@@ -279,11 +284,13 @@ Result<Instance::ToHostJob> Instance::EnqueueToHost(std::span<const gpu::CopyOp>
   return job;
 }
 
-Status Instance::WaitToHost(ToHostJob& job) {
-  Status st = device_->Wait(*job.event);
+Status Instance::WaitToHost(ToHostJob& job, bool more_queued) {
+  const bool long_wait = more_queued || job.bytes >= gpu::kLongWaitBytes;
+  auto wait = [&](gpu::Event& e) { return long_wait ? device_->WaitLong(e) : device_->Wait(e); };
+  Status st = wait(*job.event);
   if (!st.ok()) device_->Synchronize(*job.stream).IgnoreError("draining a failed D2H job");
   if (job.crc_stream != nullptr) {
-    Status crc = device_->Wait(*job.crc_event);
+    Status crc = wait(*job.crc_event);
     if (!crc.ok()) {
       device_->Synchronize(*job.crc_stream).IgnoreError("draining a failed D2H job's CRCs");
       job.crc_event.reset();  // an event of a failed wait is not reused

@@ -117,13 +117,17 @@ class Instance {
     gpu::Stream* crc_stream = nullptr;      // the CRCs' own stream, or null
     std::chrono::steady_clock::time_point enqueued;
     bool crcs = false;
+    uint64_t bytes = 0;  // the copies' and CRCs' bytes (which wait it takes)
   };
   // On an error nothing of the job is left running (its streams are drained
   // and given back).
   Result<ToHostJob> EnqueueToHost(std::span<const gpu::CopyOp> ops,
                                   std::span<const gpu::CrcOp> crcs, uint32_t* out)
       EXCLUDES(d2h_mu_);
-  Status WaitToHost(ToHostJob& job) EXCLUDES(d2h_mu_);
+  // `more_queued`: the caller has later jobs of its own in flight behind this
+  // one, so its end is not needed the moment it comes: the wait sleeps at once
+  // (Device::WaitLong), as it does for a job of gpu::kLongWaitBytes or more.
+  Status WaitToHost(ToHostJob& job, bool more_queued = false) EXCLUDES(d2h_mu_);
   // CRC32C of each slot's bytes of `page` (g.slots order) into pinned `out`,
   // computed on the D2H stream.
   Status PageCrcs(const GroupLayout& g, uint64_t page, uint32_t* out) EXCLUDES(d2h_mu_);

@@ -168,7 +168,9 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
   // objects before the one that fails are stored, as one copy per object
   // would have stored them.
   auto land = [&](Flight& f) -> Status {
-    Status copy_error = f.job ? inst->WaitToHost(*f.job) : f.enqueue_error;
+    // Not the call's last job in flight: its end is not needed at once.
+    Status copy_error =
+        f.job ? inst->WaitToHost(*f.job, /*more_queued=*/flying.size() > 1) : f.enqueue_error;
     const CostTimer seal(x.m.cost_publish_seal);
     const uint32_t* gpu_crcs = nullptr;
     if (f.crc_out && copy_error.ok()) gpu_crcs = reinterpret_cast<const uint32_t*>(f.crc_out->data);

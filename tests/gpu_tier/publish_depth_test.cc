@@ -183,6 +183,27 @@ TEST_P(PublishDepthTest, FailedD2hPartWayLeavesTheObjectsBeforeItExactAndNothing
   RestoreExact(0, kFailedPage);
 }
 
+// Issue 18 (Manager CPU per GB): a request thread waiting for a D2H job
+// with more of its call's jobs queued behind it does not spin (WaitLong: the
+// copy engines still have work, and its end is not needed the moment it
+// comes); only the call's last job, whose end the engine waits for, is a
+// short wait that may spin. At depth 1 no job has another behind it.
+TEST_P(PublishDepthTest, OnlyTheLastJobInFlightOfACallSpinsTheOthersSleepAtOnce) {
+  faults.ResetCalls();
+  Result<PublishResult> r = PublishAll(0);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->sealed, kKeys);
+  const gpu::FaultInjectingPlatform::Calls c = faults.calls();
+  if (GetParam() == 1) {
+    EXPECT_EQ(c.long_waits, 0u);
+    EXPECT_GE(c.waits, 2u * 10);  // two events (copies, CRCs) per job, 2 objects per job
+  } else {
+    EXPECT_EQ(c.waits, 2u);  // the last job's copies and CRCs
+    EXPECT_GE(c.long_waits, 2u * 9);
+  }
+  RestoreExact(0, kKeys);
+}
+
 INSTANTIATE_TEST_SUITE_P(Depths, PublishDepthTest, ::testing::Values(1u, 2u, 4u));
 
 }  // namespace
