@@ -22,7 +22,7 @@
 //              the staging's kernels wait for the Manager's slice); ops
 //              smaller than SIZE are staged, since one DMA per small op is
 //              slow even on an idle GPU. Measured on the H200 (issue 18,
-//              README "Benchmark"): 32 KiB slots at 98% of H2D through the
+//              docs/bench/history.md, session 9): 32 KiB slots at 98% of H2D through the
 //              copy engines idle and 97% beside a busy GPU, staged 101% and
 //              12%; 4 KiB slots 11% through the copy engines, staged 112%.
 //   ORBITKV_GPU_WAIT_SPIN_US=N                (default 100; 0..100000)

@@ -109,7 +109,7 @@ class Instance {
   // stream); `crcs` may be empty. Wait on every enqueued job exactly once.
   // A job of copies and CRCs has a second stream and event for the CRC
   // kernels: launched behind a stream's pending copies, a launch cost the
-  // enqueue 40-50 us more on the H200 (README, Benchmark, session 15).
+  // enqueue 40-50 us more on the H200 (docs/bench/history.md, session 15).
   struct ToHostJob {
     std::unique_ptr<gpu::Event> event;
     gpu::Stream* stream = nullptr;
