@@ -316,12 +316,12 @@ class Driver {
       }
       phase_name_ = ph.name;
       double cpu0 = 0;
-      std::map<pid_t, ThreadCpu> threads0;
+      Result<std::map<pid_t, ThreadCpu>> threads0 = Status::NotFound("not read");
       std::optional<demo::MetricsSnapshot> before;
       if (ph.measured && manager_) {
         before = Scrape();
         cpu0 = ProcessCpuSeconds(manager_->child.pid()).value_or(0);
-        threads0 = ThreadCpuSeconds(manager_->child.pid()).value_or(threads0);
+        threads0 = ThreadCpuSeconds(manager_->child.pid());
       }
       const auto t0 = Clock::now();
       gate_->Open(k);
@@ -330,9 +330,11 @@ class Driver {
         out_.measured_wall_s += Since(t0);
         if (manager_) {
           out_.view.cpu_seconds += ProcessCpuSeconds(manager_->child.pid()).value_or(cpu0) - cpu0;
+          // Only against a start snapshot: a missing one would count every
+          // thread's CPU since the Manager started.
           if (Result<std::map<pid_t, ThreadCpu>> t = ThreadCpuSeconds(manager_->child.pid());
-              t.ok()) {
-            for (const auto& [role, c] : CpuByRole(threads0, *t)) {
+              t.ok() && threads0.ok()) {
+            for (const auto& [role, c] : CpuByRole(*threads0, *t)) {
               RoleCpu& sum = out_.view.cpu_by_role[role];
               sum.seconds += c.seconds;
               sum.threads = std::max(sum.threads, c.threads);
