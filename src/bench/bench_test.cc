@@ -383,6 +383,10 @@ TEST(ProcStatTest, ParsesUtimeAndStime) {
 TEST(ProcStatTest, ThreadCpuIsSummedByRoleBetweenSnapshots) {
   EXPECT_EQ(ParseProcStatComm("123 (a b) c) S 1 2"), "a b) c");
   EXPECT_EQ(ParseProcStatComm("garbage"), "");
+  ASSERT_TRUE(ParseSchedstatRunNs("62656211 90444 98\n").ok());
+  EXPECT_EQ(*ParseSchedstatRunNs("62656211 90444 98\n"), 62656211u);
+  EXPECT_FALSE(ParseSchedstatRunNs("").ok());
+  EXPECT_FALSE(ParseSchedstatRunNs("x1 2 3").ok());
   EXPECT_EQ(ThreadRole("okv-ssd-read12"), "okv-ssd-read");
   EXPECT_EQ(ThreadRole("okv-req"), "okv-req");
   EXPECT_EQ(ThreadRole("123"), "123");  // all digits: kept whole
@@ -396,7 +400,10 @@ TEST(ProcStatTest, ThreadCpuIsSummedByRoleBetweenSnapshots) {
                                    {3, {"okv-req", 5.0}},       // idle: not counted
                                    {5, {"okv-new", 0.5}},       // started in between
                                    {6, {"okv-reused", 0.25}}};  // tid reused by another thread
+  after[2].ticks = true;  // one thread counted in clock ticks only
   std::map<std::string, RoleCpu> roles = CpuByRole(before, after);
+  EXPECT_TRUE(roles["okv-ssd-read"].ticks);
+  EXPECT_FALSE(roles["okv-new"].ticks);
   ASSERT_EQ(roles.size(), 3u);
   EXPECT_DOUBLE_EQ(roles["okv-ssd-read"].seconds, 0.75);
   EXPECT_EQ(roles["okv-ssd-read"].threads, 2);
@@ -417,8 +424,18 @@ TEST(ProcStatTest, ThreadCpuSecondsSeesANamedThreadOfThisProcess) {
   t.join();
   ASSERT_TRUE(threads.ok()) << threads.status().ToString();
   bool found = false;
-  for (const auto& [tid, c] : *threads) found |= c.name == "okv-bench-probe";
+  double total = 0;
+  for (const auto& [tid, c] : *threads) {
+    found |= c.name == "okv-bench-probe";
+    total += c.seconds;
+  }
   EXPECT_TRUE(found);
+  // The live threads' CPU is part of this process's (which also holds the
+  // threads of earlier tests that ended), to a clock tick per thread.
+  Result<double> process = ProcessCpuSeconds(::getpid());
+  ASSERT_TRUE(process.ok());
+  EXPECT_GT(total, 0);
+  EXPECT_LE(total, *process + 0.01 * double(threads->size() + 1));
   EXPECT_FALSE(ThreadCpuSeconds(-1).ok());
 }
 

@@ -3,12 +3,16 @@
 #include <dirent.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 
 namespace orbitkv::bench {
+namespace {
+unsigned char uc(char c) { return static_cast<unsigned char>(c); }
+}  // namespace
 
 Result<double> ParseProcStatCpuSeconds(const std::string& stat, long ticks) {
   // "pid (comm) state ppid ...": comm may hold spaces and parentheses, so
@@ -46,6 +50,16 @@ std::string ParseProcStatComm(const std::string& stat) {
   return stat.substr(open + 1, close - open - 1);
 }
 
+Result<uint64_t> ParseSchedstatRunNs(const std::string& schedstat) {
+  std::istringstream in(schedstat);
+  std::string field;
+  if (!(in >> field) || field.empty() ||
+      !std::all_of(field.begin(), field.end(), [](char c) { return std::isdigit(uc(c)); })) {
+    return Status::Corruption("unreadable schedstat line");
+  }
+  return std::strtoull(field.c_str(), nullptr, 10);
+}
+
 Result<std::map<pid_t, ThreadCpu>> ThreadCpuSeconds(pid_t pid) {
   const std::string dir = "/proc/" + std::to_string(pid) + "/task";
   DIR* d = ::opendir(dir.c_str());
@@ -59,7 +73,17 @@ Result<std::map<pid_t, ThreadCpu>> ThreadCpuSeconds(pid_t pid) {
     if (!f || !std::getline(f, line)) continue;  // the thread ended meanwhile
     Result<double> s = ParseProcStatCpuSeconds(line, ticks);
     if (!s.ok()) continue;
-    out[static_cast<pid_t>(std::atol(e->d_name))] = {ParseProcStatComm(line), *s};
+    ThreadCpu t{ParseProcStatComm(line), *s, /*ticks=*/true};
+    std::ifstream sf(dir + "/" + e->d_name + "/schedstat");
+    std::string sched;
+    if (sf && std::getline(sf, sched)) {
+      // 0 with ticks counted: a kernel that does not keep it.
+      if (Result<uint64_t> ns = ParseSchedstatRunNs(sched); ns.ok() && (*ns > 0 || *s == 0)) {
+        t.seconds = double(*ns) / 1e9;
+        t.ticks = false;
+      }
+    }
+    out[static_cast<pid_t>(std::atol(e->d_name))] = std::move(t);
   }
   ::closedir(d);
   return out;
@@ -83,6 +107,7 @@ std::map<std::string, RoleCpu> CpuByRole(const std::map<pid_t, ThreadCpu>& befor
     RoleCpu& r = out[ThreadRole(t.name)];
     r.seconds += used;
     ++r.threads;
+    r.ticks |= t.ticks;
   }
   return out;
 }

@@ -338,6 +338,7 @@ class Driver {
               RoleCpu& sum = out_.view.cpu_by_role[role];
               sum.seconds += c.seconds;
               sum.threads = std::max(sum.threads, c.threads);
+              sum.ticks |= c.ticks;
             }
           }
           std::optional<demo::MetricsSnapshot> after = Scrape();

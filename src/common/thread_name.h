@@ -3,7 +3,8 @@
 // orbitkv-bench's per-thread Manager CPU say which part of the Manager a
 // thread is. Every long-lived OrbitKV thread calls it first with an "okv-"
 // name: a role, and a worker index where a role has several threads. Threads
-// that a library starts (the CUDA driver's) inherit their creator's name.
+// that a library starts inherit their creator's name or take one of their
+// own (the CUDA driver's cuda-EvtHandlr, io_uring's iou-wrk-<tid>).
 // Thread-safe; affects only the calling thread; never fails the caller.
 #pragma once
 
