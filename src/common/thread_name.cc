@@ -21,10 +21,4 @@ void SetThreadName(std::string_view name) {
   (void)pthread_setname_np(pthread_self(), cut.c_str());
 }
 
-std::string CurrentThreadName() {
-  char buf[kMaxThreadName + 1] = {};
-  if (pthread_getname_np(pthread_self(), buf, sizeof(buf)) != 0) return {};
-  return buf;
-}
-
 }  // namespace orbitkv

@@ -21,7 +21,4 @@ std::string ThreadName(std::string_view role, int index = -1);
 
 void SetThreadName(std::string_view name);
 
-// The calling thread's name ("" where it cannot be read).
-std::string CurrentThreadName();
-
 }  // namespace orbitkv

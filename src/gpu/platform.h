@@ -233,6 +233,11 @@ class Device {
   // it). It sleeps at once, so no CPU goes to a spin that could not end in
   // time (issue 18: Manager CPU per GB).
   virtual Status WaitLong(Event& event) { return Wait(event); }
+  // Wait, or WaitLong for work that moves kLongWaitBytes or more: the one
+  // place that rule lives.
+  Status WaitForBytes(Event& event, uint64_t bytes) {
+    return bytes >= kLongWaitBytes ? WaitLong(event) : Wait(event);
+  }
   virtual Status Synchronize(Stream& stream) = 0;
 
   // Copies every op, in any order among themselves, after the stream's earlier

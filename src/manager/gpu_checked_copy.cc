@@ -156,7 +156,7 @@ void GpuCheckedCopy::Round(const Instance& inst, Buffer& buf, std::span<const Bl
   if (st.ok()) st = d.Crc32cAsync(crc_ops, buf.crcs, *buf.stream);
   if (st.ok()) st = d.Record(*buf.event, *buf.stream);
   // A run of several objects takes longer than any spin: sleep at once.
-  if (st.ok()) st = over_pcie >= gpu::kLongWaitBytes ? d.WaitLong(*buf.event) : d.Wait(*buf.event);
+  if (st.ok()) st = d.WaitForBytes(*buf.event, over_pcie);
   if (!st.ok()) {
     // No page byte is written yet: the objects read in place go to the CPU
     // check (declined), the staged ones fail with the error.

@@ -172,8 +172,7 @@ Status Instance::CopyAndWait(bool to_device, std::span<const gpu::CopyOp> ops) {
   cost.Enqueued();
   uint64_t bytes = 0;
   for (const gpu::CopyOp& op : ops) bytes += op.bytes;
-  Status st = (bytes >= gpu::kLongWaitBytes ? device_->WaitLong(*ev) : device_->Wait(*ev))
-                  .WithContext("H2D copy into engine pages");
+  Status st = device_->WaitForBytes(*ev, bytes).WithContext("H2D copy into engine pages");
   cost.Waited();
   if (st.ok()) GiveEvent(std::move(ev));  // an event of a failed wait is not reused
   return st;
@@ -285,8 +284,9 @@ Result<Instance::ToHostJob> Instance::EnqueueToHost(std::span<const gpu::CopyOp>
 }
 
 Status Instance::WaitToHost(ToHostJob& job, bool more_queued) {
-  const bool long_wait = more_queued || job.bytes >= gpu::kLongWaitBytes;
-  auto wait = [&](gpu::Event& e) { return long_wait ? device_->WaitLong(e) : device_->Wait(e); };
+  auto wait = [&](gpu::Event& e) {
+    return more_queued ? device_->WaitLong(e) : device_->WaitForBytes(e, job.bytes);
+  };
   Status st = wait(*job.event);
   if (!st.ok()) device_->Synchronize(*job.stream).IgnoreError("draining a failed D2H job");
   if (job.crc_stream != nullptr) {
