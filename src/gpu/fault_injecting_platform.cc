@@ -246,6 +246,7 @@ class WrappedDevice : public Device {
     ORBITKV_ASSIGN_OR_RETURN(e, Unwrap(event, "Poll"));
     {
       std::lock_guard<std::mutex> lock(state_->mu);
+      ++state_->calls.polls;
       if (state_->Held(e->stamp)) return false;
     }
     return inner_->Poll(e->inner());

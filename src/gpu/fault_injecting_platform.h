@@ -52,8 +52,8 @@
 // Call accounting (calls()): ReadAsync / WriteAsync submissions the inner
 // platform accepted (refused or failed submissions are not counted), with
 // io->size at submission and the file's fd of each read; RegisterBuffer and
-// RegisterFile calls, whether or not they succeeded; Device::Wait and
-// Device::WaitLong calls. ResetCalls() clears it.
+// RegisterFile calls, whether or not they succeeded; Device::Wait,
+// Device::WaitLong and Device::Poll calls. ResetCalls() clears it.
 //
 // Thread-safety: every method is thread-safe, as Platform requires.
 // Ownership: `inner` is not owned and must outlive this object and every
@@ -92,6 +92,7 @@ class FaultInjectingPlatform : public Platform {
     uint64_t register_files = 0;
     uint64_t waits = 0;       // Device::Wait calls (short waits: may spin)
     uint64_t long_waits = 0;  // Device::WaitLong calls (sleep at once)
+    uint64_t polls = 0;       // Device::Poll calls
   };
 
   explicit FaultInjectingPlatform(Platform* inner);

@@ -127,7 +127,10 @@ struct Slot {
   // scatter event marks their arrival); kScatter: the scatter is running.
   enum class Phase { kFree, kIo, kVerify, kScatter } phase = Phase::kFree;
   bool is_write = false;
-  bool checked = false;              // kVerify: the host results were taken in
+  bool checked = false;  // kVerify: the host results were taken in
+  // A host function queued on the stream after the slot's latest event will
+  // wake the worker (Impl::Arm); false: the thread polls this slot instead.
+  bool armed = false;
   std::vector<Status> piece_status;  // per piece, from kVerify on
   std::vector<Piece> pieces;
   std::vector<BatchRead> reads;
@@ -166,6 +169,9 @@ struct SsdGpuWorker::Impl {
   // The queue's head needs a decode-lane range that is not free: the thread
   // sleeps until the lane gives one back (on_space) instead of polling.
   bool arena_blocked GUARDED_BY(mu) = false;
+  // A slot's stream reached the host function queued after its latest event
+  // (Arm): the thread polls its slots at once instead of sleeping.
+  bool woken GUARDED_BY(mu) = false;
   std::thread thread;
   // EnableDecode's lane and outcome (set once under decode_mu; the lane is
   // used by the worker thread only for items submitted after it existed).
@@ -210,6 +216,13 @@ struct SsdGpuWorker::Impl {
   void StartRead(Slot& s, std::vector<Status>* failures);
   void StartWrite(Slot& s, std::vector<Status>* failures);
   void BeginIo(Slot& s, std::vector<Status>* failures);
+  // Queues, after the event just recorded on the slot's stream, a host
+  // function that sets `woken` and wakes the thread: a busy worker sleeps
+  // until its GPU work is done instead of polling (issue 18: polling every
+  // 20 us was most of the Manager's CPU on the cuFile route). Where it cannot
+  // be queued, the slot is polled every kPollInterval.
+  void Arm(Slot& s);
+  void Wake() EXCLUDES(mu);
   void FreeSlot(Slot& s);
   // True when the slot made progress.
   bool PollSlot(Slot& s, Callbacks* cbs, std::vector<Status>* failures) EXCLUDES(mu);

@@ -1,7 +1,7 @@
 // SsdGpuWorker's thread (ssd_gpu_worker_impl.h): takes batches under mu, then
 // drives the two slots through I/O, verification and scatter with mu released.
 #include <algorithm>
-#include <thread>
+#include <chrono>
 
 #include "common/thread_name.h"
 #include "io/coalesce.h"
@@ -42,6 +42,23 @@ Status CheckItemCrcs(ItemCheck& c) {
 
 // ---- the loop ------------------------------------------------------------------
 
+// How long a busy worker sleeps between polls of its slots: every slot armed,
+// only as a safety net (the host functions wake it); otherwise the old poll.
+static constexpr auto kArmedWait = std::chrono::milliseconds(2);
+static constexpr auto kPollInterval = std::chrono::microseconds(20);
+
+void SsdGpuWorker::Impl::Arm(Slot& s) {
+  s.armed = o.device->HostFuncAsync([this] { Wake(); }, *s.stream).ok();
+}
+
+void SsdGpuWorker::Impl::Wake() {
+  {
+    MutexLock l(mu);
+    woken = true;
+  }
+  cv.NotifyAll();
+}
+
 void SsdGpuWorker::Impl::Loop() {
   SetThreadName("okv-cufile");
   while (true) {
@@ -66,15 +83,25 @@ void SsdGpuWorker::Impl::Loop() {
       continue;
     }
     const bool idle = busy.load() == 0;
-    {
-      MutexLock l(mu);
-      if (closing && idle) break;
-      if (idle) {
-        while (!closing && (pending.empty() || arena_blocked) && writes.empty()) cv.Wait(mu);
-        continue;
+    bool armed = true;
+    for (const Slot& s : slots) armed &= s.phase == Slot::Phase::kFree || s.armed;
+    MutexLock l(mu);
+    if (closing && idle) break;
+    if (idle) {
+      while (!closing && (pending.empty() || arena_blocked) && writes.empty()) cv.Wait(mu);
+      continue;
+    }
+    // Busy: sleep until a slot's stream wakes the thread, new work arrives
+    // (SubmitRead and the lanes notify cv) or the wait runs out. A wake that
+    // came while the slots were polled is kept in `woken`: no poll is missed.
+    if (!progress && !woken) {
+      if (armed) {
+        cv.WaitFor(mu, kArmedWait);
+      } else {
+        cv.WaitFor(mu, kPollInterval);
       }
     }
-    if (!progress) std::this_thread::sleep_for(std::chrono::microseconds(20));
+    woken = false;
   }
 }
 
@@ -205,9 +232,12 @@ void SsdGpuWorker::Impl::StartWrite(Slot& s, std::vector<Status>* failures) {
 
 void SsdGpuWorker::Impl::BeginIo(Slot& s, std::vector<Status>* failures) {
   s.phase = Slot::Phase::kIo;
+  s.armed = false;
   busy.fetch_add(1);
   o.metrics.inflight_batches->Add(1);
-  if (Status st = o.device->Record(*s.io_event, *s.stream); !st.ok()) {
+  if (Status st = o.device->Record(*s.io_event, *s.stream); st.ok()) {
+    Arm(s);
+  } else {
     // Nothing can be known about the submitted work: fail it all, then
     // drain the stream before the slot is reused.
     for (BatchRead& r : s.reads) {
@@ -343,7 +373,10 @@ bool SsdGpuWorker::Impl::ScatterVerified(Slot& s, Result<bool> ready) {
   Status st;
   if (!ops.empty()) st = o.device->CopyAsync(ops, *s.stream);
   if (st.ok()) st = o.device->Record(*s.scatter_event, *s.stream);
-  if (!st.ok()) {
+  if (st.ok()) {
+    Arm(s);
+  } else {
+    s.armed = false;
     o.device->Synchronize(*s.stream).IgnoreError("draining after a failed scatter");
     for (Status& ps : s.piece_status) {
       if (ps.ok()) ps = st.WithContext("scatter into engine pages");
@@ -385,7 +418,10 @@ void SsdGpuWorker::Impl::StartVerify(Slot& s) {
   if (!headers.empty()) st = o.device->CopyAsync(headers, *s.stream);
   if (st.ok() && !crcs.empty()) st = o.device->Crc32cAsync(crcs, CrcResults(s), *s.stream);
   if (st.ok()) st = o.device->Record(*s.scatter_event, *s.stream);
-  if (!st.ok()) {
+  if (st.ok()) {
+    Arm(s);
+  } else {
+    s.armed = false;
     o.device->Synchronize(*s.stream).IgnoreError("draining after a failed verification");
     for (Status& ps : s.piece_status) {
       if (ps.ok()) ps = st.WithContext("verifying GPU staging");
