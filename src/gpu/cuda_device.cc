@@ -1,9 +1,11 @@
 #include "gpu/cuda_device.h"
 
+#include <atomic>
 #include <map>
 #include <shared_mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "gpu/cuda_check.h"
 #include "orbitkv/logging.h"
@@ -119,6 +121,8 @@ namespace {
 struct HostRanges {
   std::shared_mutex mu;
   std::map<uint64_t, uint64_t> ranges;  // guarded by mu
+  // Written under mu (unique); read without it by RegisteredHostGeneration.
+  std::atomic<uint64_t> generation{0};
 };
 
 HostRanges& Registered() {
@@ -138,6 +142,7 @@ Status RegisterHostMemory(void* base, size_t size) {
   HostRanges& r = Registered();
   std::unique_lock<std::shared_mutex> lock(r.mu);
   r.ranges[reinterpret_cast<uint64_t>(base)] = size;
+  r.generation.fetch_add(1);
   return st;
 }
 
@@ -147,7 +152,7 @@ Status UnregisterHostMemory(void* base) {
     // Forgotten first: a copy classified from here on asks the driver.
     HostRanges& r = Registered();
     std::unique_lock<std::shared_mutex> lock(r.mu);
-    r.ranges.erase(reinterpret_cast<uint64_t>(base));
+    if (r.ranges.erase(reinterpret_cast<uint64_t>(base)) > 0) r.generation.fetch_add(1);
   }
   ScopedRelaxedCaptureMode relaxed;
   return ORBITKV_CUDA_STATUS(cudaHostUnregister(base));
@@ -164,6 +169,18 @@ bool InRegisteredHostRange(uint64_t address, uint64_t bytes, std::pair<uint64_t,
   }
   if (range) *range = {it->first, it->first + it->second};
   return true;
+}
+
+uint64_t RegisteredHostGeneration() { return Registered().generation.load(); }
+
+std::vector<std::pair<uint64_t, uint64_t>> RegisteredHostRanges(uint64_t* generation) {
+  HostRanges& r = Registered();
+  std::shared_lock<std::shared_mutex> lock(r.mu);
+  std::vector<std::pair<uint64_t, uint64_t>> out;
+  out.reserve(r.ranges.size());
+  for (const auto& [base, bytes] : r.ranges) out.emplace_back(base, base + bytes);
+  if (generation) *generation = r.generation.load();
+  return out;
 }
 
 }  // namespace orbitkv::gpu

@@ -11,7 +11,9 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <utility>
+#include <vector>
 
 #include "orbitkv/status.h"
 
@@ -92,5 +94,13 @@ Status UnregisterHostMemory(void* base);
 // `range` (when not null) gets the registered range [first, second) it fell in.
 bool InRegisteredHostRange(uint64_t address, uint64_t bytes,
                            std::pair<uint64_t, uint64_t>* range = nullptr);
+
+// Changes (by one or more) whenever a RegisterHostMemory or
+// UnregisterHostMemory call changed the registered ranges.
+uint64_t RegisteredHostGeneration();
+
+// The registered ranges [first, second), and (when not null) the generation
+// they are of, read together.
+std::vector<std::pair<uint64_t, uint64_t>> RegisteredHostRanges(uint64_t* generation = nullptr);
 
 }  // namespace orbitkv::gpu

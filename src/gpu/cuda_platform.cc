@@ -16,12 +16,13 @@
 #include <map>
 #include <mutex>
 #include <optional>
-#include <shared_mutex>
 #include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "common/mutex.h"
+#include "gpu/address_ranges.h"
 #include "gpu/copy_kernels.h"
 #include "gpu/copy_options.h"
 #include "gpu/crc32c_kernel.h"
@@ -72,7 +73,7 @@ struct AddressRangeEntry {
   std::string error;  // why fn is null
 };
 
-const AddressRangeEntry& AddressRange() {
+const AddressRangeEntry& DriverAddressRange() {
   static const AddressRangeEntry entry = [] {
     AddressRangeEntry e;
     void* fn = nullptr;
@@ -225,29 +226,7 @@ class CudaDevice final : public Device {
  private:
   // kMappedHost: pinned host memory the device reads and writes at the same
   // address (UVA, cudaDevAttrCanUseHostPointerForRegisteredMem).
-  enum class Memory { kThisDevice, kElsewhere, kMappedHost, kUnknown };
-  // Allocations classified during one CopyAsync call. Valid only within that
-  // call: the caller keeps the memory allocated until the copies ran, but an
-  // address may name different memory in a later call.
-  // Every allocation of the call is kept (sorted by begin), not a few: a
-  // split layout's slots are one allocation each (64 for an 8B model, 160 for
-  // the 70B TP=8 rank), and a ring of eight missed on every slot op, paying a
-  // locked map lookup per address (the 70B restore's and publish's enqueue).
-  struct ClassifiedRanges {
-    struct Entry {
-      uint64_t begin = 0;
-      uint64_t end = 0;
-      Memory kind = Memory::kUnknown;
-    };
-    std::vector<Entry> sorted;  // by begin
-    // The last two answers (an op's source and destination), checked first.
-    Entry recent[2];
-    size_t recent_next = 0;
-    // The kept entry wholly holding [address, +bytes); false when none does.
-    bool Find(uint64_t address, uint64_t bytes, Memory* kind);
-    Memory Keep(uint64_t begin, uint64_t end, Memory kind);
-  };
-
+  using Memory = MemoryKind;
   Status MakeCurrent() const { return ORBITKV_CUDA_STATUS(cudaSetDevice(ordinal_)); }
   Result<CudaStream*> Own(Stream& stream) const;
   Result<CudaEvent*> Own(Event& event) const;
@@ -255,9 +234,10 @@ class CudaDevice final : public Device {
   // The open cuFile library, or FailedPrecondition naming `call`.
   Result<const CuFileLibrary*> Storage(const char* call) const;
   Memory Classify(uint64_t address) const;
-  // Classify, answered from `ranges` when an earlier op of the call fell in
-  // the same allocation ([address, +bytes) wholly inside it).
-  Memory Classify(uint64_t address, uint64_t bytes, ClassifiedRanges* ranges) const;
+  // Classify, answered from `ranges` (the known table, then allocations an
+  // earlier op of the call fell in) when [address, +bytes) lies wholly inside
+  // one; otherwise asked of the driver and its allocation kept in `ranges`.
+  Memory Classify(uint64_t address, uint64_t bytes, RangeLookup* ranges) const;
   Status AsyncIoCall(bool write, StorageFile& file, DevPtr buffer, AsyncIo* io, Stream& stream);
 
   static StagingShape StagingShapeOf(const GpuCopyOptions& copy) {
@@ -270,12 +250,14 @@ class CudaDevice final : public Device {
   void NoteStaging();
   // Device memory this device handed out (Allocate) or mapped (OpenIpc) and
   // has not yet freed or closed: classified without asking the driver.
-  void Remember(uint64_t base, uint64_t bytes);
-  void Forget(uint64_t base);
-  // `range` (when not null) gets the remembered allocation [first, second).
-  bool Known(uint64_t address, uint64_t bytes,
-             std::pair<uint64_t, uint64_t>* range = nullptr) const;
-
+  void Remember(uint64_t base, uint64_t bytes) EXCLUDES(known_mu_);
+  void Forget(uint64_t base) EXCLUDES(known_mu_);
+  // What a copy call classifies without the driver: the remembered device
+  // memory (kThisDevice) and, where kernels may use host pointers, the
+  // process's registered host ranges (kMappedHost). Built when first needed
+  // after either changed (Remember / Forget drop it; a registered host range
+  // added or removed changes RegisteredHostGeneration), then shared by calls.
+  std::shared_ptr<const AddressRangeTable> KnownRanges() const EXCLUDES(known_mu_);
   CudaPlatform* const platform_;
   const int ordinal_;
   const GpuCopyOptions copy_;
@@ -284,8 +266,12 @@ class CudaDevice final : public Device {
   StagedMover to_host_;    // staged D2H
   std::atomic<bool> staging_noted_{false};
   bool host_pointers_ok_ = false;  // constant after construction
-  mutable std::shared_mutex known_mu_;
-  std::map<uint64_t, uint64_t> known_;  // guarded by known_mu_: base -> bytes
+  mutable Mutex known_mu_;
+  std::map<uint64_t, uint64_t> known_ GUARDED_BY(known_mu_);  // base -> bytes
+  // KnownRanges' table (null: rebuilt at the next call) and the registered
+  // host ranges' generation it was built from.
+  mutable std::shared_ptr<const AddressRangeTable> known_table_ GUARDED_BY(known_mu_);
+  mutable uint64_t known_table_host_generation_ GUARDED_BY(known_mu_) = 0;
 };
 
 class CudaPlatform final : public Platform {
@@ -452,7 +438,7 @@ Result<IpcMapping> CudaDevice::OpenIpc(const IpcHandle& handle) {
     ORBITKV_CUDA_STATUS(cudaIpcCloseMemHandle(ptr))
         .IgnoreError("undoing a mapping whose size is unknown; logged by the check");
   };
-  const AddressRangeEntry& range = AddressRange();
+  const AddressRangeEntry& range = DriverAddressRange();
   if (range.fn == nullptr) {
     close();
     return Status::Unavailable("cannot size IPC mappings: " + range.error);
@@ -591,75 +577,46 @@ CudaDevice::Memory CudaDevice::Classify(uint64_t address) const {
 }
 
 void CudaDevice::Remember(uint64_t base, uint64_t bytes) {
-  std::unique_lock<std::shared_mutex> lock(known_mu_);
+  MutexLock lock(known_mu_);
   known_[base] = bytes;
+  known_table_.reset();
 }
 
 void CudaDevice::Forget(uint64_t base) {
-  std::unique_lock<std::shared_mutex> lock(known_mu_);
+  MutexLock lock(known_mu_);
   known_.erase(base);
+  known_table_.reset();
 }
 
-bool CudaDevice::Known(uint64_t address, uint64_t bytes,
-                       std::pair<uint64_t, uint64_t>* range) const {
-  std::shared_lock<std::shared_mutex> lock(known_mu_);
-  auto it = known_.upper_bound(address);
-  if (it == known_.begin()) return false;
-  --it;
-  if (!(address - it->first < it->second && bytes <= it->second - (address - it->first))) {
-    return false;
-  }
-  if (range) *range = {it->first, it->first + it->second};
-  return true;
-}
-
-bool CudaDevice::ClassifiedRanges::Find(uint64_t address, uint64_t bytes, Memory* kind) {
-  auto holds = [&](const Entry& e) {
-    return address >= e.begin && address - e.begin < e.end - e.begin && bytes <= e.end - address;
-  };
-  for (const Entry& e : recent) {
-    if (holds(e)) {
-      *kind = e.kind;
-      return true;
+std::shared_ptr<const AddressRangeTable> CudaDevice::KnownRanges() const {
+  const uint64_t host_generation = RegisteredHostGeneration();
+  MutexLock lock(known_mu_);
+  if (known_table_ && known_table_host_generation_ == host_generation) return known_table_;
+  std::vector<AddressRange> ranges;
+  for (const auto& [base, bytes] : known_)
+    ranges.push_back({base, base + bytes, Memory::kThisDevice});
+  uint64_t built_from = host_generation;
+  if (host_pointers_ok_) {
+    for (const auto& [begin, end] : RegisteredHostRanges(&built_from)) {
+      ranges.push_back({begin, end, Memory::kMappedHost});
     }
   }
-  auto it = std::upper_bound(sorted.begin(), sorted.end(), address,
-                             [](uint64_t a, const Entry& e) { return a < e.begin; });
-  if (it == sorted.begin() || !holds(*std::prev(it))) return false;
-  const Entry& e = *std::prev(it);
-  recent[recent_next++ % 2] = e;
-  *kind = e.kind;
-  return true;
-}
-
-CudaDevice::Memory CudaDevice::ClassifiedRanges::Keep(uint64_t begin, uint64_t end, Memory kind) {
-  const Entry e{begin, end, kind};
-  auto it = std::upper_bound(sorted.begin(), sorted.end(), begin,
-                             [](uint64_t a, const Entry& x) { return a < x.begin; });
-  sorted.insert(it, e);
-  recent[recent_next++ % 2] = e;
-  return kind;
+  known_table_ = std::make_shared<const AddressRangeTable>(std::move(ranges));
+  known_table_host_generation_ = built_from;
+  return known_table_;
 }
 
 CudaDevice::Memory CudaDevice::Classify(uint64_t address, uint64_t bytes,
-                                        ClassifiedRanges* ranges) const {
-  // An allocation an earlier op of the call fell in: no lock, no driver call
-  // (a restore classifies two addresses per slot of every block: with a lock
-  // and a map lookup each, 2048 slots took a few hundred microseconds before
-  // the first DMA of a 64 MiB restore was enqueued).
+                                        RangeLookup* ranges) const {
+  // Memory this device mapped or this process registered, or an allocation an
+  // earlier op of the call fell in: no lock, no driver call (a restore
+  // classifies two addresses per slot of every block; with a locked map
+  // lookup each, 2048 slots took a few hundred microseconds before the first
+  // DMA of a 64 MiB restore was enqueued).
   Memory found = Memory::kUnknown;
   if (ranges->Find(address, bytes, &found)) return found;
-  auto keep = [ranges](uint64_t begin, uint64_t end, Memory kind) {
-    return ranges->Keep(begin, end, kind);
-  };
-  // Memory this process registered or this device mapped: no driver call.
-  std::pair<uint64_t, uint64_t> known;
-  if (Known(address, bytes, &known)) return keep(known.first, known.second, Memory::kThisDevice);
-  if (host_pointers_ok_ && InRegisteredHostRange(address, bytes, &known)) {
-    return keep(known.first, known.second, Memory::kMappedHost);
-  }
   const Memory kind = Classify(address);
-  const AddressRangeEntry& range = AddressRange();
+  const AddressRangeEntry& range = DriverAddressRange();
   if (kind == Memory::kUnknown || range.fn == nullptr) return kind;
   // The allocation's extent, where the driver knows it (device memory; pinned
   // host memory may not answer, and is then classified op by op).
@@ -669,7 +626,7 @@ CudaDevice::Memory CudaDevice::Classify(uint64_t address, uint64_t bytes,
       address < base || address - base >= size) {
     return kind;
   }
-  return keep(static_cast<uint64_t>(base), static_cast<uint64_t>(base) + size, kind);
+  return ranges->Keep(static_cast<uint64_t>(base), static_cast<uint64_t>(base) + size, kind);
 }
 
 void CudaDevice::NoteStaging() {
@@ -690,7 +647,8 @@ Status CudaDevice::CopyAsync(std::span<const CopyOp> ops, Stream& stream) {
   std::vector<CopyOp> staged_h2d;
   std::vector<CopyOp> staged_d2h;
   kernel_ops.reserve(ops.size());
-  ClassifiedRanges ranges;
+  const std::shared_ptr<const AddressRangeTable> known = KnownRanges();
+  RangeLookup ranges(*known);
   for (size_t i = 0; i < ops.size(); ++i) {
     const CopyOp& op = ops[i];
     if (op.bytes == 0) continue;

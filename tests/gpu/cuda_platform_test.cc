@@ -348,6 +348,43 @@ TEST_F(CudaPlatformTest, CopiesPinnedHostMemoryBothWays) {
   EXPECT_TRUE(dev_->CopyAsync({}, *stream_).ok());
 }
 
+// The device classifies copy addresses from a table of its own allocations
+// and the registered host ranges, shared by calls (gpu/address_ranges.h). It
+// must follow them: memory freed after a copy is refused by the next one
+// (not taken as the device memory it was), and a host range registered or
+// unregistered between two copies is seen by the second.
+TEST_F(CudaPlatformTest, CopyClassificationFollowsFreesAndHostRegistrations) {
+  constexpr size_t kBytes = 1u << 20;
+  PinnedAllocation up = Pinned(kBytes);
+  ASSERT_TRUE(up);
+  FillPatternBytes(static_cast<uint8_t*>(up.data()), kBytes, 0x7a11e5u);
+  Result<DevPtr> a = dev_->Allocate(kBytes);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  ASSERT_NO_FATAL_FAILURE(Copy({{*a, Addr(up.data()), kBytes}}));
+  ASSERT_NO_FATAL_FAILURE(Drain());
+  ASSERT_TRUE(dev_->Free(*a).ok());
+  Status st = dev_->CopyAsync(std::vector<CopyOp>{{*a, Addr(up.data()), kBytes}}, *stream_);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << "a freed allocation: " << st.ToString();
+
+  // Page-aligned pageable memory, registered after a copy classified the rest.
+  const DevPtr b = Alloc(kBytes);
+  ASSERT_NE(b, 0u);
+  void* raw = nullptr;
+  ASSERT_EQ(posix_memalign(&raw, 4096, kBytes), 0);
+  std::unique_ptr<void, decltype(&std::free)> host(raw, &std::free);
+  FillPatternBytes(static_cast<uint8_t*>(raw), kBytes, 0x5eed5u);
+  st = dev_->CopyAsync(std::vector<CopyOp>{{b, Addr(raw), kBytes}}, *stream_);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << "not yet registered: " << st.ToString();
+  ASSERT_TRUE(RegisterHostMemory(raw, kBytes).ok());
+  ASSERT_NO_FATAL_FAILURE(Copy({{b, Addr(raw), kBytes}}));
+  ASSERT_NO_FATAL_FAILURE(Drain());
+  const std::vector<uint8_t> got = Download(b, kBytes);
+  EXPECT_EQ(CompareBytes(static_cast<uint8_t*>(raw), got.data(), kBytes), "");
+  ASSERT_TRUE(UnregisterHostMemory(raw).ok());
+  st = dev_->CopyAsync(std::vector<CopyOp>{{b, Addr(raw), kBytes}}, *stream_);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << "unregistered: " << st.ToString();
+}
+
 TEST_F(CudaPlatformTest, MemsetsAnUnalignedRange) {
   constexpr size_t kBytes = 1u << 20;
   const DevPtr p = Alloc(kBytes);

@@ -1,0 +1,97 @@
+#include "gpu/address_ranges.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+namespace orbitkv::gpu {
+namespace {
+
+constexpr MemoryKind kDev = MemoryKind::kThisDevice;
+constexpr MemoryKind kHost = MemoryKind::kMappedHost;
+
+TEST(AddressRangeTest, HoldsOnlyWhatLiesWhollyInside) {
+  const AddressRange r{1000, 2000, kDev};
+  EXPECT_TRUE(r.Holds(1000, 1000));
+  EXPECT_TRUE(r.Holds(1999, 1));
+  EXPECT_TRUE(r.Holds(1500, 0));
+  EXPECT_FALSE(r.Holds(999, 1));
+  EXPECT_FALSE(r.Holds(1999, 2));  // straddles the end
+  EXPECT_FALSE(r.Holds(2000, 0));  // the end is outside
+  EXPECT_FALSE(r.Holds(1000, UINT64_MAX));
+  EXPECT_FALSE(AddressRange{}.Holds(0, 0));  // the empty default holds nothing
+}
+
+TEST(AddressRangeTableTest, FindsTheHoldingRangeWithOrWithoutAHint) {
+  // Given out of order: the table sorts.
+  const AddressRangeTable t({{5000, 6000, kDev}, {1000, 2000, kHost}, {3000, 4000, kDev}});
+  ASSERT_EQ(t.size(), 3u);
+  EXPECT_EQ(t[0].begin, 1000u);
+  for (size_t hint : {AddressRangeTable::npos, size_t{0}, size_t{1}, size_t{2}, size_t{7}}) {
+    EXPECT_EQ(t.Find(1000, 10, hint), 0u) << hint;
+    EXPECT_EQ(t.Find(3999, 1, hint), 1u) << hint;
+    EXPECT_EQ(t.Find(5500, 500, hint), 2u) << hint;
+    EXPECT_EQ(t.Find(2000, 1, hint), AddressRangeTable::npos) << hint;     // a gap
+    EXPECT_EQ(t.Find(1500, 1000, hint), AddressRangeTable::npos) << hint;  // across a gap
+    EXPECT_EQ(t.Find(0, 1, hint), AddressRangeTable::npos) << hint;
+    EXPECT_EQ(t.Find(6000, 1, hint), AddressRangeTable::npos) << hint;
+  }
+  EXPECT_EQ(AddressRangeTable().Find(1, 1, 0), AddressRangeTable::npos);
+}
+
+// A whole call's pattern: each op between the pool (one host range) and one
+// of many slot allocations, in any order, against a brute-force answer.
+TEST(RangeLookupTest, AgreesWithABruteForceScanOverRandomCalls) {
+  std::vector<AddressRange> ranges;
+  ranges.push_back({1u << 30, 2u << 30, kHost});  // the pool
+  for (uint64_t s = 0; s < 160; ++s) {            // slot allocations, 1 MiB apart
+    ranges.push_back(
+        {(8ull << 30) + s * (2u << 20), (8ull << 30) + s * (2u << 20) + (1u << 20), kDev});
+  }
+  const AddressRangeTable t(ranges);
+  std::mt19937_64 rng(7);
+  for (int call = 0; call < 50; ++call) {
+    RangeLookup lookup(t);
+    const bool walk = call % 2 == 0;  // slots in order, or at random
+    for (int op = 0; op < 400; ++op) {
+      const uint64_t slot = walk ? op % 160 : rng() % 170;  // 160..169: no such slot
+      uint64_t address = (8ull << 30) + slot * (2u << 20) + rng() % (3u << 19);
+      if (op % 3 == 0) address = (1u << 30) + rng() % (1u << 30) + (op % 7 == 0 ? (1u << 30) : 0);
+      const uint64_t bytes = 1 + rng() % 8192;
+      MemoryKind want = MemoryKind::kUnknown;
+      for (const AddressRange& r : ranges) {
+        if (r.Holds(address, bytes)) want = r.kind;
+      }
+      MemoryKind got = MemoryKind::kUnknown;
+      const bool found = lookup.Find(address, bytes, &got);
+      ASSERT_EQ(found, want != MemoryKind::kUnknown) << call << " " << op << " " << address;
+      if (found) {
+        EXPECT_EQ(got, want);
+      }
+    }
+  }
+}
+
+TEST(RangeLookupTest, KeptRangesAnswerTheCallsLaterOps) {
+  const AddressRangeTable t({{1000, 2000, kHost}});
+  RangeLookup lookup(t);
+  MemoryKind k = MemoryKind::kUnknown;
+  EXPECT_FALSE(lookup.Find(5000, 10, &k));
+  EXPECT_EQ(lookup.Keep(5000, 6000, MemoryKind::kElsewhere), MemoryKind::kElsewhere);
+  EXPECT_EQ(lookup.Keep(3000, 4000, kDev), kDev);
+  EXPECT_EQ(lookup.Keep(8000, 9000, kDev), kDev);
+  // Pushed out of the recent answers by later lookups, still kept.
+  ASSERT_TRUE(lookup.Find(1500, 10, &k));
+  EXPECT_EQ(k, kHost);
+  ASSERT_TRUE(lookup.Find(8500, 10, &k));
+  EXPECT_EQ(k, kDev);
+  ASSERT_TRUE(lookup.Find(5999, 1, &k));
+  EXPECT_EQ(k, MemoryKind::kElsewhere);
+  ASSERT_TRUE(lookup.Find(3000, 1000, &k));
+  EXPECT_EQ(k, kDev);
+  EXPECT_FALSE(lookup.Find(4000, 1, &k));
+  EXPECT_FALSE(lookup.Find(5999, 2, &k));  // straddles a kept range's end
+}
+
+}  // namespace
+}  // namespace orbitkv::gpu
