@@ -1,6 +1,7 @@
 #include "gpu/address_ranges.h"
 
 #include <algorithm>
+#include <array>
 
 namespace orbitkv::gpu {
 namespace {
@@ -24,14 +25,20 @@ AddressRangeTable::AddressRangeTable(std::vector<AddressRange> ranges)
             [](const AddressRange& a, const AddressRange& b) { return a.begin < b.begin; });
 }
 
-size_t AddressRangeTable::Find(uint64_t address, uint64_t bytes, size_t hint) const {
-  if (hint < sorted_.size()) {
-    // The next allocation first: a call's ops mostly walk up the table.
-    for (size_t i : {hint + 1, hint, hint - 1}) {
-      if (i < sorted_.size() && sorted_[i].Holds(address, bytes)) return i;
-    }
-  }
-  return Search(sorted_, address, bytes);
+size_t AddressRangeTable::Find(uint64_t address, uint64_t bytes) const {
+  // Per thread: which index answered an address of each 2 MiB granule (by a
+  // multiplicative hash). An entry is only a guess, checked against the
+  // range it names: an index from another table, or from before this table
+  // changed, that holds the address is the right answer (ranges are
+  // disjoint), and one that does not costs the search it saves.
+  constexpr int kBucketBits = 13;
+  thread_local std::array<uint32_t, size_t{1} << kBucketBits> last_hit{};
+  const size_t bucket = ((address >> 21) * 0x9E3779B97F4A7C15ull) >> (64 - kBucketBits);
+  const uint32_t guess = last_hit[bucket];
+  if (guess < sorted_.size() && sorted_[guess].Holds(address, bytes)) return guess;
+  const size_t found = Search(sorted_, address, bytes);
+  if (found != npos) last_hit[bucket] = static_cast<uint32_t>(found);
+  return found;
 }
 
 bool RangeLookup::Find(uint64_t address, uint64_t bytes, MemoryKind* kind) {
@@ -41,8 +48,7 @@ bool RangeLookup::Find(uint64_t address, uint64_t bytes, MemoryKind* kind) {
       return true;
     }
   }
-  if (size_t i = known_.Find(address, bytes, hint_); i != AddressRangeTable::npos) {
-    hint_ = i;
+  if (size_t i = known_.Find(address, bytes); i != AddressRangeTable::npos) {
     Remember(known_[i]);
     *kind = known_[i].kind;
     return true;

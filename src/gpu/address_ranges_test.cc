@@ -22,21 +22,39 @@ TEST(AddressRangeTest, HoldsOnlyWhatLiesWhollyInside) {
   EXPECT_FALSE(AddressRange{}.Holds(0, 0));  // the empty default holds nothing
 }
 
-TEST(AddressRangeTableTest, FindsTheHoldingRangeWithOrWithoutAHint) {
+TEST(AddressRangeTableTest, FindsTheHoldingRangeFirstTimeAndAgain) {
   // Given out of order: the table sorts.
   const AddressRangeTable t({{5000, 6000, kDev}, {1000, 2000, kHost}, {3000, 4000, kDev}});
   ASSERT_EQ(t.size(), 3u);
   EXPECT_EQ(t[0].begin, 1000u);
-  for (size_t hint : {AddressRangeTable::npos, size_t{0}, size_t{1}, size_t{2}, size_t{7}}) {
-    EXPECT_EQ(t.Find(1000, 10, hint), 0u) << hint;
-    EXPECT_EQ(t.Find(3999, 1, hint), 1u) << hint;
-    EXPECT_EQ(t.Find(5500, 500, hint), 2u) << hint;
-    EXPECT_EQ(t.Find(2000, 1, hint), AddressRangeTable::npos) << hint;     // a gap
-    EXPECT_EQ(t.Find(1500, 1000, hint), AddressRangeTable::npos) << hint;  // across a gap
-    EXPECT_EQ(t.Find(0, 1, hint), AddressRangeTable::npos) << hint;
-    EXPECT_EQ(t.Find(6000, 1, hint), AddressRangeTable::npos) << hint;
+  for (int pass = 0; pass < 2; ++pass) {  // the second pass starts from the thread's guesses
+    EXPECT_EQ(t.Find(1000, 10), 0u) << pass;
+    EXPECT_EQ(t.Find(3999, 1), 1u) << pass;
+    EXPECT_EQ(t.Find(5500, 500), 2u) << pass;
+    EXPECT_EQ(t.Find(2000, 1), AddressRangeTable::npos) << pass;     // a gap
+    EXPECT_EQ(t.Find(1500, 1000), AddressRangeTable::npos) << pass;  // across a gap
+    EXPECT_EQ(t.Find(0, 1), AddressRangeTable::npos) << pass;
+    EXPECT_EQ(t.Find(6000, 1), AddressRangeTable::npos) << pass;
   }
-  EXPECT_EQ(AddressRangeTable().Find(1, 1, 0), AddressRangeTable::npos);
+  EXPECT_EQ(AddressRangeTable().Find(1, 1), AddressRangeTable::npos);
+}
+
+// The thread's guesses are indices of whichever table answered last: another
+// table's (or an older one of the same device) must never answer wrongly.
+TEST(AddressRangeTableTest, GuessesLeftByAnotherTableAreCheckedNotTrusted) {
+  const uint64_t g = 2u << 20;  // one granule
+  const AddressRangeTable a(
+      {{10 * g, 11 * g, kDev}, {20 * g, 21 * g, kDev}, {30 * g, 31 * g, kHost}});
+  const AddressRangeTable b({{30 * g, 30 * g + 4096, kDev}, {31 * g, 32 * g, kHost}});
+  for (int pass = 0; pass < 3; ++pass) {
+    EXPECT_EQ(a.Find(30 * g + 100, 8), 2u);
+    EXPECT_EQ(b.Find(30 * g + 100, 8), 0u);                        // a's index 2 is out of range
+    EXPECT_EQ(b.Find(30 * g + 8192, 8), AddressRangeTable::npos);  // past b's small range
+    EXPECT_EQ(a.Find(20 * g + 5, 1), 1u);
+    EXPECT_EQ(b.Find(20 * g + 5, 1), AddressRangeTable::npos);  // b[1] does not hold it
+    EXPECT_EQ(b.Find(31 * g, g), 1u);
+    EXPECT_EQ(a.Find(31 * g, 1), AddressRangeTable::npos);  // b's guess 1 is a's [20g, 21g)
+  }
 }
 
 // A whole call's pattern: each op between the pool (one host range) and one
