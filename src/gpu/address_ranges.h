@@ -11,9 +11,13 @@
 // call looks up in it through a RangeLookup, which tries the last two
 // answers, then the index that last answered an address of the same 2 MiB
 // granule on this thread, before a binary search. Issue 18: the per-call
-// locked map lookups and the search per address were 15-20% of the request
-// threads' CPU in a 70B Publish (perf on the H100).
+// locked map lookups and searches were 23% of the request threads' CPU in a
+// 70B Publish under perf on the H100, 20% with this (docs/bench/history.md,
+// session 17).
 //
+// Thread-safety: an AddressRangeTable is immutable (share it freely; Find's
+// per-thread guesses are thread_local); a RangeLookup belongs to one call on
+// one thread.
 #pragma once
 
 #include <cstddef>
