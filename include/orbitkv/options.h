@@ -39,6 +39,11 @@ struct ManagerOptions {
   uint32_t ssd_shards = 4;                                    // --ssd-shards
   uint32_t ssd_queue_depth = 64;  // --ssd-queue-depth (per io_uring worker)
   uint32_t ssd_io_workers = 2;    // --ssd-io-workers
+  // Restores before writeback on the disk: while a restore's io_uring reads
+  // are queued or in flight, each writeback lane waits up to this long before
+  // its next write and then writes one object at a time; it never waits
+  // while a publisher waits for pool room. 0 off; at most 1000.
+  uint32_t writeback_yield_ms = 20;  // --writeback-yield-ms
   // Pinned staging that SSD demand and warm-up reads land in, taken from
   // pool_size (--ssd-read-staging; 0 = auto, ReadStagingBytes()).
   uint64_t ssd_read_staging = 0;

@@ -39,6 +39,9 @@ Status ManagerOptions::Validate() const {
   if (ssd_io_workers == 0 || ssd_io_workers > 64) {
     return Status::InvalidArgument("--ssd-io-workers must be between 1 and 64");
   }
+  if (writeback_yield_ms > 1000) {
+    return Status::InvalidArgument("--writeback-yield-ms must be between 0 (off) and 1000");
+  }
   if (codec_budget == 0) return Status::InvalidArgument("--codec-budget must be more than 0");
   if (publish_batch_bytes < (64u << 10) || publish_batch_bytes > (1ull << 30)) {
     return Status::InvalidArgument("--publish-batch-bytes must be between 64kib and 1gib");

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <utility>
 
@@ -50,6 +51,14 @@ class LaneCounter {
   void Drain() EXCLUDES(mu_) {
     MutexLock l(mu_);
     while (work_.load() != 0) cv_.Wait(mu_);
+  }
+  // Drain, until `deadline` at most: true when none was left.
+  bool DrainUntil(std::chrono::steady_clock::time_point deadline) EXCLUDES(mu_) {
+    MutexLock l(mu_);
+    while (work_.load() != 0) {
+      if (!cv_.WaitUntil(mu_, deadline)) return work_.load() == 0;
+    }
+    return true;
   }
   int64_t outstanding() const { return work_.load(); }
 

@@ -102,11 +102,15 @@ Result<std::unique_ptr<Manager>> Manager::Create(const ManagerConfig& config) {
     w.codec_metrics = x.codec_metrics.get();
     w.codec_budget = o.codec_budget;
     w.encoded_dram_copies = o.codec_dram_copy_encoded;
+    w.restore_reads = &x.restore_reads;
+    w.yield = std::chrono::milliseconds(o.writeback_yield_ms);
+    w.yield_seconds = x.m.writeback_yield_seconds;
     x.writeback = std::make_unique<Writeback>(std::move(w));
     r.ssd = x.ssd.get();
     r.dram = x.dram.get();
     r.staging = x.staging.get();
     r.lanes = &x.lanes;
+    r.restore_reads = &x.restore_reads;
     r.queue = config.read_queue;
     r.promote = !o.admission_reuse;
     r.bytes_restore = x.m.bytes_restore_ssd;

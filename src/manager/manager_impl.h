@@ -43,6 +43,9 @@ struct Manager::Impl {
   std::unique_ptr<ReadStaging> staging;
   std::string backend_reason;
   LaneCounter lanes;  // writeback, host reads, cuFile reads: what Drain waits for
+  // Restores' io_uring read jobs queued or reading (the writeback lanes yield
+  // to them: writeback.h).
+  LaneCounter restore_reads;
   std::unique_ptr<CufileSeries> cufile_series;
   std::unique_ptr<Writeback> writeback;
   // io_uring restores' GPU CRC32C check (null without a GPU platform or with

@@ -71,6 +71,11 @@ ManagerMetrics ManagerMetrics::Register(MetricsRegistry& m, bool ssd, bool cost_
   x.restore_seconds =
       m.GetHistogram("orbitkv_restore_seconds", "Latency of one restore, start to last block.");
   x.query_seconds = m.GetHistogram("orbitkv_query_seconds", "Latency of one Query call.");
+  x.writeback_yield_seconds =
+      ssd ? m.GetHistogram("orbitkv_writeback_yield_seconds",
+                           "Each wait of an io_uring writeback lane for restores' SSD reads "
+                           "before its next write (--writeback-yield-ms).")
+          : nullptr;
   // The GPU storage tier's series exist from the start (zero while idle); the
   // per-device ones are CufileSeries'.
   x.gpu_write_fallbacks = m.GetCounter(

@@ -20,6 +20,7 @@ struct ManagerMetrics {
   Counter *uring_crc_gpu_bytes, *uring_crc_cpu_bytes, *uring_gpu_declined;
   Gauge* uring_gpu_staging_bytes;
   Histogram *publish_seconds, *restore_seconds, *query_seconds;
+  Histogram* writeback_yield_seconds = nullptr;  // null without SSD
   // Opt-in (ManagerOptions::cost_observations); null otherwise.
   Histogram *cost_uring = nullptr, *cost_cufile = nullptr;
   // Children of a DRAM restore or a publish into CUDA pages (issue 18: where

@@ -29,8 +29,10 @@ std::vector<RestoreBlock> UringRoute::Submit(const std::shared_ptr<RestoreRec>& 
   job.restore = r;
   job.blocks = std::move(blocks);
   job.token = o_.lanes->Start();
+  if (o_.restore_reads) job.reading = o_.restore_reads->Start();
   if (!reader_->TryPush(job)) {
     job.token.Release();
+    job.reading.Release();
     o_.queue_full->Inc();
     for (RestoreBlock& b : job.blocks) {
       o_.ssd->catalog().Cancel(b.src.lease);
@@ -62,6 +64,7 @@ uint32_t UringRoute::Cancel(const std::shared_ptr<RestoreRec>& r) {
       r->Finish(b.result, Tier::kSsd, Status::Cancelled("restore cancelled"));
     }
     j.token.Release();
+    j.reading.Release();
   }
   return released;
 }
@@ -126,8 +129,10 @@ void UringRoute::ReadLane(size_t worker, ReadJob& job) {
       scratch.push_back(&b.scratch);
     }
     copy.read_status = ReadIntoStaging(io, srcs, scratch, job.restore.get());
+    if (r + 1 == runs.size()) job.reading.Release();    // its reads are done: writes may go
     if (!host_restore_->TryPush(copy)) CopyLane(copy);  // lane full: copy here
   }
+  job.reading.Release();  // no run at all
 }
 
 void UringRoute::PrepareReads(IoEngine& io, ReadJob& job) {

@@ -39,6 +39,9 @@ class UringRoute final : public SsdRoute {
     DramCache* dram = nullptr;
     ReadStaging* staging = nullptr;
     LaneCounter* lanes = nullptr;
+    // A restore's read job holds a token of this from its queueing until its
+    // last read completed (the writeback lanes yield to it); optional.
+    LaneCounter* restore_reads = nullptr;
     std::vector<std::unique_ptr<IoEngine>> engines;  // one per reader thread
     size_t queue = 1024;                             // read jobs waiting for a reader
     bool promote = true;                             // restored objects enter DRAM (admission all)
@@ -77,6 +80,7 @@ class UringRoute final : public SsdRoute {
     std::vector<QueryBlock> prepare;           // prepare (warm-up) reads
     std::vector<uint64_t> prepare_slot_bytes;  // prepare: the group's shape
     LaneToken token;
+    LaneToken reading;  // a restore's: held until its reads completed (restore_reads)
   };
   struct CopyJob {
     std::shared_ptr<RestoreRec> restore;

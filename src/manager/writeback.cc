@@ -25,12 +25,16 @@ void Writeback::Queue(const ObjectId& id, const NamespaceCodec& codec) {
 Result<DramView> Writeback::WaitForRoom(Result<DramView> v,
                                         std::chrono::steady_clock::time_point deadline,
                                         const std::function<Result<DramView>()>& attempt) {
-  MutexLock l(room_mu_);
-  while (!v.ok() && v.status().code() == StatusCode::kResourceExhausted &&
-         o_.dram->stats().writeback_pending > 0) {
-    if (!room_.WaitUntil(room_mu_, deadline)) break;
-    v = attempt();
+  room_waiters_.fetch_add(1);  // the lanes stop yielding to restores
+  {
+    MutexLock l(room_mu_);
+    while (!v.ok() && v.status().code() == StatusCode::kResourceExhausted &&
+           o_.dram->stats().writeback_pending > 0) {
+      if (!room_.WaitUntil(room_mu_, deadline)) break;
+      v = attempt();
+    }
   }
+  room_waiters_.fetch_sub(1);
   return v;
 }
 
@@ -42,7 +46,7 @@ void Writeback::Lane(size_t worker, std::vector<Item>& items) {
   uint64_t held = 0;                          // bytes of `encoded`
   const uint64_t budget = std::max<uint64_t>(1, o_.codec_budget / o_.engines.size());
   auto flush = [&] {
-    o_.ssd->WriteObjects(*o_.engines[worker], writes);
+    Write(*o_.engines[worker], writes);
     for (size_t i = 0; i < views.size(); ++i) {
       if (writes[i].result.ok()) o_.bytes->Inc(writes[i].size);
       if (writes[i].result.ok() && codecs[i] && o_.encoded_dram_copies) {
@@ -88,6 +92,33 @@ void Writeback::Lane(size_t worker, std::vector<Item>& items) {
   }
   room_.NotifyAll();  // room may have been freed for waiting publishers
   for (Item& item : items) item.token.Release();
+}
+
+// How often a yielding lane looks for publishers waiting for room.
+static constexpr auto kYieldSlice = std::chrono::milliseconds(2);
+
+void Writeback::Write(IoEngine& io, std::span<SsdStore::ObjectWrite> writes) {
+  const bool yields = o_.restore_reads != nullptr && o_.yield.count() > 0;
+  while (!writes.empty()) {
+    size_t n = writes.size();
+    auto yielding = [&] {
+      return room_waiters_.load() == 0 && o_.restore_reads->outstanding() > 0;
+    };
+    if (yields && yielding()) {
+      // In slices, so that a publisher starting to wait for room ends the wait.
+      const auto start = std::chrono::steady_clock::now();
+      const auto deadline = start + o_.yield;
+      for (auto now = start; now < deadline && yielding(); now = std::chrono::steady_clock::now()) {
+        o_.restore_reads->DrainUntil(std::min(deadline, now + kYieldSlice));
+      }
+      o_.yield_seconds->Observe(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      // Reads still outstanding (or come since): one object, then look again.
+      if (yielding()) n = 1;
+    }
+    o_.ssd->WriteObjects(io, writes.first(n));
+    writes = writes.subspan(n);
+  }
 }
 
 void Writeback::KeepEncodedCopy(const DramView& raw, const SsdStore::ObjectWrite& write,

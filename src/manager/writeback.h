@@ -10,14 +10,24 @@
 // free range holds it (DramCache::ReplaceSealed; counted by codec).
 // Publishers that find the pool full of objects waiting for writeback wait
 // here (bounded) for the lane to free room: WaitForRoom. Each queued object
-// holds one LaneToken until its write finished. Thread-safe; room_mu_ is
-// taken with no other Manager lock held (the pool's lock nests inside it).
+// holds one LaneToken until its write finished.
+// Restores first (restore_reads, yield): writeback shares the disk with the
+// restores' reads, and a restore is an engine waiting (its time to first
+// token), a write is not. While restore reads are queued or in flight, a lane
+// waits before each write until they are done or `yield` passed, and then
+// writes one object, not its whole batch; while a publisher waits for room
+// (WaitForRoom), it neither waits nor splits its batch. The time lanes waited
+// is counted (yield_seconds).
+// Thread-safe; room_mu_ is taken with no other Manager lock held (the pool's
+// lock nests inside it).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "common/mutex.h"
@@ -49,6 +59,11 @@ class Writeback {
     // --codec-dram-copy encoded: written encoded objects replace their raw
     // DRAM entries.
     bool encoded_dram_copies = false;
+    // Restores' SSD reads outstanding (one token per queued read job: the
+    // io_uring route's); null or a zero yield: writeback never waits for them.
+    LaneCounter* restore_reads = nullptr;
+    std::chrono::milliseconds yield{0};  // --writeback-yield-ms
+    Histogram* yield_seconds = nullptr;  // each wait; required with restore_reads
   };
   explicit Writeback(Options options);
   ~Writeback() { Close(); }
@@ -73,6 +88,9 @@ class Writeback {
     LaneToken token;
   };
   void Lane(size_t worker, std::vector<Item>& items) EXCLUDES(room_mu_);
+  // Writes `writes` on the lane's engine, yielding to restore reads first
+  // (above): a sub-batch at a time.
+  void Write(IoEngine& io, std::span<SsdStore::ObjectWrite> writes) EXCLUDES(room_mu_);
   // `raw` (pinned for writeback) gives way to the encoded object `write` wrote.
   void KeepEncodedCopy(const DramView& raw, const SsdStore::ObjectWrite& write,
                        const NamespaceCodec& codec);
@@ -80,6 +98,7 @@ class Writeback {
   Options o_;
   Mutex room_mu_;  // pairs the lane's "room freed" with WaitForRoom's check
   CondVar room_;
+  std::atomic<int> room_waiters_{0};        // publishers inside WaitForRoom
   std::unique_ptr<WorkQueue<Item>> queue_;  // last: its threads use the rest
 };
 

@@ -69,6 +69,10 @@ Result<ParsedFlags> ParseFlags(int argc, const char* const* argv, std::string* o
                  "Publish of CUDA pages: the largest D2H batch (one copy job; a call's last "
                  "batches are smaller)")
       ->capture_default_str();
+  app.add_option("--writeback-yield-ms", o.writeback_yield_ms,
+                 "Restores before writeback: while restores read from SSD, a writeback lane "
+                 "waits up to this long before each write, then writes one object (0 off)")
+      ->capture_default_str();
   app.add_option("--publish-depth", o.publish_depth,
                  "Publish of CUDA pages: D2H batches of one call in flight at once (1..8)")
       ->capture_default_str();

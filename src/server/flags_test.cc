@@ -22,6 +22,7 @@ TEST(Flags, DefaultsMatchTheSpec) {
   EXPECT_EQ(p->options.codec_budget, 256ull << 20);
   EXPECT_EQ(p->options.publish_batch_bytes, 16ull << 20);
   EXPECT_EQ(p->options.publish_depth, 2u);
+  EXPECT_EQ(p->options.writeback_yield_ms, 20u);
   EXPECT_EQ(p->options.ssd_uring_gpu_staging, 32ull << 20);
   EXPECT_FALSE(p->options.codec_dram_copy_encoded);  // DRAM keeps raw copies
 }
@@ -87,6 +88,10 @@ TEST(Flags, ParsesValues) {
     ASSERT_TRUE(g.ok()) << v << ": " << g.status().ToString();
     EXPECT_EQ(g->options.ssd_uring_gpu_staging, want) << v;
   }
+  auto yield = Parse({"--writeback-yield-ms", "0"});
+  ASSERT_TRUE(yield.ok()) << yield.status().ToString();
+  EXPECT_EQ(yield->options.writeback_yield_ms, 0u);
+  EXPECT_FALSE(Parse({"--writeback-yield-ms", "1001"}).ok());
   auto depth = Parse({"--publish-depth", "4"});
   ASSERT_TRUE(depth.ok()) << depth.status().ToString();
   EXPECT_EQ(depth->options.publish_depth, 4u);
