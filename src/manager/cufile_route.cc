@@ -284,10 +284,13 @@ std::vector<RestoreBlock> CufileRoute::Submit(const std::shared_ptr<RestoreRec>&
     taken->push_back(b);
   }
   if (taken->empty()) return declined;
-  // One token for the job, returned with its last item.
+  // One token for the job, returned with its last item; and one that the
+  // io_uring writeback lanes yield to (writeback.h).
   auto token = std::make_shared<LaneToken>(o_.lanes->Start());
+  auto reading =
+      std::make_shared<LaneToken>(o_.restore_reads ? o_.restore_reads->Start() : LaneToken());
   auto left = std::make_shared<std::atomic<size_t>>(taken->size());
-  req.item_done = [this, r, taken, left, token](size_t i, Status st) {
+  req.item_done = [this, r, taken, left, token, reading](size_t i, Status st) {
     RestoreBlock& b = (*taken)[i];
     o_.ssd->catalog().Complete(b.src.lease);
     if (st.ok()) {
@@ -301,7 +304,10 @@ std::vector<RestoreBlock> CufileRoute::Submit(const std::shared_ptr<RestoreRec>&
     r->Stamp(RestoreRec::Stage::kIoComplete);
     r->Stamp(RestoreRec::Stage::kCopyComplete);
     r->Finish(b.result, Tier::kSsd, std::move(st));
-    if (left->fetch_sub(1) == 1) token->Release();
+    if (left->fetch_sub(1) == 1) {
+      reading->Release();
+      token->Release();
+    }
   };
   r->Stamp(RestoreRec::Stage::kIoSubmitted);
   Result<SsdGpuWorker::JobId> job = (*worker)->SubmitRead(std::move(req));
@@ -313,6 +319,7 @@ std::vector<RestoreBlock> CufileRoute::Submit(const std::shared_ptr<RestoreRec>&
     o_.ssd->catalog().Complete(b.src.lease);
     r->Finish(b.result, Tier::kSsd, job.status());
   }
+  reading->Release();
   token->Release();
   return declined;
 }

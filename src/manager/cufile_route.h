@@ -115,6 +115,9 @@ class CufileRoute final : public SsdRoute {
     SsdStore* ssd = nullptr;
     ReadStaging* staging = nullptr;
     LaneCounter* lanes = nullptr;
+    // A restore's cuFile read job holds a token of this until its last item
+    // is done (the io_uring writeback lanes yield to it); optional.
+    LaneCounter* restore_reads = nullptr;
     CufileSeries* series = nullptr;
     uint64_t slot_bytes = 4u << 20;
     uint32_t max_write_jobs = 8;

@@ -140,6 +140,7 @@ Result<std::unique_ptr<Manager>> Manager::Create(const ManagerConfig& config) {
       c.ssd = x.ssd.get();
       c.staging = x.staging.get();
       c.lanes = &x.lanes;
+      c.restore_reads = &x.restore_reads;
       c.series = x.cufile_series.get();
       c.slot_bytes = config.gpu_slot_bytes;
       c.max_write_jobs = config.gpu_max_write_jobs;
@@ -269,6 +270,8 @@ void Manager::Impl::RegisterCollector() {
     g("orbitkv_query_budget_used_bytes", "Logical bytes charged by live queries.",
       double(q.budget_used));
     g("orbitkv_restores_inflight", "Restores not yet complete.", double(q.restores));
+    g("orbitkv_ssd_restore_reads", "Restores' SSD read jobs queued or reading (writeback yields).",
+      double(restore_reads.outstanding()));
   });
 }
 
@@ -360,6 +363,7 @@ Manager::Gauges Manager::gauges() const {
   const QueryTable::Stats q = x.queries->stats();
   g.queries = q.queries;
   g.restores_inflight = q.restores;
+  g.ssd_restore_reads = static_cast<uint64_t>(x.restore_reads.outstanding());
   g.query_budget_used = q.budget_used;
   g.dram = x.dram->stats();
   if (x.ssd) {

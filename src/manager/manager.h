@@ -153,6 +153,9 @@ class Manager {
     uint64_t query_budget_used = 0;
     DramStats dram;
     uint64_t ssd_leases = 0, ssd_pinned_bytes = 0, ssd_reservations = 0;
+    // Restores' SSD read jobs queued or reading, both routes (the io_uring
+    // writeback yields to them: --writeback-yield-ms).
+    uint64_t ssd_restore_reads = 0;
     // GPU storage tier.
     bool cufile_selected = false;   // startup selection (cache-wide)
     bool cufile_admitting = false;  // false after an auto fallback

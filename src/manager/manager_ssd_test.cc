@@ -299,6 +299,7 @@ TEST_F(ManagerSsdTest, RestoreQueuedPastItsQueryTtlKeepsItsLease) {
   ASSERT_TRUE(mgr->StartRestore(session, {inst, qb.query, {0}, {51}},
                                 [&](Result<RestoreResult> r) { b_done.set_value(std::move(r)); })
                   .ok());
+  EXPECT_EQ(mgr->gauges().ssd_restore_reads, 2u);  // A reading, B queued: writeback yields
   clock.Advance(std::chrono::seconds(5));
   std::this_thread::sleep_for(std::chrono::milliseconds(150));  // the reaper runs every 50 ms
   auto ar = a_done.get_future().get();

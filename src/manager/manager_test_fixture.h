@@ -150,6 +150,7 @@ class ManagerTest : public ::testing::Test {
     EXPECT_EQ(g.ssd_leases, 0u);
     EXPECT_EQ(g.ssd_pinned_bytes, 0u);
     EXPECT_EQ(g.ssd_reservations, 0u);
+    EXPECT_EQ(g.ssd_restore_reads, 0u);  // else the writeback would yield for nothing
   }
 };
 

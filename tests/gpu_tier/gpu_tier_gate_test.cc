@@ -1785,6 +1785,7 @@ TEST_F(GpuTierGate, CancelWithBothReadSlotsOccupiedReleasesTheRest) {
   }
   EXPECT_EQ(ok, 2);
   EXPECT_EQ(cancelled, 4);
+  EXPECT_EQ(mgr->gauges().ssd_restore_reads, 0u);  // a cancelled job's too
 }
 
 // Issue 18: the cuFile worker slept 20 us between polls of its slots while
@@ -1811,6 +1812,7 @@ TEST_F(GpuTierGate, TheCufileWorkerSleepsWhileItsReadsAreInFlightInsteadOfPollin
   faults->ResetCalls();
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   const uint64_t polls = faults->calls().polls;
+  EXPECT_EQ(mgr->gauges().ssd_restore_reads, 1u);  // the writeback yields to it meanwhile
   // Two slots, one poll each per 2 ms wait: about 200; the old loop made
   // one per 20 us sleep and slot, 20000 and more.
   EXPECT_LE(polls, 600u);
@@ -1822,6 +1824,7 @@ TEST_F(GpuTierGate, TheCufileWorkerSleepsWhileItsReadsAreInFlightInsteadOfPollin
     ASSERT_TRUE(b.status.ok()) << b.status.ToString();
     EXPECT_TRUE(Holds(e, 8 + b.block, 1 + b.block));
   }
+  EXPECT_EQ(mgr->gauges().ssd_restore_reads, 0u);  // released with the job's last item
 }
 
 // The worker thread calls cuFile with its mutex released: while it is inside
