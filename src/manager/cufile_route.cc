@@ -292,6 +292,10 @@ std::vector<RestoreBlock> CufileRoute::Submit(const std::shared_ptr<RestoreRec>&
   auto left = std::make_shared<std::atomic<size_t>>(taken->size());
   req.item_done = [this, r, taken, left, token, reading](size_t i, Status st) {
     RestoreBlock& b = (*taken)[i];
+    // The job's reads are over with its last item: the writeback may go on
+    // before the restore reports (its done may run at once in Finish).
+    const bool last = left->fetch_sub(1) == 1;
+    if (last) reading->Release();
     o_.ssd->catalog().Complete(b.src.lease);
     if (st.ok()) {
       o_.bytes_restore->Inc(b.src.ref.object_size);
@@ -304,10 +308,7 @@ std::vector<RestoreBlock> CufileRoute::Submit(const std::shared_ptr<RestoreRec>&
     r->Stamp(RestoreRec::Stage::kIoComplete);
     r->Stamp(RestoreRec::Stage::kCopyComplete);
     r->Finish(b.result, Tier::kSsd, std::move(st));
-    if (left->fetch_sub(1) == 1) {
-      reading->Release();
-      token->Release();
-    }
+    if (last) token->Release();
   };
   r->Stamp(RestoreRec::Stage::kIoSubmitted);
   Result<SsdGpuWorker::JobId> job = (*worker)->SubmitRead(std::move(req));
