@@ -67,7 +67,7 @@ Result<std::map<pid_t, ThreadCpu>> ThreadCpuSeconds(pid_t pid) {
   const long ticks = ::sysconf(_SC_CLK_TCK);
   std::map<pid_t, ThreadCpu> out;
   while (const dirent* e = ::readdir(d)) {
-    if (!std::isdigit(static_cast<unsigned char>(e->d_name[0]))) continue;
+    if (!std::isdigit(uc(e->d_name[0]))) continue;
     std::ifstream f(dir + "/" + e->d_name + "/stat");
     std::string line;
     if (!f || !std::getline(f, line)) continue;  // the thread ended meanwhile
@@ -91,7 +91,7 @@ Result<std::map<pid_t, ThreadCpu>> ThreadCpuSeconds(pid_t pid) {
 
 std::string ThreadRole(std::string_view name) {
   size_t end = name.size();
-  while (end > 0 && std::isdigit(static_cast<unsigned char>(name[end - 1]))) --end;
+  while (end > 0 && std::isdigit(uc(name[end - 1]))) --end;
   return std::string(name.substr(0, end == 0 ? name.size() : end));
 }
 

@@ -149,26 +149,14 @@ Status RegisterHostMemory(void* base, size_t size) {
 Status UnregisterHostMemory(void* base) {
   if (base == nullptr) return Status::InvalidArgument("UnregisterHostMemory(nullptr)");
   {
-    // Forgotten first: a copy classified from here on asks the driver.
+    // Forgotten first (a new generation): a copy classified from here on asks
+    // the driver.
     HostRanges& r = Registered();
     std::unique_lock<std::shared_mutex> lock(r.mu);
     if (r.ranges.erase(reinterpret_cast<uint64_t>(base)) > 0) r.generation.fetch_add(1);
   }
   ScopedRelaxedCaptureMode relaxed;
   return ORBITKV_CUDA_STATUS(cudaHostUnregister(base));
-}
-
-bool InRegisteredHostRange(uint64_t address, uint64_t bytes, std::pair<uint64_t, uint64_t>* range) {
-  HostRanges& r = Registered();
-  std::shared_lock<std::shared_mutex> lock(r.mu);
-  auto it = r.ranges.upper_bound(address);
-  if (it == r.ranges.begin()) return false;
-  --it;
-  if (!(address - it->first < it->second && bytes <= it->second - (address - it->first))) {
-    return false;
-  }
-  if (range) *range = {it->first, it->first + it->second};
-  return true;
 }
 
 uint64_t RegisteredHostGeneration() { return Registered().generation.load(); }

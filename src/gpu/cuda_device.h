@@ -88,13 +88,6 @@ Status RegisterHostMemory(void* base, size_t size);
 // `base` was not registered.
 Status UnregisterHostMemory(void* base);
 
-// Whether [address, +bytes) lies wholly inside one range that
-// RegisterHostMemory registered and UnregisterHostMemory has not yet released
-// (process-wide; the copy path's fast classification of the pinned pool).
-// `range` (when not null) gets the registered range [first, second) it fell in.
-bool InRegisteredHostRange(uint64_t address, uint64_t bytes,
-                           std::pair<uint64_t, uint64_t>* range = nullptr);
-
 // Changes (by one or more) whenever a RegisterHostMemory or
 // UnregisterHostMemory call changed the registered ranges.
 uint64_t RegisteredHostGeneration();

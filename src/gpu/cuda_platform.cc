@@ -207,9 +207,13 @@ class CudaDevice final : public Device {
   Status CopyAsync(std::span<const CopyOp> ops, Stream& stream) override;
   Status MemsetAsync(DevPtr dst, uint8_t value, uint64_t bytes, Stream& stream) override;
   Result<uint8_t*> AllocateHost(uint64_t bytes) override;
+  // The known ranges hold the registered host ranges exactly when kernels
+  // may use host pointers (KnownRanges).
   bool KernelsReadHost(const uint8_t* p, uint64_t bytes) const override {
-    return host_pointers_ok_ && bytes > 0 &&
-           InRegisteredHostRange(reinterpret_cast<uint64_t>(p), bytes);
+    if (bytes == 0) return false;
+    const std::shared_ptr<const AddressRangeTable> known = KnownRanges();
+    const size_t i = known->Find(reinterpret_cast<uint64_t>(p), bytes);
+    return i != AddressRangeTable::npos && (*known)[i].kind == Memory::kMappedHost;
   }
   Status FreeHost(uint8_t* ptr) override;
   Status Crc32cAsync(std::span<const CrcOp> ops, uint32_t* out, Stream& stream) override;

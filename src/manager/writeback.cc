@@ -99,12 +99,12 @@ static constexpr auto kYieldSlice = std::chrono::milliseconds(2);
 
 void Writeback::Write(IoEngine& io, std::span<SsdStore::ObjectWrite> writes) {
   const bool yields = o_.restore_reads != nullptr && o_.yield.count() > 0;
+  auto yielding = [&] {
+    return yields && room_waiters_.load() == 0 && o_.restore_reads->outstanding() > 0;
+  };
   while (!writes.empty()) {
     size_t n = writes.size();
-    auto yielding = [&] {
-      return room_waiters_.load() == 0 && o_.restore_reads->outstanding() > 0;
-    };
-    if (yields && yielding()) {
+    if (yielding()) {
       // In slices, so that a publisher starting to wait for room ends the wait.
       const auto start = std::chrono::steady_clock::now();
       const auto deadline = start + o_.yield;

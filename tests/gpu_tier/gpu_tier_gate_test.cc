@@ -235,6 +235,40 @@ class GpuTierGate : public ::testing::Test {
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     return r.ok() ? *r : QueryResult{};
   }
+  // A restore held in the cuFile worker's two staging slots: keys 1..n
+  // published from pages 0..n-1 of a fresh engine (on SSD only), restored
+  // into pages 8..8+n-1 in batches of one object (64 KiB slots), the reads
+  // held at the event level until both slots hold one.
+  struct HeldRestore {
+    Engine* engine = nullptr;
+    RestoreId id = 0;
+    std::future<Result<RestoreResult>> done;
+  };
+  void StartHeldRestore(uint32_t n, HeldRestore* out) {
+    Options o;
+    o.slot_bytes = 64u << 10;  // one object per batch
+    ASSERT_NO_FATAL_FAILURE(Start(o));
+    Engine& e = Register(SplitLayout(16, {SlotBytesForExtent(64 << 10)}));
+    FillAndPublish(e, 1, 0, n);
+    for (uint64_t p = 8; p < 8 + n; ++p) Scribble(e, p);
+    QueryResult q = Query(e, 1, n);
+    ASSERT_EQ(q.prefix, n);
+    faults->HoldReads(true);
+    std::vector<uint32_t> blocks(n);
+    std::vector<uint64_t> pages(n);
+    for (uint32_t b = 0; b < n; ++b) {
+      blocks[b] = b;
+      pages[b] = 8 + b;
+    }
+    auto done = std::make_shared<std::promise<Result<RestoreResult>>>();
+    out->done = done->get_future();
+    auto id = mgr->StartRestore(session, Req(e, q, std::move(blocks), std::move(pages)),
+                                [done](Result<RestoreResult> r) { done->set_value(std::move(r)); });
+    ASSERT_TRUE(id.ok()) << id.status().ToString();
+    out->engine = &e;
+    out->id = *id;
+    while (faults->held_events() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   RestoreRequest Req(const Engine& e, const QueryResult& q, std::vector<uint32_t> blocks,
                      std::vector<uint64_t> pages) {
     RestoreRequest r;
@@ -1750,28 +1784,17 @@ TEST_F(GpuTierGate, WritesProgressOnTheOtherShardWhenOneIsPinned) {
 // ---- cancellation and failures --------------------------------------------------
 
 TEST_F(GpuTierGate, CancelWithBothReadSlotsOccupiedReleasesTheRest) {
-  Options o;
-  o.slot_bytes = 64u << 10;  // one object per batch
-  ASSERT_NO_FATAL_FAILURE(Start(o));
-  Engine& e = Register(SplitLayout(16, {SlotBytesForExtent(64 << 10)}));
-  FillAndPublish(e, 1, 0, 6);
-  for (uint64_t p = 8; p < 14; ++p) Scribble(e, p);
-  QueryResult q = Query(e, 1, 6);
-  ASSERT_EQ(q.prefix, 6u);
-  faults->HoldReads(true);
-  std::promise<Result<RestoreResult>> done;
-  auto id = mgr->StartRestore(session, Req(e, q, {0, 1, 2, 3, 4, 5}, Range(8, 6)),
-                              [&](Result<RestoreResult> r) { done.set_value(std::move(r)); });
-  ASSERT_TRUE(id.ok());
-  while (faults->held_events() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  HeldRestore held;
+  ASSERT_NO_FATAL_FAILURE(StartHeldRestore(6, &held));
+  Engine& e = *held.engine;
   EXPECT_EQ(mgr->gauges().gpu_inflight_batches, 2u);
-  auto released = mgr->CancelRestore(session, *id);
+  auto released = mgr->CancelRestore(session, held.id);
   ASSERT_TRUE(released.ok());
   EXPECT_EQ(*released, 4u);  // two are in the slots; their leases stay until GPU completion
   EXPECT_GT(mgr->gauges().ssd_leases, 0u);
   faults->HoldReads(false);
   faults->ReleaseHeld();
-  Result<RestoreResult> r = done.get_future().get();
+  Result<RestoreResult> r = held.done.get();
   ASSERT_TRUE(r.ok());
   int ok = 0, cancelled = 0;
   for (const BlockResult& b : r->blocks) {
@@ -1795,20 +1818,9 @@ TEST_F(GpuTierGate, CancelWithBothReadSlotsOccupiedReleasesTheRest) {
 // host functions have run, their events stay pending) it polls only on its
 // 2 ms safety net. With the old loop this window saw thousands of polls.
 TEST_F(GpuTierGate, TheCufileWorkerSleepsWhileItsReadsAreInFlightInsteadOfPolling) {
-  Options o;
-  o.slot_bytes = 64u << 10;  // one object per batch
-  ASSERT_NO_FATAL_FAILURE(Start(o));
-  Engine& e = Register(SplitLayout(16, {SlotBytesForExtent(64 << 10)}));
-  FillAndPublish(e, 1, 0, 4);
-  for (uint64_t p = 8; p < 12; ++p) Scribble(e, p);
-  QueryResult q = Query(e, 1, 4);
-  ASSERT_EQ(q.prefix, 4u);
-  faults->HoldReads(true);
-  std::promise<Result<RestoreResult>> done;
-  auto id = mgr->StartRestore(session, Req(e, q, {0, 1, 2, 3}, Range(8, 4)),
-                              [&](Result<RestoreResult> r) { done.set_value(std::move(r)); });
-  ASSERT_TRUE(id.ok());
-  while (faults->held_events() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  HeldRestore held;
+  ASSERT_NO_FATAL_FAILURE(StartHeldRestore(4, &held));
+  Engine& e = *held.engine;
   faults->ResetCalls();
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   const uint64_t polls = faults->calls().polls;
@@ -1818,7 +1830,7 @@ TEST_F(GpuTierGate, TheCufileWorkerSleepsWhileItsReadsAreInFlightInsteadOfPollin
   EXPECT_LE(polls, 600u);
   faults->HoldReads(false);
   faults->ReleaseHeld();
-  Result<RestoreResult> r = done.get_future().get();
+  Result<RestoreResult> r = held.done.get();
   ASSERT_TRUE(r.ok());
   for (const BlockResult& b : r->blocks) {
     ASSERT_TRUE(b.status.ok()) << b.status.ToString();
