@@ -40,6 +40,8 @@ struct FaultInjectingPlatform::State {
   int refused_crcs = 0;
   bool deny_kernel_host_reads = false;
   Status refuse_crc_status;
+  int refused_host_funcs = 0;
+  Status refuse_host_func_status;
   int failed_encodes = 0;
   Status encode_fault;
   int refused_copies = 0;
@@ -293,6 +295,13 @@ class WrappedDevice : public Device {
   Status HostFuncAsync(std::function<void()> fn, Stream& stream) override {
     WrappedStream* s = nullptr;
     ORBITKV_ASSIGN_OR_RETURN(s, Unwrap(stream, "HostFuncAsync"));
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      if (state_->refused_host_funcs > 0) {
+        --state_->refused_host_funcs;
+        return state_->refuse_host_func_status;
+      }
+    }
     return inner_->HostFuncAsync(std::move(fn), s->inner());
   }
 
@@ -522,6 +531,12 @@ void FaultInjectingPlatform::RefuseCrcs(int count, Status status) {
   std::lock_guard<std::mutex> lock(state_->mu);
   state_->refused_crcs = status.ok() ? 0 : count;
   state_->refuse_crc_status = std::move(status);
+}
+
+void FaultInjectingPlatform::RefuseHostFuncs(int count, Status status) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->refused_host_funcs = status.ok() ? 0 : count;
+  state_->refuse_host_func_status = std::move(status);
 }
 
 void FaultInjectingPlatform::DenyKernelHostReads(bool deny) {

@@ -30,6 +30,9 @@
 //    memory, as the SSD worker's pinned results are).
 //  * RefuseCrcs(count, status): the next `count` Crc32cAsync calls return the
 //    status without enqueueing anything (a CRC kernel launch that fails).
+//  * RefuseHostFuncs(count, status): the next `count` HostFuncAsync calls of
+//    callers return the status without enqueueing anything (the knobs' own
+//    host functions are not counted).
 //  * DenyKernelHostReads(deny): while on, KernelsReadHost answers false (a
 //    system whose kernels cannot use registered host pointers).
 //  * FailEncodes(count, status): the next `count` EncodeAsync calls of the
@@ -110,6 +113,7 @@ class FaultInjectingPlatform : public Platform {
   void CorruptReads(int count, uint64_t offset, uint8_t value);
   void CorruptCrcs(int count);
   void RefuseCrcs(int count, Status status);
+  void RefuseHostFuncs(int count, Status status);
   void DenyKernelHostReads(bool deny);
   void FailEncodes(int count, Status status);
   void RefuseCopiesFrom(DevPtr begin, uint64_t bytes, int count, Status status);

@@ -1839,6 +1839,29 @@ TEST_F(GpuTierGate, TheCufileWorkerSleepsWhileItsReadsAreInFlightInsteadOfPollin
   EXPECT_EQ(mgr->gauges().ssd_restore_reads, 0u);  // released with the job's last item
 }
 
+// A slot whose wake-up host function cannot be queued is polled instead (the
+// old 20 us poll): every restore still completes, byte-exact.
+TEST_F(GpuTierGate, CufileWorkerWithoutItsWakeUpsPollsAndRestoresExactly) {
+  Options o;
+  o.slot_bytes = 64u << 10;  // one object per batch: several batches
+  ASSERT_NO_FATAL_FAILURE(Start(o));
+  Engine& e = Register(SplitLayout(16, {SlotBytesForExtent(64 << 10)}));
+  FillAndPublish(e, 1, 0, 6);
+  for (uint64_t p = 8; p < 14; ++p) Scribble(e, p);
+  QueryResult q = Query(e, 1, 6);
+  ASSERT_EQ(q.prefix, 6u);
+  faults->ResetCalls();
+  faults->RefuseHostFuncs(1000, Status::Internal("injected: cudaLaunchHostFunc refused"));
+  RestoreResult r = Restore(Req(e, q, {0, 1, 2, 3, 4, 5}, Range(8, 6)));
+  faults->RefuseHostFuncs(0, Status::OK());
+  for (const BlockResult& b : r.blocks) {
+    ASSERT_TRUE(b.status.ok()) << b.status.ToString();
+    EXPECT_TRUE(Holds(e, 8 + b.block, 1 + b.block));
+  }
+  EXPECT_GT(faults->calls().polls, 6u);  // it polled: no wake-up was queued
+  EXPECT_EQ(mgr->gauges().ssd_restore_reads, 0u);
+}
+
 // The worker thread calls cuFile with its mutex released: while it is inside
 // a cuFileReadAsync that does not return, gauges (the worker's stats) and a
 // cancellation of the restore's unsubmitted reads still answer.
