@@ -1,6 +1,7 @@
 #include "gpu/staged_copy_plan.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <numeric>
 #include <utility>
 
@@ -45,74 +46,98 @@ void SortByHost(std::vector<std::pair<uint64_t, size_t>>& order, std::span<const
 
 }  // namespace
 
-StagedCopyPlan PlanStagedCopy(std::span<const CopyOp> ops, CopyDirection direction,
-                              const StagingShape& shape) {
-  const bool to_device = direction == CopyDirection::kToDevice;
+void StagedCopyPlanner::Reset(CopyDirection direction, const StagingShape& shape) {
+  direction_ = direction;
+  shape_ = shape;
+  plan_.spans.clear();
+  plan_.pieces.clear();
+  plan_.chunks.clear();
+  plan_.direct.clear();
+  plan_.host_bytes = 0;
+  closed_ = 0;
+  finished_ = false;
+}
+
+void StagedCopyPlanner::CloseChunk(StagedCopyPlan::Chunk& c) {
+  c.span_end = plan_.spans.size();
+  c.piece_end = plan_.pieces.size();
+  const StagedCopyPlan::Span& last = plan_.spans[c.span_end - 1];
+  c.staging_bytes = last.staging_offset + last.bytes;
+  for (size_t i = c.span_begin; i < c.span_end; ++i) plan_.host_bytes += plan_.spans[i].bytes;
+  ++closed_;
+}
+
+void StagedCopyPlanner::Add(std::span<const CopyOp> ops) {
+  const bool to_device = direction_ == CopyDirection::kToDevice;
   auto host_of = [&](const CopyOp& op) { return to_device ? op.src : op.dst; };
   auto device_of = [&](const CopyOp& op) { return to_device ? op.dst : op.src; };
-  StagedCopyPlan plan;
   // (host address, op) pairs, in host order (SortByHost).
-  std::vector<std::pair<uint64_t, size_t>> order;
-  order.reserve(ops.size());
+  order_.clear();
+  order_.reserve(ops.size());
   for (size_t i = 0; i < ops.size(); ++i) {
-    if (ops[i].bytes >= shape.direct_min_bytes) {
-      plan.direct.push_back(ops[i]);
+    if (ops[i].bytes >= shape_.direct_min_bytes) {
+      plan_.direct.push_back(ops[i]);
     } else {
-      order.emplace_back(host_of(ops[i]), i);
+      order_.emplace_back(host_of(ops[i]), i);
     }
   }
-  SortByHost(order, ops, shape.max_gap);
-  plan.pieces.reserve(order.size());
-  const uint64_t mask = shape.align - 1;
-  StagedCopyPlan::Span* span = nullptr;  // the open span (last of plan.spans)
-  for (const auto& [host, i] : order) {
+  SortByHost(order_, ops, shape_.max_gap);
+  plan_.pieces.reserve(plan_.pieces.size() + order_.size());
+  const uint64_t mask = shape_.align - 1;
+  // The open span: the last of plan_.spans while a chunk is open.
+  const bool open = plan_.chunks.size() > closed_;
+  size_t span = open ? plan_.spans.size() - 1 : SIZE_MAX;
+  for (const auto& [host, i] : order_) {
     const CopyOp& op = ops[i];
-    if (span != nullptr) {
-      const uint64_t end = span->host + span->bytes;
-      const bool joins = to_device ? host <= end + shape.max_gap : host == end;
+    if (span != SIZE_MAX) {
+      StagedCopyPlan::Span& s = plan_.spans[span];
+      const uint64_t end = s.host + s.bytes;
+      // Joins when at or after the span's start (always within a batch,
+      // which is sorted) and, to the device, within max_gap of its end; to
+      // the host, exactly at its end.
+      const bool joins = host >= s.host && (to_device ? host <= end + shape_.max_gap : host == end);
       const uint64_t new_end = std::max(end, host + op.bytes);
-      if (joins && span->staging_offset + (new_end - span->host) <= shape.chunk_bytes) {
-        span->bytes = new_end - span->host;
-        plan.pieces.push_back(
-            {device_of(op), span->staging_offset + (host - span->host), op.bytes});
+      if (joins && s.staging_offset + (new_end - s.host) <= shape_.chunk_bytes) {
+        s.bytes = new_end - s.host;
+        plan_.pieces.push_back({device_of(op), s.staging_offset + (host - s.host), op.bytes});
         continue;
       }
     }
-    // A new span, in the current chunk when it fits there, else in a new one.
+    // A new span, in the open chunk when it fits there, else in a new one.
     uint64_t offset = 0;
-    bool new_chunk = plan.chunks.empty();
+    bool new_chunk = span == SIZE_MAX;
     if (!new_chunk) {
-      const uint64_t used = span->staging_offset + span->bytes;
+      const StagedCopyPlan::Span& s = plan_.spans[span];
+      const uint64_t used = s.staging_offset + s.bytes;
       offset = ((used + mask) & ~mask) + (host & mask);
-      new_chunk = offset + op.bytes > shape.chunk_bytes;
+      new_chunk = offset + op.bytes > shape_.chunk_bytes;
     }
     if (new_chunk) {
-      if (!plan.chunks.empty()) {
-        StagedCopyPlan::Chunk& c = plan.chunks.back();
-        c.span_end = plan.spans.size();
-        c.piece_end = plan.pieces.size();
-      }
+      if (span != SIZE_MAX) CloseChunk(plan_.chunks.back());
       StagedCopyPlan::Chunk c;
-      c.span_begin = plan.spans.size();
-      c.piece_begin = plan.pieces.size();
-      plan.chunks.push_back(c);
+      c.span_begin = plan_.spans.size();
+      c.piece_begin = plan_.pieces.size();
+      plan_.chunks.push_back(c);
       offset = host & mask;
     }
-    plan.spans.push_back({host, op.bytes, offset});
-    span = &plan.spans.back();
-    plan.pieces.push_back({device_of(op), offset, op.bytes});
+    plan_.spans.push_back({host, op.bytes, offset});
+    span = plan_.spans.size() - 1;
+    plan_.pieces.push_back({device_of(op), offset, op.bytes});
   }
-  if (!plan.chunks.empty()) {
-    StagedCopyPlan::Chunk& c = plan.chunks.back();
-    c.span_end = plan.spans.size();
-    c.piece_end = plan.pieces.size();
-  }
-  for (StagedCopyPlan::Chunk& c : plan.chunks) {
-    const StagedCopyPlan::Span& last = plan.spans[c.span_end - 1];
-    c.staging_bytes = last.staging_offset + last.bytes;
-  }
-  for (const StagedCopyPlan::Span& s : plan.spans) plan.host_bytes += s.bytes;
-  return plan;
+}
+
+void StagedCopyPlanner::Finish() {
+  if (!finished_ && plan_.chunks.size() > closed_) CloseChunk(plan_.chunks.back());
+  finished_ = true;
+}
+
+StagedCopyPlan PlanStagedCopy(std::span<const CopyOp> ops, CopyDirection direction,
+                              const StagingShape& shape) {
+  StagedCopyPlanner planner;
+  planner.Reset(direction, shape);
+  planner.Add(ops);
+  planner.Finish();
+  return std::move(planner.mutable_plan());
 }
 
 }  // namespace orbitkv::gpu

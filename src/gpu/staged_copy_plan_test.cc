@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "gpu/copy_options.h"
@@ -225,6 +226,141 @@ TEST(StagedCopyPlanTest, ObjectsInAnyOrderPlanAsTheSortedOps) {
     Execute(got, CopyDirection::kToDevice, shape);
     ASSERT_EQ(s.pages, expect) << "round " << round;
   }
+}
+
+// Fills `bytes` with random bytes, eight per draw.
+void Scribble(std::mt19937_64& rng, std::vector<uint8_t>& bytes) {
+  for (size_t i = 0; i < bytes.size(); i += 8) {
+    const uint64_t r = rng();
+    std::memcpy(bytes.data() + i, &r, std::min<size_t>(8, bytes.size() - i));
+  }
+}
+
+// A chunk as the mover enqueues it: its spans and pieces, by value.
+struct ChunkCopy {
+  std::vector<StagedCopyPlan::Span> spans;
+  std::vector<StagedCopyPlan::Piece> pieces;
+  uint64_t staging_bytes = 0;
+};
+
+ChunkCopy CopyChunk(const StagedCopyPlan& plan, size_t i) {
+  const StagedCopyPlan::Chunk& c = plan.chunks[i];
+  return {{plan.spans.begin() + c.span_begin, plan.spans.begin() + c.span_end},
+          {plan.pieces.begin() + c.piece_begin, plan.pieces.begin() + c.piece_end},
+          c.staging_bytes};
+}
+
+void ExpectSameChunk(const ChunkCopy& a, const ChunkCopy& b, const std::string& where) {
+  ASSERT_EQ(a.spans.size(), b.spans.size()) << where;
+  ASSERT_EQ(a.pieces.size(), b.pieces.size()) << where;
+  EXPECT_EQ(a.staging_bytes, b.staging_bytes) << where;
+  for (size_t i = 0; i < a.spans.size(); ++i) {
+    EXPECT_EQ(a.spans[i].host, b.spans[i].host) << where;
+    EXPECT_EQ(a.spans[i].bytes, b.spans[i].bytes) << where;
+    EXPECT_EQ(a.spans[i].staging_offset, b.spans[i].staging_offset) << where;
+  }
+  for (size_t i = 0; i < a.pieces.size(); ++i) {
+    EXPECT_EQ(a.pieces[i].device, b.pieces[i].device) << where;
+    EXPECT_EQ(a.pieces[i].staging_offset, b.pieces[i].staging_offset) << where;
+    EXPECT_EQ(a.pieces[i].bytes, b.pieces[i].bytes) << where;
+  }
+}
+
+// CudaDevice::CopyAsync plans a call one window of ops at a time and enqueues
+// each window's final chunks before planning the next. So: a chunk reported
+// final never changes afterwards (the mover has already copied it), and the
+// plan of the whole call, however it was cut into windows, copies every byte
+// where its op says and, to the host, nothing else. One planner serves every
+// round (Reset keeps its vectors), as the per-thread one does.
+TEST(StagedCopyPlanTest, PlannerFedInWindowsKeepsFinalChunksAndIsByteExact) {
+  std::mt19937_64 rng(11);
+  StagedCopyPlanner planner;
+  for (int round = 0; round < 40; ++round) {
+    const uint32_t objects = 1 + rng() % 6;
+    const uint32_t slots = 1 + rng() % 64;
+    const uint64_t slot_bytes = 1 + rng() % (rng() % 2 ? 4096 : (40 << 10));
+    const uint64_t gap = rng() % 3 == 0 ? 0 : rng() % 20000;
+    StagingShape shape;
+    shape.chunk_bytes = (1 + rng() % 2) << 20;
+    shape.direct_min_bytes =
+        rng() % 3 == 0 ? 16 << 10 : std::min<uint64_t>(1 << 20, shape.chunk_bytes / 2);
+    shape.max_gap = rng() % 8192;
+    Scene s = MakeScene(rng, objects, slots, slot_bytes, 512 * (1 + rng() % 8), gap);
+    // Objects in order, their slots in order (as a Restore's ops come), or
+    // shuffled (any order is allowed).
+    if (round % 2 == 0) {
+      std::sort(s.ops.begin(), s.ops.end(),
+                [](const CopyOp& a, const CopyOp& b) { return a.src < b.src; });
+    }
+    for (const CopyDirection dir : {CopyDirection::kToDevice, CopyDirection::kToHost}) {
+      const bool to_device = dir == CopyDirection::kToDevice;
+      std::vector<CopyOp> ops = s.ops;
+      if (!to_device) {
+        for (CopyOp& op : ops) std::swap(op.src, op.dst);
+      }
+      Scribble(rng, s.pages);
+      Scribble(rng, s.host);
+      std::vector<uint8_t> want_pages = s.pages, want_host = s.host;
+      for (const CopyOp& op : ops) {
+        std::vector<uint8_t>& into = to_device ? want_pages : want_host;
+        const uint8_t* base = to_device ? s.pages.data() : s.host.data();
+        std::memcpy(into.data() + (op.dst - Addr(base)), reinterpret_cast<const void*>(op.src),
+                    op.bytes);
+      }
+      planner.Reset(dir, shape);
+      std::vector<ChunkCopy> finals;  // as reported final, in order
+      const std::string where = "round " + std::to_string(round) + (to_device ? " in" : " out");
+      for (size_t begin = 0; begin < ops.size();) {
+        const size_t n = 1 + rng() % (rng() % 4 == 0 ? ops.size() : 40);
+        const size_t end = std::min(ops.size(), begin + n);
+        planner.Add(std::span<const CopyOp>(ops).subspan(begin, end - begin));
+        begin = end;
+        if (begin == ops.size()) planner.Finish();
+        ASSERT_GE(planner.final_chunks(), finals.size()) << where;
+        for (size_t c = finals.size(); c < planner.final_chunks(); ++c) {
+          finals.push_back(CopyChunk(planner.plan(), c));
+        }
+      }
+      const StagedCopyPlan& plan = planner.plan();
+      ASSERT_EQ(finals.size(), plan.chunks.size()) << where;
+      uint64_t pieces = 0, piece_bytes = 0;
+      for (size_t c = 0; c < finals.size(); ++c) {
+        ExpectSameChunk(finals[c], CopyChunk(plan, c), where + " chunk " + std::to_string(c));
+        for (const auto& p : finals[c].pieces) piece_bytes += p.bytes;
+        pieces += finals[c].pieces.size();
+      }
+      uint64_t direct_bytes = 0, op_bytes = 0;
+      for (const CopyOp& op : plan.direct) direct_bytes += op.bytes;
+      for (const CopyOp& op : ops) op_bytes += op.bytes;
+      EXPECT_EQ(pieces + plan.direct.size(), ops.size()) << where;
+      EXPECT_EQ(piece_bytes + direct_bytes, op_bytes) << where;
+      Execute(plan, dir, shape);
+      ASSERT_EQ(s.pages, want_pages) << where;
+      ASSERT_EQ(s.host, want_host) << where;
+    }
+  }
+}
+
+// A later window's op below the open span's start (windows are sorted only
+// within themselves) must start a span of its own: joining would place it at
+// a staging offset before the span's (an unsigned underflow), copying other
+// bytes into its page.
+TEST(StagedCopyPlanTest, PlannerNeverJoinsALaterWindowsOpBelowTheOpenSpan) {
+  std::vector<uint8_t> host(3 * 4096), pages(2 * 4096, 0);
+  for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<uint8_t>(i * 7 + 3);
+  const CopyOp high{Addr(pages.data()), Addr(host.data()) + 8192, 4096};
+  const CopyOp low{Addr(pages.data()) + 4096, Addr(host.data()), 4096};
+  StagingShape shape;
+  shape.max_gap = 8192;  // within the gap of each other: one span if sorted together
+  StagedCopyPlanner planner;
+  planner.Reset(CopyDirection::kToDevice, shape);
+  planner.Add(std::span<const CopyOp>(&high, 1));
+  planner.Add(std::span<const CopyOp>(&low, 1));
+  planner.Finish();
+  EXPECT_EQ(planner.plan().spans.size(), 2u);
+  Execute(planner.plan(), CopyDirection::kToDevice, shape);
+  EXPECT_EQ(0, std::memcmp(pages.data(), host.data() + 8192, 4096));
+  EXPECT_EQ(0, std::memcmp(pages.data() + 4096, host.data(), 4096));
 }
 
 TEST(GpuCopyOptionsTest, DefaultsAndErrors) {

@@ -1,8 +1,5 @@
 #include "gpu/staged_mover.h"
 
-#include <vector>
-
-#include "gpu/copy_kernels.h"
 #include "gpu/cuda_check.h"
 #include "gpu/cuda_device.h"
 
@@ -50,55 +47,66 @@ cudaError_t StagedMover::ChunkLocked(const StagedCopyPlan& plan, const StagedCop
                                      int b) {
   const auto staging = reinterpret_cast<uint64_t>(buf_[b]);
   const bool to_device = direction_ == CopyDirection::kToDevice;
-  std::vector<CopyDesc> dma;
-  dma.reserve(c.span_end - c.span_begin);
+  dma_.clear();
   for (size_t i = c.span_begin; i < c.span_end; ++i) {
     const StagedCopyPlan::Span& s = plan.spans[i];
     const uint64_t st = staging + s.staging_offset;
-    dma.push_back(to_device ? CopyDesc{st, s.host, s.bytes} : CopyDesc{s.host, st, s.bytes});
+    dma_.push_back(to_device ? CopyDesc{st, s.host, s.bytes} : CopyDesc{s.host, st, s.bytes});
   }
-  std::vector<CopyDesc> kernel;
-  kernel.reserve(c.piece_end - c.piece_begin);
+  kernel_.clear();
   for (size_t i = c.piece_begin; i < c.piece_end; ++i) {
     const StagedCopyPlan::Piece& p = plan.pieces[i];
     const uint64_t st = staging + p.staging_offset;
-    kernel.push_back(to_device ? CopyDesc{p.device, st, p.bytes} : CopyDesc{st, p.device, p.bytes});
+    kernel_.push_back(to_device ? CopyDesc{p.device, st, p.bytes}
+                                : CopyDesc{st, p.device, p.bytes});
   }
   cudaError_t err = cudaSuccess;
   if (to_device) {
     if ((err = cudaStreamWaitEvent(xfer_, drained_[b], 0)) != cudaSuccess) return err;
-    if ((err = EnqueueEngineCopies(dma.data(), dma.size(), xfer_)) != cudaSuccess) return err;
+    if ((err = EnqueueEngineCopies(dma_.data(), dma_.size(), xfer_)) != cudaSuccess) return err;
     if ((err = cudaEventRecord(filled_[b], xfer_)) != cudaSuccess) return err;
     if ((err = cudaStreamWaitEvent(work_, filled_[b], 0)) != cudaSuccess) return err;
-    if ((err = LaunchGatherScatter(kernel.data(), kernel.size(), work_)) != cudaSuccess) return err;
+    if ((err = LaunchGatherScatter(kernel_.data(), kernel_.size(), work_)) != cudaSuccess) {
+      return err;
+    }
     return cudaEventRecord(drained_[b], work_);
   }
   if ((err = cudaStreamWaitEvent(work_, drained_[b], 0)) != cudaSuccess) return err;
-  if ((err = LaunchGatherScatter(kernel.data(), kernel.size(), work_)) != cudaSuccess) return err;
+  if ((err = LaunchGatherScatter(kernel_.data(), kernel_.size(), work_)) != cudaSuccess) return err;
   if ((err = cudaEventRecord(filled_[b], work_)) != cudaSuccess) return err;
   if ((err = cudaStreamWaitEvent(xfer_, filled_[b], 0)) != cudaSuccess) return err;
-  if ((err = EnqueueEngineCopies(dma.data(), dma.size(), xfer_)) != cudaSuccess) return err;
+  if ((err = EnqueueEngineCopies(dma_.data(), dma_.size(), xfer_)) != cudaSuccess) return err;
   return cudaEventRecord(drained_[b], xfer_);
 }
 
-cudaError_t StagedMover::Enqueue(const StagedCopyPlan& plan, cudaStream_t caller,
-                                 const std::function<cudaError_t()>& beside) {
-  if (plan.chunks.empty()) return beside ? beside() : cudaSuccess;
-  std::lock_guard<std::mutex> lock(mu_);
+cudaError_t StagedMover::Begin(cudaStream_t caller) {
+  MutexLock lock(mu_);
   cudaError_t err = InitLocked();
   if (err != cudaSuccess) return err;
   // After the caller's earlier work: the first stream of each chunk waits for
   // it (the second waits for the first).
   if ((err = cudaEventRecord(entry_, caller)) != cudaSuccess) return err;
   cudaStream_t first = direction_ == CopyDirection::kToDevice ? xfer_ : work_;
-  cudaStream_t last = direction_ == CopyDirection::kToDevice ? work_ : xfer_;
-  if ((err = cudaStreamWaitEvent(first, entry_, 0)) != cudaSuccess) return err;
-  for (const StagedCopyPlan::Chunk& c : plan.chunks) {
-    if ((err = ChunkLocked(plan, c, next_)) != cudaSuccess) return err;
+  return cudaStreamWaitEvent(first, entry_, 0);
+}
+
+cudaError_t StagedMover::Chunks(const StagedCopyPlan& plan, size_t first, size_t last) {
+  MutexLock lock(mu_);
+  if (!ready_) return cudaErrorNotReady;  // no Begin
+  for (size_t i = first; i < last; ++i) {
+    const cudaError_t err = ChunkLocked(plan, plan.chunks[i], next_);
+    if (err != cudaSuccess) return err;
     next_ ^= 1;
   }
-  if ((err = cudaEventRecord(exit_, last)) != cudaSuccess) return err;
-  if (beside && (err = beside()) != cudaSuccess) return err;
+  return cudaSuccess;
+}
+
+cudaError_t StagedMover::End(cudaStream_t caller) {
+  MutexLock lock(mu_);
+  if (!ready_) return cudaErrorNotReady;  // no Begin
+  cudaStream_t last = direction_ == CopyDirection::kToDevice ? work_ : xfer_;
+  cudaError_t err = cudaEventRecord(exit_, last);
+  if (err != cudaSuccess) return err;
   return cudaStreamWaitEvent(caller, exit_, 0);
 }
 

@@ -9,12 +9,13 @@
 //   to the host:   work: wait drained[b]; gather pages -> buf[b]; filled[b]
 //                  xfer: wait filled[b]; span DMAs buf[b] -> host; drained[b]
 //
-// Enqueue orders the plan after the caller stream's earlier work and makes the
-// caller stream wait for its last chunk, so the caller's next event covers it.
-// Buffers, streams and events are created on first Enqueue (2 x chunk_bytes of
+// Begin orders the chunks after the caller stream's earlier work and End
+// makes the caller stream wait for its last chunk, so the caller's next event
+// covers it. Buffers, streams and events are created on first Begin (2 x chunk_bytes of
 // device memory, outside the Manager's --pool-size) and kept until
 // destruction. Calls of several threads serialise on a mutex for the enqueue
-// only (the work itself runs in FIFO order on the internal streams).
+// only (the work itself runs in FIFO order on the internal streams), and not
+// for the planning between a call's Chunks.
 // Coupling: the internal streams are shared by every caller stream of the
 // device, in enqueue order, so a caller stream still busy before its staged
 // copies (cuFile I/O, a held host function) would delay the staged copies
@@ -28,10 +29,12 @@
 #include <cuda_runtime_api.h>
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
-#include <functional>
-#include <mutex>
+#include <vector>
 
+#include "common/mutex.h"
+#include "gpu/copy_kernels.h"
 #include "gpu/staged_copy_plan.h"
 
 namespace orbitkv::gpu {
@@ -43,32 +46,43 @@ class StagedMover {
   StagedMover(const StagedMover&) = delete;
   StagedMover& operator=(const StagedMover&) = delete;
 
-  // Enqueues plan.chunks (not plan.direct), then calls `beside` (which may
-  // enqueue other work on `caller` that runs concurrently with the chunks),
-  // then makes `caller` wait for the chunks. Returns the first CUDA error (of
-  // a set-up, a refused copy or launch, or `beside`'s); earlier chunks may be
-  // enqueued then.
-  cudaError_t Enqueue(const StagedCopyPlan& plan, cudaStream_t caller,
-                      const std::function<cudaError_t()>& beside);
+  // A call's staged copies, in three steps (each takes the mover's mutex, so
+  // other threads' chunks may run between a call's own):
+  //   Begin:  the mover's next chunks wait for `caller`'s earlier work;
+  //   Chunks: enqueues plan.chunks[first, last) (not plan.direct), as often
+  //           as the caller has final chunks (StagedCopyPlanner);
+  //   End:    `caller` waits for every chunk enqueued so far (the call's and
+  //           any other thread's before them: the internal streams are FIFO).
+  // Each returns the first CUDA error of a set-up, a refused copy or launch;
+  // earlier chunks may be enqueued then, so a caller that Began calls End
+  // even after an error, for its stream's next event to cover them.
+  cudaError_t Begin(cudaStream_t caller);
+  cudaError_t Chunks(const StagedCopyPlan& plan, size_t first, size_t last);
+  cudaError_t End(cudaStream_t caller);
   // Device bytes allocated (0 before the first Enqueue).
   uint64_t allocated_bytes() const { return allocated_.load(std::memory_order_relaxed); }
 
  private:
-  cudaError_t InitLocked();
-  cudaError_t ChunkLocked(const StagedCopyPlan& plan, const StagedCopyPlan::Chunk& chunk, int b);
+  cudaError_t InitLocked() REQUIRES(mu_);
+  cudaError_t ChunkLocked(const StagedCopyPlan& plan, const StagedCopyPlan::Chunk& chunk, int b)
+      REQUIRES(mu_);
 
   const CopyDirection direction_;
   const StagingShape shape_;
-  std::mutex mu_;
-  bool ready_ = false;  // guarded by mu_
-  void* buf_[2] = {nullptr, nullptr};
-  cudaStream_t xfer_ = nullptr;  // DMA between host and staging
-  cudaStream_t work_ = nullptr;  // scatter / gather kernels
-  cudaEvent_t filled_[2] = {nullptr, nullptr};
-  cudaEvent_t drained_[2] = {nullptr, nullptr};
-  cudaEvent_t entry_ = nullptr;
-  cudaEvent_t exit_ = nullptr;
-  int next_ = 0;  // guarded by mu_: the buffer of the next chunk
+  Mutex mu_;
+  bool ready_ GUARDED_BY(mu_) = false;
+  // Set once by InitLocked, then only read (by calls holding mu_).
+  void* buf_[2] GUARDED_BY(mu_) = {nullptr, nullptr};
+  cudaStream_t xfer_ GUARDED_BY(mu_) = nullptr;  // DMA between host and staging
+  cudaStream_t work_ GUARDED_BY(mu_) = nullptr;  // scatter / gather kernels
+  cudaEvent_t filled_[2] GUARDED_BY(mu_) = {nullptr, nullptr};
+  cudaEvent_t drained_[2] GUARDED_BY(mu_) = {nullptr, nullptr};
+  cudaEvent_t entry_ GUARDED_BY(mu_) = nullptr;
+  cudaEvent_t exit_ GUARDED_BY(mu_) = nullptr;
+  int next_ GUARDED_BY(mu_) = 0;  // the buffer of the next chunk
+  // Scratch of ChunkLocked (capacity kept): span DMAs and kernel pieces.
+  std::vector<CopyDesc> dma_ GUARDED_BY(mu_);
+  std::vector<CopyDesc> kernel_ GUARDED_BY(mu_);
   std::atomic<uint64_t> allocated_{0};
 };
 
