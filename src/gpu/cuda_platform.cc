@@ -672,7 +672,7 @@ Status CudaDevice::CopyAsync(std::span<const CopyOp> ops, Stream& stream) {
   engine_ops.clear();
   staged[0].clear();
   staged[1].clear();
-  // Every op is checked and sorted before anything is enqueued: a bad op
+  // Every op is checked and classified before anything is enqueued: a bad op
   // fails the call with nothing copied.
   const std::shared_ptr<const AddressRangeTable> known = KnownRanges();
   RangeLookup ranges(*known);
