@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <utility>
 
 namespace orbitkv::gpu {
 namespace {
@@ -42,12 +43,16 @@ size_t AddressRangeTable::Find(uint64_t address, uint64_t bytes) const {
 }
 
 bool RangeLookup::Find(uint64_t address, uint64_t bytes, MemoryKind* kind) {
-  for (const AddressRange& r : recent_) {
-    if (r.Holds(address, bytes)) {
-      *kind = r.kind;
-      return true;
-    }
+  if (recent_[0].Holds(address, bytes)) {
+    *kind = recent_[0].kind;
+    return true;
   }
+  if (recent_[1].Holds(address, bytes)) {
+    std::swap(recent_[0], recent_[1]);
+    *kind = recent_[0].kind;
+    return true;
+  }
+  ++slow_finds_;
   if (size_t i = known_.Find(address, bytes); i != AddressRangeTable::npos) {
     Remember(known_[i]);
     *kind = known_[i].kind;

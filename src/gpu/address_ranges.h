@@ -8,9 +8,9 @@
 // are 641 ranges. The device keeps an immutable AddressRangeTable of the
 // memory it knows without asking the driver (its allocations and mappings,
 // the registered host ranges), rebuilt only when that memory changes; each
-// call looks up in it through a RangeLookup, which tries the last two
-// answers, then the index that last answered an address of the same 2 MiB
-// granule on this thread, before a binary search. Issue 18: the per-call
+// call looks up in it through a RangeLookup, which tries the two most
+// recently used answers, then the index that last answered an address of
+// the same 2 MiB granule on this thread, before a binary search. Issue 18: the per-call
 // locked map lookups and searches were 23% of the request threads' CPU in a
 // 70B Publish under perf on the H100, 20% with this (docs/bench/history.md,
 // session 17).
@@ -75,13 +75,24 @@ class RangeLookup {
   // answered) for the call's later ops; returns `kind`. REQUIRES: begin < end;
   // disjoint from the table's and the kept ranges.
   MemoryKind Keep(uint64_t begin, uint64_t end, MemoryKind kind);
+  // Finds that the last two answers did not settle (tests, diagnostics).
+  uint64_t slow_finds() const { return slow_finds_; }
 
  private:
-  void Remember(const AddressRange& r) { recent_[recent_next_++ % 2] = r; }
+  // The two most recently used answers, most recent first: a new answer
+  // goes first and the older one second, and a hit on the second moves it
+  // first. A copy call's ops alternate between one range on one side (the
+  // pool) and many on the other (a page per slot): the pool stays, and each
+  // op asks the table once, for its page (round-robin replacement evicted
+  // the pool every other op).
+  void Remember(const AddressRange& r) {
+    recent_[1] = recent_[0];
+    recent_[0] = r;
+  }
 
   const AddressRangeTable& known_;
-  AddressRange recent_[2];  // the last two answers
-  size_t recent_next_ = 0;
+  AddressRange recent_[2];
+  uint64_t slow_finds_ = 0;
   std::vector<AddressRange> kept_;  // sorted by begin
 };
 

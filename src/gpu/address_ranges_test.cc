@@ -111,5 +111,33 @@ TEST(RangeLookupTest, KeptRangesAnswerTheCallsLaterOps) {
   EXPECT_FALSE(lookup.Find(5999, 2, &k));  // straddles a kept range's end
 }
 
+// Regression for the replacement of the recent answers: a Publish's ops
+// alternate between a page (a different slot's mapping each op) and the pool.
+// Round-robin replacement evicted the pool every other op, so half its
+// lookups went to the table again (1.5 table lookups per op, measured on the
+// same pattern); the pool must stay, leaving one per op, for its page.
+TEST(RangeLookupTest, ThePoolStaysAmongTheRecentAnswersWhilePagesAlternate) {
+  constexpr uint64_t kPool = 1ull << 40, kPoolBytes = 1ull << 30;
+  constexpr uint64_t kPages = 1ull << 44, kSlotStride = 2ull << 20;
+  constexpr int kSlots = 160;
+  std::vector<AddressRange> ranges = {{kPool, kPool + kPoolBytes, kHost}};
+  for (int s = 0; s < kSlots; ++s) {
+    ranges.push_back({kPages + s * kSlotStride, kPages + s * kSlotStride + (128 << 10), kDev});
+  }
+  const AddressRangeTable t(std::move(ranges));
+  RangeLookup lookup(t);
+  MemoryKind k = MemoryKind::kUnknown;
+  for (int object = 0; object < 4; ++object) {
+    for (int s = 0; s < kSlots; ++s) {
+      ASSERT_TRUE(lookup.Find(kPages + s * kSlotStride + 4096 * object, 4096, &k));
+      EXPECT_EQ(k, kDev);
+      ASSERT_TRUE(lookup.Find(kPool + (object * kSlots + s) * 4096, 4096, &k));
+      EXPECT_EQ(k, kHost);
+    }
+  }
+  // One for the pool's first op, then one per page.
+  EXPECT_EQ(lookup.slow_finds(), 1u + 4 * kSlots);
+}
+
 }  // namespace
 }  // namespace orbitkv::gpu

@@ -637,9 +637,12 @@ void CudaDevice::NoteStaging() {
   if (staging_noted_.exchange(true)) return;
   OKV_LOG_INFO(
       "cuda:{}: staged host copies hold {} of device staging (2 x {} per direction, outside "
-      "--pool-size; {})",
+      "--pool-size; {}); registered host memory is classified {}",
       ordinal_, FormatByteSize(copy_.StagingBudget()), FormatByteSize(copy_.staging_bytes),
-      kGpuCopyStagingEnv);
+      kGpuCopyStagingEnv,
+      host_pointers_ok_ ? "from the device's address table"
+                        : "per call by the driver (cudaDevAttrCanUseHostPointerForRegisteredMem "
+                          "is 0)");
 }
 
 namespace {
