@@ -82,7 +82,11 @@ void StagedCopyPlanner::Add(std::span<const CopyOp> ops) {
     }
   }
   SortByHost(order_, ops, shape_.max_gap);
-  plan_.pieces.reserve(plan_.pieces.size() + order_.size());
+  // Room for this batch's pieces, growing geometrically: an exact reserve
+  // per batch would reallocate (and copy) the whole vector every window.
+  if (const size_t need = plan_.pieces.size() + order_.size(); need > plan_.pieces.capacity()) {
+    plan_.pieces.reserve(std::max(need, 2 * plan_.pieces.capacity()));
+  }
   const uint64_t mask = shape_.align - 1;
   // The open span: the last of plan_.spans while a chunk is open.
   const bool open = plan_.chunks.size() > closed_;
@@ -137,7 +141,7 @@ StagedCopyPlan PlanStagedCopy(std::span<const CopyOp> ops, CopyDirection directi
   planner.Reset(direction, shape);
   planner.Add(ops);
   planner.Finish();
-  return std::move(planner.mutable_plan());
+  return planner.TakePlan();
 }
 
 }  // namespace orbitkv::gpu

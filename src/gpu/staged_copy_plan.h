@@ -95,7 +95,8 @@ class StagedCopyPlanner {
   // Chunks that later Adds cannot change.
   size_t final_chunks() const { return finished_ ? plan_.chunks.size() : closed_; }
   const StagedCopyPlan& plan() const { return plan_; }
-  StagedCopyPlan& mutable_plan() { return plan_; }
+  // Moves the plan out (the planner needs a Reset before its next use).
+  StagedCopyPlan TakePlan() { return std::move(plan_); }
 
  private:
   void CloseChunk(StagedCopyPlan::Chunk& c);

@@ -91,6 +91,23 @@ Scene MakeScene(std::mt19937_64& rng, uint32_t objects, uint32_t slots, uint64_t
   return s;
 }
 
+// A random scene (1..max_objects objects of 1..64 slots of 1 byte to 40 KiB,
+// apart by 0 to 20000 bytes) and a random staging shape for it: chunks of 1 to
+// max_chunk_mib MiB, sometimes a low direct threshold (so that some ops of a
+// call go direct), a gap of up to 8 KiB read along.
+Scene MakeRandomScene(std::mt19937_64& rng, uint32_t max_objects, uint64_t max_chunk_mib,
+                      StagingShape* shape) {
+  const uint32_t objects = 1 + rng() % max_objects;
+  const uint32_t slots = 1 + rng() % 64;
+  const uint64_t slot_bytes = 1 + rng() % (rng() % 2 ? 4096 : (40 << 10));
+  const uint64_t gap = rng() % 3 == 0 ? 0 : rng() % 20000;
+  shape->chunk_bytes = (1 + rng() % max_chunk_mib) << 20;
+  shape->direct_min_bytes =
+      rng() % 3 == 0 ? 16 << 10 : std::min<uint64_t>(1 << 20, shape->chunk_bytes / 2);
+  shape->max_gap = rng() % 8192;
+  return MakeScene(rng, objects, slots, slot_bytes, 512 * (1 + rng() % 8), gap);
+}
+
 TEST(StagedCopyPlanTest, ContiguousObjectIsOneSpanPerChunk) {
   std::mt19937_64 rng(1);
   // An 8B model's block: 64 slots of 32 KiB after a 4 KiB header.
@@ -141,17 +158,8 @@ TEST(StagedCopyPlanTest, LargeOpsGoDirect) {
 TEST(StagedCopyPlanTest, RandomScenesAreByteExactBothWays) {
   std::mt19937_64 rng(3);
   for (int round = 0; round < 40; ++round) {
-    const uint32_t objects = 1 + rng() % 8;
-    const uint32_t slots = 1 + rng() % 64;
-    const uint64_t slot_bytes = 1 + rng() % (rng() % 2 ? 4096 : (40 << 10));
-    const uint64_t gap = rng() % 3 == 0 ? 0 : rng() % 20000;
     StagingShape shape;
-    shape.chunk_bytes = (1 + rng() % 4) << 20;
-    // Sometimes a low threshold, so that some ops of a call go direct.
-    shape.direct_min_bytes =
-        rng() % 3 == 0 ? 16 << 10 : std::min<uint64_t>(1 << 20, shape.chunk_bytes / 2);
-    shape.max_gap = rng() % 8192;
-    Scene s = MakeScene(rng, objects, slots, slot_bytes, 512 * (1 + rng() % 8), gap);
+    Scene s = MakeRandomScene(rng, /*max_objects=*/8, /*max_chunk_mib=*/4, &shape);
     // To the device.
     std::vector<uint8_t> want(s.pages.size(), 0x11);
     s.pages.assign(s.pages.size(), 0x11);
@@ -276,16 +284,8 @@ TEST(StagedCopyPlanTest, PlannerFedInWindowsKeepsFinalChunksAndIsByteExact) {
   std::mt19937_64 rng(11);
   StagedCopyPlanner planner;
   for (int round = 0; round < 40; ++round) {
-    const uint32_t objects = 1 + rng() % 6;
-    const uint32_t slots = 1 + rng() % 64;
-    const uint64_t slot_bytes = 1 + rng() % (rng() % 2 ? 4096 : (40 << 10));
-    const uint64_t gap = rng() % 3 == 0 ? 0 : rng() % 20000;
     StagingShape shape;
-    shape.chunk_bytes = (1 + rng() % 2) << 20;
-    shape.direct_min_bytes =
-        rng() % 3 == 0 ? 16 << 10 : std::min<uint64_t>(1 << 20, shape.chunk_bytes / 2);
-    shape.max_gap = rng() % 8192;
-    Scene s = MakeScene(rng, objects, slots, slot_bytes, 512 * (1 + rng() % 8), gap);
+    Scene s = MakeRandomScene(rng, /*max_objects=*/6, /*max_chunk_mib=*/2, &shape);
     // Objects in order, their slots in order (as a Restore's ops come), or
     // shuffled (any order is allowed).
     if (round % 2 == 0) {
