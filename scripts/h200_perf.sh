@@ -136,11 +136,12 @@ case "${1:-}" in
       echo "=== warm-up: exit $? (not counted; warmup.txt)"
     # Storage codecs, DRAM -> HBM: encoded DRAM copies decoded on the GPU
     # (dram-encoded) against raw ones (dram) of the same run; 16-token blocks,
-    # the 2 GiB working set of the other GPU runs, four passes over it (128
-    # restore calls, about 0.2 s per route: with 8 or 32 calls the phase's
-    # pipeline fill and last call weigh on the ratio, and one run is ~30 ms).
+    # the 2 GiB working set of the other GPU runs, sixteen passes over it (512
+    # restore calls, about 0.4 s per route at 1.9x: with four passes the
+    # encoded route ran 0.1 s, and the same binary gave 1.31x and 1.91x in
+    # two runs of one session-19 call, its call p99 13 ms against 6 ms).
     codec=(--workload block-size-sweep --sweep-block-tokens 16 --device cuda:0 --working-set 2gib
-      --passes 4 --model llama-3.1-8b --routes dram,dram-encoded --latency-probes 16)
+      --passes 16 --model llama-3.1-8b --routes dram,dram-encoded --latency-probes 16)
     for c in fp8 ans turboquant-4; do
       one "codec-$c" "${codec[@]}" --storage-codec "$c"
     done

@@ -77,6 +77,11 @@ struct ManagerOptions {
   // D2H jobs of one Publish call in flight at once (1..8; 1 = no overlap of
   // a batch's assembly with the previous batch's copies).
   uint32_t publish_depth = 2;  // --publish-depth
+  // Publish of CUDA pages whose slots are 16 KiB or less (a 70B TP=8 rank's
+  // 4 KiB): a batch is one gather kernel with one descriptor per object, the
+  // slots' CRC32Cs computed as it copies (false: one copy and one CRC
+  // descriptor per slot through the DRAM<->HBM mover, kept for comparison).
+  bool publish_gather = true;  // --publish-gather
   // Opt-in cost observations: orbitkv_cost_seconds{path} per SSD restore route
   // (environment ORBITKV_COST_OBSERVATIONS=1, read by ParseFlags).
   bool cost_observations = false;

@@ -184,6 +184,23 @@ ORBITKV_CRC_HD inline uint32_t CrcLeafContribution(const CrcSliceTables& s,
   return crc32c::MultModP(shifts.leaf[kCrcThreads - 1 - leaf], reg);
 }
 
+// What thread `leaf` contributes to the register at the end of a range of
+// 1..kCrcPieceBytes bytes at `data`: such a range is one piece, so the XOR of
+// every leaf's contribution is the range's register and its complement the
+// CRC (the object gather kernel, gpu/gather_kernel.cu, one block per slot).
+ORBITKV_CRC_HD inline uint32_t CrcLeafOfShortRange(const CrcSliceTables& s,
+                                                   const CrcShiftTables& shifts,
+                                                   const uint8_t* data, uint64_t n,
+                                                   uint32_t leaf) {
+  const uint64_t pad = kCrcPieceBytes - n;  // n <= kCrcPieceBytes
+  const uint64_t vend = uint64_t{leaf + 1} * kCrcLeafBytes;
+  if (vend <= pad) return 0;  // all padding
+  const uint64_t vbegin = vend - kCrcLeafBytes;
+  const uint64_t begin = vbegin < pad ? 0 : vbegin - pad;
+  const uint32_t reg = CrcRun(s, begin == 0 ? 0xFFFFFFFFu : 0u, data + begin, vend - pad - begin);
+  return crc32c::MultModP(shifts.leaf[kCrcThreads - 1 - leaf], reg);
+}
+
 // Piece q of range r (register `piece_reg` at the piece's end) moved to the
 // range's end (the second kernel XORs these over the range's pieces).
 ORBITKV_CRC_HD inline uint32_t CrcPieceContribution(const CrcShiftTables& shifts,

@@ -126,6 +126,28 @@ TEST(Crc32cGridTest, RandomLengthsAndOffsets) {
   ExpectEqualsIsal(ranges, buf.data());
 }
 
+// The object gather kernel's CRC of one slot (gpu/gather_kernel.cu): every
+// thread's CrcLeafOfShortRange, XORed over the block, complemented.
+TEST(Crc32cGridTest, ShortRangeLeavesGiveTheCrcOfEveryLengthAndAlignment) {
+  const std::vector<uint8_t> buf = RandomBuffer(kCrcPieceBytes + 64, 4);
+  std::vector<uint64_t> lengths = {1, 2, 3, 4, 5, 15, 16, 17, 4095, 4096, 4097, kCrcPieceBytes};
+  for (uint64_t b : {uint64_t{kCrcLeafBytes}, kCrcPieceBytes - kCrcLeafBytes}) {
+    for (int64_t d = -3; d <= 3; ++d) lengths.push_back(b + d);
+  }
+  std::mt19937_64 rng(5);
+  for (int i = 0; i < 200; ++i) lengths.push_back(1 + rng() % kCrcPieceBytes);
+  for (uint64_t n : lengths) {
+    for (uint64_t align : {0, 1, 4, 8, 15}) {
+      const uint8_t* data = buf.data() + align;
+      uint32_t v = 0;
+      for (uint32_t t = 0; t < kCrcThreads; ++t) {
+        v ^= CrcLeafOfShortRange(Tables(), kShifts, data, n, t);
+      }
+      ASSERT_EQ(~v, Crc32c({data, n})) << n << " bytes at offset " << align;
+    }
+  }
+}
+
 TEST(Crc32cGridTest, EmptyRangesAmongOthersInOneLaunch) {
   const std::vector<uint8_t> buf = RandomBuffer(3 * kCrcPieceBytes, 4);
   std::vector<Range> ranges;

@@ -4,6 +4,8 @@
 #include <mutex>
 #include <vector>
 
+#include "gpu/crc32c_block.cuh"
+
 namespace orbitkv::gpu {
 namespace {
 
@@ -13,18 +15,6 @@ static_assert(kCrcThreads % 32 == 0 && kCrcThreads >= 256 / 2, "two table entrie
 
 __device__ const CrcShiftTables kShifts = MakeCrcShiftTables();
 
-// XOR of v over the block; the result is valid in thread 0.
-__device__ __forceinline__ uint32_t BlockXor(uint32_t v) {
-  __shared__ uint32_t warp_xor[kCrcThreads / 32];
-  for (int off = 16; off > 0; off /= 2) v ^= __shfl_xor_sync(0xffffffffu, v, off);
-  if ((threadIdx.x & 31) == 0) warp_xor[threadIdx.x / 32] = v;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    for (uint32_t w = 1; w < kCrcThreads / 32; ++w) v ^= warp_xor[w];
-  }
-  return v;
-}
-
 // Grid: one block per piece of the launch; partial[g]: piece g's register at
 // the piece's end.
 __global__ void __launch_bounds__(kCrcThreads)
@@ -32,7 +22,7 @@ __global__ void __launch_bounds__(kCrcThreads)
   __shared__ CrcSliceTables tables;
   for (uint32_t b = threadIdx.x; b < 256; b += kCrcThreads) FillCrcSliceEntry(&tables, b);
   __syncthreads();
-  const uint32_t v = BlockXor(CrcLeafContribution(tables, kShifts, l, blockIdx.x, threadIdx.x));
+  const uint32_t v = CrcBlockXor(CrcLeafContribution(tables, kShifts, l, blockIdx.x, threadIdx.x));
   if (threadIdx.x == 0) partial[blockIdx.x] = v;
 }
 
@@ -46,7 +36,7 @@ __global__ void __launch_bounds__(kCrcThreads)
   for (uint64_t q = threadIdx.x; q < pieces; q += kCrcThreads) {
     acc ^= CrcPieceContribution(kShifts, l, r, q, partial[first + q]);
   }
-  acc = BlockXor(acc);
+  acc = CrcBlockXor(acc);
   if (threadIdx.x == 0) out[r] = CrcFinish(l, r, acc);
 }
 

@@ -20,6 +20,7 @@
 #include <thread>
 #include <utility>
 
+#include "gpu/slot_spans.h"
 #include "store/crc32c.h"
 
 namespace orbitkv::gpu {
@@ -452,6 +453,31 @@ class FakeFrameEncoder : public FrameEncoder {
   std::shared_ptr<Result<std::vector<uint64_t>>> results_;
 };
 
+// A SlotTable of a FakeDevice: the checked slots, kept on the host.
+class FakeSlotTable final : public SlotTable {
+ public:
+  FakeSlotTable(int ordinal, std::vector<SlotSpan> slots, std::vector<uint64_t> zero_after,
+                uint64_t pages, uint64_t object_bytes)
+      : ordinal_(ordinal),
+        slots_(std::move(slots)),
+        zero_after_(std::move(zero_after)),
+        pages_(pages),
+        object_bytes_(object_bytes) {}
+  size_t slots() const override { return slots_.size(); }
+  uint64_t pages() const override { return pages_; }
+  uint64_t object_bytes() const override { return object_bytes_; }
+  int ordinal() const { return ordinal_; }
+  const std::vector<SlotSpan>& spans() const { return slots_; }
+  const std::vector<uint64_t>& zero_after() const { return zero_after_; }
+
+ private:
+  const int ordinal_;
+  const std::vector<SlotSpan> slots_;
+  const std::vector<uint64_t> zero_after_;
+  const uint64_t pages_;
+  const uint64_t object_bytes_;
+};
+
 class FakeDevice : public Device {
  public:
   FakeDevice(std::shared_ptr<Shared> shared, int ordinal)
@@ -580,6 +606,61 @@ class FakeDevice : public Device {
     s->queue()->Enqueue([crcs = std::vector<CrcOp>(ops.begin(), ops.end()), out] {
       for (size_t i = 0; i < crcs.size(); ++i) {
         out[i] = Crc32c({reinterpret_cast<const uint8_t*>(crcs[i].data), crcs[i].bytes});
+      }
+    });
+    return Status::OK();
+  }
+
+  Result<std::unique_ptr<SlotTable>> CreateSlotTable(std::span<const SlotSpan> slots,
+                                                     uint64_t pages) override {
+    std::vector<uint64_t> extents, zero_after;
+    ORBITKV_ASSIGN_OR_RETURN(const uint64_t object_bytes,
+                             CheckSlotSpans(slots, pages, &extents, &zero_after));
+    {
+      std::lock_guard<std::mutex> lock(shared_->mu);
+      for (size_t i = 0; i < slots.size(); ++i) {
+        if (!IsDeviceMemoryLocked(slots[i].base, extents[i])) {
+          return Status::InvalidArgument(fmt::format(
+              "CreateSlotTable slot {}: [{:#x}, +{}) is not inside one allocation or IPC mapping "
+              "of device {}",
+              i, slots[i].base, extents[i], ordinal_));
+        }
+      }
+    }
+    return std::unique_ptr<SlotTable>(
+        std::make_unique<FakeSlotTable>(ordinal_, std::vector<SlotSpan>(slots.begin(), slots.end()),
+                                        std::move(zero_after), pages, object_bytes));
+  }
+
+  Status GatherObjectsAsync(const SlotTable& table, std::span<const ObjectGather> objects,
+                            uint32_t* crcs, Stream& stream) override {
+    FakeStream* s = nullptr;
+    ORBITKV_ASSIGN_OR_RETURN(s, Own(stream, "GatherObjectsAsync"));
+    const auto* t = dynamic_cast<const FakeSlotTable*>(&table);
+    if (t == nullptr || t->ordinal() != ordinal_) {
+      return Status::InvalidArgument(
+          fmt::format("GatherObjectsAsync: the table is not one of device {}", ordinal_));
+    }
+    if (objects.empty()) return Status::OK();
+    if (crcs == nullptr) return Status::InvalidArgument("GatherObjectsAsync: null CRC address");
+    for (size_t i = 0; i < objects.size(); ++i) {
+      if (objects[i].page >= t->pages() || objects[i].object == 0) {
+        return Status::InvalidArgument(
+            fmt::format("GatherObjectsAsync object {}: page {} at {:#x} (a table over {} pages)", i,
+                        objects[i].page, objects[i].object, t->pages()));
+      }
+    }
+    s->queue()->Enqueue([spans = t->spans(), zero_after = t->zero_after(),
+                         todo = std::vector<ObjectGather>(objects.begin(), objects.end()), crcs] {
+      for (size_t i = 0; i < todo.size(); ++i) {
+        for (size_t j = 0; j < spans.size(); ++j) {
+          const SlotSpan& sl = spans[j];
+          const auto* src = reinterpret_cast<const uint8_t*>(sl.base + todo[i].page * sl.stride);
+          auto* dst = reinterpret_cast<uint8_t*>(todo[i].object + sl.offset);
+          std::memcpy(dst, src, sl.bytes);
+          std::memset(dst + sl.bytes, 0, zero_after[j]);
+          crcs[i * spans.size() + j] = Crc32c({src, sl.bytes});
+        }
       }
     });
     return Status::OK();

@@ -15,6 +15,7 @@
 
 #include "gpu/fake_platform.h"
 #include "gpu/fault_injecting_platform.h"
+#include "store/crc32c.h"
 #include "testing/temp_dir.h"
 
 namespace orbitkv::gpu {
@@ -151,6 +152,72 @@ TEST_F(FakePlatformTest, StreamRunsWorkInOrder) {
   stream.reset();
   EXPECT_TRUE(dev->Free(a).ok());
   EXPECT_TRUE(dev->Free(b).ok());
+}
+
+// GatherObjectsAsync: each object's slots from its page at their offsets,
+// with their CRC32Cs; the slot rules (slot_spans.h) and the memory checks
+// refuse before anything is enqueued; the fault wrapper's copy and CRC knobs
+// apply to a gather.
+TEST_F(FakePlatformTest, GathersWholeObjectsWithTheirSlotCrcs) {
+  Device* dev = fake_.device(0).value();
+  auto stream = std::move(dev->CreateStream()).value();
+  DevPtr a = dev->Allocate(8 * kPage).value();  // two slots: [0, 4 pages), [4 pages, 8)
+  for (uint64_t i = 0; i < 8 * kPage; ++i) Host(a)[i] = static_cast<uint8_t>(i * 7 + (i >> 8));
+  const SlotSpan spans[] = {{a, kPage, 1000, 0}, {a + 4 * kPage + 8, kPage, 4000, 1024}};
+  auto made = dev->CreateSlotTable(spans, 4);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  EXPECT_EQ((*made)->object_bytes(), 5024u);
+  std::vector<uint8_t> objects(2 * 5024, 0xEE);
+  std::vector<uint32_t> crcs(4, 0);
+  const ObjectGather todo[] = {{3, reinterpret_cast<DevPtr>(objects.data())},
+                               {0, reinterpret_cast<DevPtr>(objects.data() + 5024)}};
+  ASSERT_TRUE(dev->GatherObjectsAsync(**made, todo, crcs.data(), *stream).ok());
+  ASSERT_TRUE(dev->Synchronize(*stream).ok());
+  for (size_t i = 0; i < 2; ++i) {
+    for (size_t j = 0; j < 2; ++j) {
+      const uint8_t* want = Host(spans[j].base + todo[i].page * spans[j].stride);
+      EXPECT_EQ(std::memcmp(objects.data() + i * 5024 + spans[j].offset, want, spans[j].bytes), 0)
+          << "object " << i << " slot " << j;
+      EXPECT_EQ(crcs[i * 2 + j], Crc32c({want, spans[j].bytes}));
+    }
+    EXPECT_EQ(objects[i * 5024 + 1000], 0) << "between the slots: zeros";
+    EXPECT_EQ(objects[i * 5024 + 1023], 0) << "between the slots: zeros";
+  }
+  const ObjectGather bad_page[] = {{4, reinterpret_cast<DevPtr>(objects.data())}};
+  EXPECT_EQ(dev->GatherObjectsAsync(**made, bad_page, crcs.data(), *stream).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(dev->GatherObjectsAsync(**made, todo, nullptr, *stream).code(),
+            StatusCode::kInvalidArgument);
+  const SlotSpan past[] = {{a + 4 * kPage, kPage, 4096, 0}};
+  EXPECT_EQ(dev->CreateSlotTable(past, 5).status().code(), StatusCode::kInvalidArgument);
+  const SlotSpan overlap[] = {{a, kPage, 1000, 0}, {a, kPage, 1000, 992}};
+  EXPECT_EQ(dev->CreateSlotTable(overlap, 1).status().code(), StatusCode::kInvalidArgument);
+  const SlotSpan big[] = {{a, kPage, kGatherSlotMaxBytes + 1, 0}};
+  EXPECT_EQ(dev->CreateSlotTable(big, 1).status().code(), StatusCode::kInvalidArgument);
+
+  // Through fault injection: a refused source, a refused CRC launch, a wrong CRC.
+  FaultInjectingPlatform faults(&fake_);
+  Device* wrapped = faults.device(0).value();
+  auto ws = std::move(wrapped->CreateStream()).value();
+  auto wt = std::move(wrapped->CreateSlotTable(spans, 4)).value();
+  faults.RefuseCopiesFrom(spans[1].base + 3 * kPage, 1, 1, Status::Internal("injected"));
+  EXPECT_EQ(wrapped->GatherObjectsAsync(*wt, todo, crcs.data(), *ws).code(), StatusCode::kInternal);
+  faults.RefuseCrcs(1, Status::Internal("injected"));
+  EXPECT_EQ(wrapped->GatherObjectsAsync(*wt, todo, crcs.data(), *ws).code(), StatusCode::kInternal);
+  faults.CorruptCrcs(1);
+  ASSERT_TRUE(wrapped->GatherObjectsAsync(*wt, todo, crcs.data(), *ws).ok());
+  ASSERT_TRUE(wrapped->Synchronize(*ws).ok());
+  EXPECT_NE(crcs[0], Crc32c({Host(spans[0].base + 3 * kPage), 1000}));
+  EXPECT_EQ(crcs[1], Crc32c({Host(spans[1].base + 3 * kPage), 4000}));
+  EXPECT_EQ(faults.calls().gathers, 1u);
+  EXPECT_EQ(faults.calls().gathered_objects, 2u);
+  faults.DenySlotTables(true);
+  EXPECT_EQ(wrapped->CreateSlotTable(spans, 4).status().code(), StatusCode::kUnavailable);
+  wt.reset();
+  ws.reset();
+  made->reset();
+  stream.reset();
+  EXPECT_TRUE(dev->Free(a).ok());
 }
 
 TEST_F(FakePlatformTest, EventsCompleteAfterEarlierWork) {

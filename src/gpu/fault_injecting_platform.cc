@@ -39,6 +39,7 @@ struct FaultInjectingPlatform::State {
   int corrupt_crcs = 0;
   int refused_crcs = 0;
   bool deny_kernel_host_reads = false;
+  bool deny_slot_tables = false;
   Status refuse_crc_status;
   int refused_host_funcs = 0;
   Status refuse_host_func_status;
@@ -160,6 +161,23 @@ ssize_t Injected(IoFault fault, size_t size) {
   return static_cast<ssize_t>(size > 4096 ? size - 4096 : size / 2);
 }
 
+// A SlotTable of the inner device, with its slots (RefuseCopiesFrom looks at
+// a gather's sources).
+class WrappedSlotTable final : public SlotTable {
+ public:
+  WrappedSlotTable(std::unique_ptr<SlotTable> inner, std::vector<SlotSpan> spans)
+      : inner_(std::move(inner)), spans_(std::move(spans)) {}
+  size_t slots() const override { return inner_->slots(); }
+  uint64_t pages() const override { return inner_->pages(); }
+  uint64_t object_bytes() const override { return inner_->object_bytes(); }
+  const SlotTable& inner() const { return *inner_; }
+  const std::vector<SlotSpan>& spans() const { return spans_; }
+
+ private:
+  const std::unique_ptr<SlotTable> inner_;
+  const std::vector<SlotSpan> spans_;
+};
+
 class WrappedDevice : public Device {
  public:
   WrappedDevice(std::shared_ptr<State> state, Device* inner)
@@ -200,18 +218,60 @@ class WrappedDevice : public Device {
       }
     }
     ORBITKV_RETURN_IF_ERROR(inner_->Crc32cAsync(ops, out, s->inner()));
-    bool corrupt = false;
+    return MaybeCorruptCrcs(!ops.empty(), out, *s, "Crc32cAsync");
+  }
+
+  Result<std::unique_ptr<SlotTable>> CreateSlotTable(std::span<const SlotSpan> slots,
+                                                     uint64_t pages) override {
     {
       std::lock_guard<std::mutex> lock(state_->mu);
-      if (state_->corrupt_crcs > 0 && !ops.empty()) {
-        --state_->corrupt_crcs;
-        corrupt = true;
+      if (state_->deny_slot_tables) {
+        return Status::Unavailable("fault injection: this device does not gather whole objects");
       }
     }
-    if (!corrupt) return Status::OK();
-    // After the kernel wrote it: the first result is wrong (out is host memory).
-    return inner_->HostFuncAsync([out] { out[0] ^= 0x00010000u; }, s->inner())
-        .WithContext("Crc32cAsync submitted, but its injected fault was not");
+    std::unique_ptr<SlotTable> inner;
+    ORBITKV_ASSIGN_OR_RETURN(inner, inner_->CreateSlotTable(slots, pages));
+    return std::unique_ptr<SlotTable>(std::make_unique<WrappedSlotTable>(
+        std::move(inner), std::vector<SlotSpan>(slots.begin(), slots.end())));
+  }
+
+  // The copy and the CRC knobs both apply: a gather is a copy and a CRC.
+  Status GatherObjectsAsync(const SlotTable& table, std::span<const ObjectGather> objects,
+                            uint32_t* crcs, Stream& stream) override {
+    WrappedStream* s = nullptr;
+    ORBITKV_ASSIGN_OR_RETURN(s, Unwrap(stream, "GatherObjectsAsync"));
+    const auto* t = dynamic_cast<const WrappedSlotTable*>(&table);
+    if (t == nullptr) {
+      return Status::InvalidArgument("GatherObjectsAsync: the table is not one of this platform");
+    }
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      if (state_->refused_crcs > 0 && !objects.empty()) {
+        --state_->refused_crcs;
+        return state_->refuse_crc_status;
+      }
+      if (state_->refused_copies > 0) {
+        const DevPtr lo = state_->refuse_copy_begin;
+        const DevPtr hi = lo + state_->refuse_copy_bytes;
+        const bool hit = std::any_of(objects.begin(), objects.end(), [&](const ObjectGather& o) {
+          return std::any_of(t->spans().begin(), t->spans().end(), [&](const SlotSpan& sl) {
+            const DevPtr src = sl.base + o.page * sl.stride;
+            return src < hi && src + sl.bytes > lo;
+          });
+        });
+        if (hit) {
+          --state_->refused_copies;
+          return state_->refuse_copy_status;
+        }
+      }
+    }
+    ORBITKV_RETURN_IF_ERROR(inner_->GatherObjectsAsync(t->inner(), objects, crcs, s->inner()));
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      ++state_->calls.gathers;
+      state_->calls.gathered_objects += objects.size();
+    }
+    return MaybeCorruptCrcs(!objects.empty(), crcs, *s, "GatherObjectsAsync");
   }
 
   Result<std::unique_ptr<Stream>> CreateStream() override {
@@ -350,6 +410,17 @@ class WrappedDevice : public Device {
   }
 
  private:
+  // CorruptCrcs: after the kernel wrote them, the first result is wrong
+  // (`out` is host memory).
+  Status MaybeCorruptCrcs(bool any, uint32_t* out, WrappedStream& s, const char* what) {
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      if (state_->corrupt_crcs <= 0 || !any) return Status::OK();
+      --state_->corrupt_crcs;
+    }
+    return inner_->HostFuncAsync([out] { out[0] ^= 0x00010000u; }, s.inner())
+        .WithContext(std::string(what) + " submitted, but its injected fault was not");
+  }
   static Result<WrappedStream*> Unwrap(Stream& stream, const char* what) {
     auto* s = dynamic_cast<WrappedStream*>(&stream);
     if (s == nullptr) {
@@ -542,6 +613,11 @@ void FaultInjectingPlatform::RefuseHostFuncs(int count, Status status) {
 void FaultInjectingPlatform::DenyKernelHostReads(bool deny) {
   std::lock_guard<std::mutex> lock(state_->mu);
   state_->deny_kernel_host_reads = deny;
+}
+
+void FaultInjectingPlatform::DenySlotTables(bool deny) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->deny_slot_tables = deny;
 }
 
 void FaultInjectingPlatform::FailEncodes(int count, Status status) {

@@ -25,11 +25,14 @@
 //    MemsetAsync on the same stream sets the byte at `offset` of what the read
 //    delivered to `value`: a payload bit flip, torn or misdirected read that
 //    cuFile reports as complete.
-//  * CorruptCrcs(count): the next `count` Crc32cAsync calls run, then a host
-//    function flips a bit of their first result (REQUIRES: `out` is host
-//    memory, as the SSD worker's pinned results are).
-//  * RefuseCrcs(count, status): the next `count` Crc32cAsync calls return the
-//    status without enqueueing anything (a CRC kernel launch that fails).
+//  * CorruptCrcs(count): the next `count` Crc32cAsync or GatherObjectsAsync
+//    calls run, then a host function flips a bit of their first result
+//    (REQUIRES: `out` is host memory, as the SSD worker's pinned results are).
+//  * RefuseCrcs(count, status): the next `count` Crc32cAsync or
+//    GatherObjectsAsync calls return the status without enqueueing anything
+//    (a CRC kernel launch that fails).
+//  * DenySlotTables(deny): while on, CreateSlotTable is Unavailable (a device
+//    that does not gather whole objects: callers copy slot by slot).
 //  * RefuseHostFuncs(count, status): the next `count` HostFuncAsync calls of
 //    callers return the status without enqueueing anything (the knobs' own
 //    host functions are not counted).
@@ -39,8 +42,9 @@
 //    frame encoders it made run as usual, then their Finish returns the
 //    status instead of the frame sizes (a failed GPU encode).
 //  * RefuseCopiesFrom(begin, bytes, count, status): the next `count`
-//    CopyAsync calls with an op whose source overlaps [begin, +bytes) return
-//    the status without enqueueing anything (a failed D2H of those pages).
+//    CopyAsync (GatherObjectsAsync) calls with an op (an object's slot) whose
+//    source overlaps [begin, +bytes) return the status without enqueueing
+//    anything (a failed D2H of those pages).
 //  * FailAllocations(count, status): the next `count` Device::Allocate calls
 //    return the status without allocating (device memory full).
 //  * HoldWrites / HoldReads(true): a write (read) submitted while the hold is
@@ -56,7 +60,8 @@
 // platform accepted (refused or failed submissions are not counted), with
 // io->size at submission and the file's fd of each read; RegisterBuffer and
 // RegisterFile calls, whether or not they succeeded; Device::Wait,
-// Device::WaitLong and Device::Poll calls. ResetCalls() clears it.
+// Device::WaitLong and Device::Poll calls; GatherObjectsAsync calls the inner
+// device accepted and their objects. ResetCalls() clears it.
 //
 // Thread-safety: every method is thread-safe, as Platform requires.
 // Ownership: `inner` is not owned and must outlive this object and every
@@ -96,6 +101,8 @@ class FaultInjectingPlatform : public Platform {
     uint64_t waits = 0;       // Device::Wait calls (short waits: may spin)
     uint64_t long_waits = 0;  // Device::WaitLong calls (sleep at once)
     uint64_t polls = 0;       // Device::Poll calls
+    uint64_t gathers = 0;     // GatherObjectsAsync calls accepted
+    uint64_t gathered_objects = 0;
   };
 
   explicit FaultInjectingPlatform(Platform* inner);
@@ -115,6 +122,7 @@ class FaultInjectingPlatform : public Platform {
   void RefuseCrcs(int count, Status status);
   void RefuseHostFuncs(int count, Status status);
   void DenyKernelHostReads(bool deny);
+  void DenySlotTables(bool deny);
   void FailEncodes(int count, Status status);
   void RefuseCopiesFrom(DevPtr begin, uint64_t bytes, int count, Status status);
   void FailAllocations(int count, Status status);

@@ -180,6 +180,46 @@ class FrameEncoder {
   virtual Result<std::vector<uint64_t>> Finish(Stream& stream) = 0;
 };
 
+// Whole-object copies of many small slots (Device::CreateSlotTable,
+// GatherObjectsAsync): a Publish of a 70B TP=8 rank's block is 160 slots of
+// 4 KiB, and per-slot copy and CRC descriptors cost the Manager's request
+// thread more CPU per byte than the copy takes (issue 18). A SlotTable says
+// once, at the first publish of a group, where each slot of a page sits and
+// where it goes in the object; each call then names one page and one object
+// address per object.
+//
+// One slot: page p's bytes of it are [base + p * stride, +bytes) in device
+// memory, and go to [object + offset, +bytes) of the object.
+struct SlotSpan {
+  DevPtr base = 0;
+  uint64_t stride = 0;
+  uint64_t bytes = 0;
+  uint64_t offset = 0;
+};
+// The largest slot a SlotTable takes (one CRC piece: gpu/crc32c_grid.h).
+inline constexpr uint64_t kGatherSlotMaxBytes = 16u << 10;
+// The most slots a SlotTable takes (the object format's kMaxSlotsPerGroup).
+inline constexpr size_t kGatherMaxSlots = 4096;
+
+// A checked, device-resident table of slots (CreateSlotTable). REQUIRES:
+// destroyed before its Device, and before the memory its slots name is freed
+// or closed.
+class SlotTable {
+ public:
+  virtual ~SlotTable() = default;
+  virtual size_t slots() const = 0;
+  virtual uint64_t pages() const = 0;
+  virtual uint64_t object_bytes() const = 0;  // the end of the last slot in an object
+};
+
+// One object of a GatherObjectsAsync call: the slots of page `page` into the
+// object at `object` (pinned host memory registered with CUDA, or device
+// memory).
+struct ObjectGather {
+  uint64_t page = 0;
+  DevPtr object = 0;
+};
+
 // An engine allocation opened from its IPC handle.
 struct IpcMapping {
   DevPtr base = 0;
@@ -251,6 +291,31 @@ class Device {
   // host memory) must stay valid until an event recorded after this call
   // completed. A kernel on CUDA.
   virtual Status Crc32cAsync(std::span<const CrcOp> ops, uint32_t* out, Stream& stream) = 0;
+  // A SlotTable of `slots` over pages [0, pages): each slot of 1 to
+  // kGatherSlotMaxBytes bytes, every page's bytes of it inside one
+  // allocation or IPC mapping of this device, object offsets 16-byte aligned
+  // and the slots' object ranges disjoint. InvalidArgument for a slot that
+  // breaks a rule (nothing kept); Unavailable where this device does not
+  // gather (the default; CUDA where kernels cannot use registered host
+  // pointers as they are), so the caller copies slot by slot.
+  virtual Result<std::unique_ptr<SlotTable>> CreateSlotTable(std::span<const SlotSpan> /*slots*/,
+                                                             uint64_t /*pages*/) {
+    return Status::Unavailable("this device does not gather whole objects");
+  }
+  // After the stream's earlier work, copies each object's slots from its page
+  // into it, and writes the CRC32C of slot j's bytes of object i to
+  // crcs[i * table.slots() + j]. The bytes between an object's slots are
+  // written as zeros; those before its first slot (the header) are not
+  // written. Objects (table.object_bytes() each) must lie in pinned host
+  // memory registered with this device or in its device memory, and `crcs`
+  // in either; all stay valid until an event recorded after this call
+  // completed. InvalidArgument for a page out of range or an object or `crcs`
+  // the device cannot write (nothing enqueued). A kernel on CUDA.
+  virtual Status GatherObjectsAsync(const SlotTable& /*table*/,
+                                    std::span<const ObjectGather> /*objects*/, uint32_t* /*crcs*/,
+                                    Stream& /*stream*/) {
+    return Status::Unavailable("this device does not gather whole objects");
+  }
   // Runs fn on a runtime thread when the stream reaches this point; the stream
   // waits for fn to return. fn must not call into the Platform.
   virtual Status HostFuncAsync(std::function<void()> fn, Stream& stream) = 0;

@@ -101,6 +101,27 @@ cudaError_t StagedMover::Chunks(const StagedCopyPlan& plan, size_t first, size_t
   return cudaSuccess;
 }
 
+cudaError_t StagedMover::FilledChunk(
+    const std::function<cudaError_t(uint64_t, cudaStream_t)>& fill,
+    std::span<const CopyDesc> spans) {
+  MutexLock lock(mu_);
+  if (!ready_) return cudaErrorNotReady;  // no Begin
+  if (direction_ != CopyDirection::kToHost) return cudaErrorInvalidValue;
+  const int b = next_;
+  const auto staging = reinterpret_cast<uint64_t>(buf_[b]);
+  dma_.clear();
+  for (const CopyDesc& s : spans) dma_.push_back({s.dst, staging + s.src, s.bytes});
+  cudaError_t err = cudaSuccess;
+  if ((err = cudaStreamWaitEvent(work_, drained_[b], 0)) != cudaSuccess) return err;
+  if ((err = fill(staging, work_)) != cudaSuccess) return err;
+  if ((err = cudaEventRecord(filled_[b], work_)) != cudaSuccess) return err;
+  if ((err = cudaStreamWaitEvent(xfer_, filled_[b], 0)) != cudaSuccess) return err;
+  if ((err = EnqueueEngineCopies(dma_.data(), dma_.size(), xfer_)) != cudaSuccess) return err;
+  if ((err = cudaEventRecord(drained_[b], xfer_)) != cudaSuccess) return err;
+  next_ ^= 1;
+  return cudaSuccess;
+}
+
 cudaError_t StagedMover::End(cudaStream_t caller) {
   MutexLock lock(mu_);
   if (!ready_) return cudaErrorNotReady;  // no Begin

@@ -31,6 +31,8 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <span>
 #include <vector>
 
 #include "common/mutex.h"
@@ -58,6 +60,13 @@ class StagedMover {
   // even after an error, for its stream's next event to cover them.
   cudaError_t Begin(cudaStream_t caller);
   cudaError_t Chunks(const StagedCopyPlan& plan, size_t first, size_t last);
+  // To the host, between Begin and End like Chunks: one chunk whose staging
+  // bytes a kernel writes: fill(staging buffer address, work stream)
+  // enqueues it (Device::GatherObjectsAsync's gather), then `spans` go to the
+  // host, their src an offset into the staging buffer. REQUIRES: every span
+  // within shape.chunk_bytes.
+  cudaError_t FilledChunk(const std::function<cudaError_t(uint64_t, cudaStream_t)>& fill,
+                          std::span<const CopyDesc> spans);
   cudaError_t End(cudaStream_t caller);
   // Device bytes allocated (0 before the first Enqueue).
   uint64_t allocated_bytes() const { return allocated_.load(std::memory_order_relaxed); }

@@ -11,6 +11,7 @@
 #include "manager/sources.h"
 #include "orbitkv/device.h"
 #include "orbitkv/logging.h"
+#include "orbitkv/units.h"
 #include "recovery/object_keys.h"
 
 namespace orbitkv {
@@ -283,6 +284,74 @@ Result<Instance::ToHostJob> Instance::EnqueueToHost(std::span<const gpu::CopyOp>
   return job;
 }
 
+const gpu::SlotTable* Instance::GatherTable(uint32_t group) {
+  MutexLock l(gather_mu_);
+  auto it = gather_tables_.find(group);
+  if (it != gather_tables_.end()) return it->second.get();
+  std::unique_ptr<gpu::SlotTable>& kept = gather_tables_[group];
+  const GroupLayout& g = *groups.at(group);
+  const ObjectShape& shape = *shapes.at(group);
+  std::vector<gpu::SlotSpan> spans;
+  uint64_t largest = 0;
+  for (const SlotLayout& s : g.slots) {
+    spans.push_back({DevicePage(s, 0), s.page_stride, s.bytes_per_page,
+                     shape.segments[s.slot_id].offset});
+    largest = std::max(largest, s.bytes_per_page);
+  }
+  Result<std::unique_ptr<gpu::SlotTable>> made =
+      !cuda() || spans.empty() ? Status::Unavailable("host pages")
+      : largest > gpu::kGatherSlotMaxBytes
+          ? Status::Unavailable("slots of up to " + FormatByteSize(largest) + " (over " +
+                                FormatByteSize(gpu::kGatherSlotMaxBytes) +
+                                ": their copies are large enough for the copy engines)")
+          : device_->CreateSlotTable(spans, layout.num_pages);
+  if (made.ok()) {
+    kept = std::move(made).value();
+    OKV_LOG_INFO(
+        "instance {} group {}: publishes gather whole objects on {} ({} slots of up to {} per "
+        "object, one descriptor per object)",
+        id, group, device_name, spans.size(), FormatByteSize(largest));
+  } else if (cuda()) {
+    OKV_LOG_INFO("instance {} group {}: publishes copy slot by slot: {}", id, group,
+                 made.status().ToString());
+  }
+  return kept.get();
+}
+
+Result<Instance::ToHostJob> Instance::EnqueueGatherToHost(const gpu::SlotTable& table,
+                                                          std::span<const gpu::ObjectGather> objects,
+                                                          uint32_t* crcs) {
+  const auto start = std::chrono::steady_clock::now();
+  ToHostJob job;
+  job.crcs = true;
+  ORBITKV_ASSIGN_OR_RETURN(job.event, TakeEvent());
+  Result<gpu::Stream*> stream = TakeD2hStream();
+  if (!stream.ok()) {
+    GiveEvent(std::move(job.event));
+    return stream.status();
+  }
+  job.stream = *stream;
+  Status st;
+  {
+    const CostTimer call(cost_copy_call[1]);
+    st = device_->GatherObjectsAsync(table, objects, crcs, *job.stream);
+    call.Observe();
+  }
+  if (st.ok()) st = device_->Record(*job.event, *job.stream);
+  if (!st.ok()) {
+    device_->Synchronize(*job.stream).IgnoreError("draining a failed D2H gather");
+    GiveD2hStream(job.stream);
+    GiveEvent(std::move(job.event));  // idle: its stream was drained
+    return st;
+  }
+  job.bytes = table.object_bytes() * objects.size();
+  job.enqueued = std::chrono::steady_clock::now();
+  if (cost_copy_enqueue[1]) {
+    cost_copy_enqueue[1]->Observe(std::chrono::duration<double>(job.enqueued - start).count());
+  }
+  return job;
+}
+
 Status Instance::WaitToHost(ToHostJob& job, bool more_queued) {
   auto wait = [&](gpu::Event& e) {
     return more_queued ? device_->WaitLong(e) : device_->WaitForBytes(e, job.bytes);
@@ -410,6 +479,10 @@ void Instance::ReleaseDevice() {
   {
     MutexLock l(events_mu_);
     idle_events_.clear();
+  }
+  {
+    MutexLock l(gather_mu_);
+    gather_tables_.clear();  // they name the mappings
   }
   for (const gpu::IpcMapping& m : mappings_) {
     if (Status st = device_->CloseIpc(m.base); !st.ok()) {

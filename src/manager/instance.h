@@ -128,6 +128,20 @@ class Instance {
   // one, so its end is not needed the moment it comes: the wait sleeps at once
   // (Device::WaitLong), as it does for a job of gpu::kLongWaitBytes or more.
   Status WaitToHost(ToHostJob& job, bool more_queued = false) EXCLUDES(d2h_mu_);
+  // Publish's whole-object gather (gpu::SlotTable) of storage group `group`
+  // over every slot this instance holds (g.slots order, at the shape's
+  // segment offsets): made at the group's first call and kept until
+  // ReleaseDevice, so a batch is one descriptor per object, not two per slot
+  // (issue 18: the 70B TP=8 rank's 160 slots of 4 KiB). Null, logged once per
+  // group, where the pages do not gather (host pages, a slot over
+  // gpu::kGatherSlotMaxBytes, a device that does not): copy slot by slot then.
+  const gpu::SlotTable* GatherTable(uint32_t group) EXCLUDES(gather_mu_);
+  // EnqueueToHost for a gather: each object's slots from its page, and their
+  // CRC32Cs into `crcs` (table.slots() per object), on one D2H stream. Wait
+  // on it with WaitToHost.
+  Result<ToHostJob> EnqueueGatherToHost(const gpu::SlotTable& table,
+                                        std::span<const gpu::ObjectGather> objects, uint32_t* crcs)
+      EXCLUDES(d2h_mu_);
   // CRC32C of each slot's bytes of `page` (g.slots order) into pinned `out`,
   // computed on the D2H stream.
   Status PageCrcs(const GroupLayout& g, uint64_t page, uint32_t* out) EXCLUDES(d2h_mu_);
@@ -225,6 +239,10 @@ class Instance {
   void GiveEvent(std::unique_ptr<gpu::Event> e) EXCLUDES(events_mu_);
   Mutex events_mu_;
   std::vector<std::unique_ptr<gpu::Event>> idle_events_ GUARDED_BY(events_mu_);
+
+  // GatherTable's, by group; null: tried, this group does not gather.
+  Mutex gather_mu_;
+  std::map<uint32_t, std::unique_ptr<gpu::SlotTable>> gather_tables_ GUARDED_BY(gather_mu_);
 
   Mutex mu_;
   CondVar cv_;

@@ -94,8 +94,9 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
   // The first error ends the call; what it started still finishes below.
   Status failed;
   // Objects whose bytes are being copied into their pool assemblies: on CUDA
-  // pages one D2H job moves a whole batch (the staged mover merges its copies
-  // into few large DMAs), then each is sealed. Batches are pipelined
+  // pages one D2H job moves a whole batch (small slots: one gather of whole
+  // objects with their slot CRCs; else the staged mover, which merges the
+  // slots' copies into few large DMAs), then each is sealed. Batches are pipelined
   // --publish-depth deep: the next one is assembled and its job enqueued
   // while the earlier jobs' copies run, and only then is the oldest waited
   // for and sealed. Bounded: a call holds at most depth batches of the pool
@@ -127,6 +128,22 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
   const size_t per_object = slots.size();
   uint64_t object_bytes = 0;  // this call's bytes of one object
   for (const SlotLayout* s : slots) object_bytes += s->bytes_per_page;
+  // Small slots of CUDA pages, every slot this instance holds: a batch is
+  // one gather of whole objects with their CRCs (Instance::GatherTable), not
+  // a copy and a CRC descriptor per slot. Null: slot by slot.
+  const gpu::SlotTable* gather =
+      inst->cuda() && x.config.options.publish_gather && x.config.publish_gpu_crc &&
+              req.slot_ids.empty()
+          ? inst->GatherTable(req.group_id)
+          : nullptr;
+  // The D2H copies of one pending object's slots, appended to `to`.
+  auto append_ops = [&](const DramView& v, uint64_t page, std::vector<gpu::CopyOp>* to) {
+    for (const SlotLayout* sl : slots) {
+      const SegmentPos& seg = shape.segments[sl->slot_id];
+      to->push_back({reinterpret_cast<gpu::DevPtr>(v.data + seg.offset),
+                     inst->DevicePage(*sl, page), sl->bytes_per_page});
+    }
+  };
   // Takes the batch and enqueues its job. CUDA pages: the segment CRCs come
   // from the GPU (the CRC32C kernel over the same page bytes, after the D2H
   // on its stream) into pinned scratch of the pool, so the CPU never reads
@@ -144,8 +161,26 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
     if (x.config.publish_gpu_crc) {
       Result<DramView> scratch =
           x.dram->AllocateScratch(f.batch.size() * per_object * sizeof(uint32_t));
-      if (scratch.ok()) {
-        f.crc_out = *scratch;
+      if (scratch.ok()) f.crc_out = *scratch;
+    }
+    uint32_t* const crc_out = f.crc_out ? reinterpret_cast<uint32_t*>(f.crc_out->data) : nullptr;
+    Result<Instance::ToHostJob> job = Status::OK();
+    if (gather && crc_out) {
+      std::vector<gpu::ObjectGather> objects;
+      objects.reserve(f.batch.size());
+      for (const Pending& p : f.batch) {
+        objects.push_back({p.page, reinterpret_cast<gpu::DevPtr>(p.view.data)});
+      }
+      job = inst->EnqueueGatherToHost(*gather, objects, crc_out);
+    } else {
+      if (gather) {  // no CRC scratch: the batch's copies, slot by slot
+        for (Pending& p : f.batch) {
+          p.op_begin = f.ops.size();
+          append_ops(p.view, p.page, &f.ops);
+          p.op_end = f.ops.size();
+        }
+      }
+      if (crc_out) {
         crc_ops.reserve(f.batch.size() * per_object);
         for (const Pending& p : f.batch) {
           for (const SlotLayout* sl : slots) {
@@ -153,9 +188,8 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
           }
         }
       }
+      job = inst->EnqueueToHost(f.ops, crc_ops, crc_out);
     }
-    Result<Instance::ToHostJob> job = inst->EnqueueToHost(
-        f.ops, crc_ops, f.crc_out ? reinterpret_cast<uint32_t*>(f.crc_out->data) : nullptr);
     if (job.ok()) {
       f.job = std::move(job).value();
     } else {
@@ -177,10 +211,17 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
     size_t copied_ok = f.batch.size();
     if (!copy_error.ok()) {
       copy_error = Status::OK();
+      std::vector<gpu::CopyOp> gathered;  // a gathered object's copies, slot by slot
       for (copied_ok = 0; copied_ok < f.batch.size(); ++copied_ok) {
         const Pending& p = f.batch[copied_ok];
-        copy_error = inst->CopyAndWait(/*to_device=*/false,
-                                       std::span(f.ops).subspan(p.op_begin, p.op_end - p.op_begin));
+        std::span<const gpu::CopyOp> one =
+            std::span(f.ops).subspan(p.op_begin, p.op_end - p.op_begin);
+        if (one.empty()) {
+          gathered.clear();
+          append_ops(p.view, p.page, &gathered);
+          one = gathered;
+        }
+        copy_error = inst->CopyAndWait(/*to_device=*/false, one);
         if (!copy_error.ok()) break;
       }
     }
@@ -305,12 +346,10 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
     }
     uint64_t copied = 0;
     const size_t op_begin = ops.size();
+    if (inst->cuda() && !gather) append_ops(*v, req.pages[i], &ops);
     for (const SlotLayout* sl : slots) {
       const SegmentPos& seg = shape.segments[sl->slot_id];
-      if (inst->cuda()) {
-        ops.push_back({reinterpret_cast<gpu::DevPtr>(v->data + seg.offset),
-                       inst->DevicePage(*sl, req.pages[i]), sl->bytes_per_page});
-      } else {
+      if (!inst->cuda()) {
         std::memcpy(v->data + seg.offset, inst->HostPage(*sl, req.pages[i]), sl->bytes_per_page);
       }
       const uint64_t padded = AlignUp(sl->bytes_per_page, 512);

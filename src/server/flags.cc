@@ -76,6 +76,10 @@ Result<ParsedFlags> ParseFlags(int argc, const char* const* argv, std::string* o
   app.add_option("--publish-depth", o.publish_depth,
                  "Publish of CUDA pages: D2H batches of one call in flight at once (1..8)")
       ->capture_default_str();
+  app.add_option("--publish-gather", o.publish_gather,
+                 "Publish of CUDA pages with slots of 16 KiB or less: one gather kernel per batch "
+                 "with one descriptor per object (false: a copy and a CRC per slot)")
+      ->capture_default_str();
   app.add_option("--codec-budget", codec_budget,
                  "Codec memory: encoded output the SSD writeback lanes hold at once (split "
                  "between them)")

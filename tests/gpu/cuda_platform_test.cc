@@ -45,6 +45,7 @@
 #include "gpu/cuda_device.h"
 #include "gpu/cuda_platform.h"
 #include "gpu/platform_default.h"
+#include "store/crc32c.h"
 #include "testing/temp_dir.h"
 
 extern char** environ;
@@ -383,6 +384,144 @@ TEST_F(CudaPlatformTest, CopyClassificationFollowsFreesAndHostRegistrations) {
   ASSERT_TRUE(UnregisterHostMemory(raw).ok());
   st = dev_->CopyAsync(std::vector<CopyOp>{{b, Addr(raw), kBytes}}, *stream_);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << "unregistered: " << st.ToString();
+}
+
+// Device::GatherObjectsAsync (Publish's whole-object D2H of small slots):
+// every slot of every object byte-exact at its object offset, with the
+// CRC32C the CPU computes, the bytes between slots zeros; slots of odd
+// sizes and a misaligned one (the kernel's byte path), 70 objects (a large
+// launch) into pinned memory and 3 (a small one) into device memory; and
+// every refusal made before anything is enqueued.
+TEST_F(CudaPlatformTest, GathersWholeObjectsWithTheirSlotCrcs) {
+  constexpr uint64_t kPages = 100;
+  struct Shape {
+    uint64_t bytes, stride, base_skew;
+  };
+  const Shape shapes[] = {{4096, 4096, 0}, {1000, 1024, 8}, {16384, 16384, 0}, {48, 512, 0},
+                          {4112, 8192, 16}};
+  std::vector<SlotSpan> spans;
+  uint64_t offset = 0;
+  std::mt19937_64 rng(11);
+  std::vector<std::vector<uint8_t>> page_bytes;  // per slot, the whole region
+  for (const Shape& sh : shapes) {
+    const uint64_t region = sh.base_skew + sh.stride * kPages;
+    const DevPtr base = Alloc(region);
+    ASSERT_NE(base, 0u);
+    std::vector<uint8_t> b(region);
+    for (auto& x : b) x = static_cast<uint8_t>(rng());
+    ASSERT_NO_FATAL_FAILURE(Upload(base, b.data(), b.size()));
+    page_bytes.push_back(std::move(b));
+    spans.push_back({base + sh.base_skew, sh.stride, sh.bytes, offset});
+    offset = (offset + sh.bytes + 511) / 512 * 512;
+  }
+  Result<std::unique_ptr<SlotTable>> made = dev_->CreateSlotTable(spans, kPages);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  const SlotTable& table = **made;
+  ASSERT_EQ(table.slots(), spans.size());
+  const uint64_t object_bytes = table.object_bytes();
+  EXPECT_EQ(object_bytes, spans.back().offset + spans.back().bytes);
+  const uint64_t stride = (object_bytes + 511) / 512 * 512;
+
+  const auto check = [&](const uint8_t* objects, const uint32_t* crcs,
+                         const std::vector<ObjectGather>& todo, uint64_t base) {
+    for (size_t i = 0; i < todo.size(); ++i) {
+      const uint8_t* obj = objects + (todo[i].object - base);
+      uint64_t at = 0;
+      for (size_t j = 0; j < spans.size(); ++j) {
+        const uint8_t* want = page_bytes[j].data() + shapes[j].base_skew + todo[i].page * spans[j].stride;
+        for (; at < spans[j].offset; ++at) {
+          ASSERT_EQ(obj[at], 0) << "object " << i << " byte " << at << " between slots";
+        }
+        ASSERT_EQ(CompareBytes(want, obj + spans[j].offset, spans[j].bytes), "")
+            << "object " << i << " slot " << j;
+        EXPECT_EQ(crcs[i * spans.size() + j], Crc32c({want, spans[j].bytes}))
+            << "object " << i << " slot " << j;
+        at = spans[j].offset + spans[j].bytes;
+      }
+    }
+  };
+
+  // 70 objects into registered host memory (as the Manager's pool is: the
+  // staged path, gathered into device staging and moved by the copy
+  // engines), CRCs into pinned memory.
+  constexpr size_t kObjects = 70;
+  const size_t host_bytes = (kObjects * stride + 4095) / 4096 * 4096;
+  void* raw = nullptr;
+  ASSERT_EQ(posix_memalign(&raw, 4096, host_bytes), 0);
+  std::unique_ptr<void, decltype(&std::free)> objects(raw, &std::free);
+  ASSERT_TRUE(RegisterHostMemory(raw, host_bytes).ok());
+  struct Unregister {
+    void* p;
+    ~Unregister() { UnregisterHostMemory(p).IgnoreError("test teardown"); }
+  } unregister{raw};
+  PinnedAllocation crcs = Pinned(kObjects * spans.size() * sizeof(uint32_t));
+  ASSERT_TRUE(crcs);
+  std::memset(raw, 0xEE, host_bytes);
+  auto* obj_bytes = static_cast<uint8_t*>(raw);
+  std::vector<ObjectGather> todo;
+  for (size_t i = 0; i < kObjects; ++i) todo.push_back({rng() % kPages, Addr(obj_bytes + i * stride)});
+  auto* crc_out = static_cast<uint32_t*>(crcs.data());
+  Status st = dev_->GatherObjectsAsync(table, todo, crc_out, *stream_);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ASSERT_NO_FATAL_FAILURE(Drain());
+  check(obj_bytes, crc_out, todo, Addr(obj_bytes));
+
+  // 5 objects into pinned memory the driver classifies.
+  PinnedAllocation pinned = Pinned(5 * stride);
+  ASSERT_TRUE(pinned);
+  std::memset(pinned.data(), 0xEE, 5 * stride);
+  auto* pinned_bytes = static_cast<uint8_t*>(pinned.data());
+  std::vector<ObjectGather> five;
+  for (size_t i = 0; i < 5; ++i) five.push_back({rng() % kPages, Addr(pinned_bytes + i * stride)});
+  st = dev_->GatherObjectsAsync(table, five, crc_out, *stream_);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ASSERT_NO_FATAL_FAILURE(Drain());
+  check(pinned_bytes, crc_out, five, Addr(pinned_bytes));
+
+  // 3 objects into device memory, CRCs into device memory.
+  const DevPtr dev_objects = Alloc(3 * stride);
+  const DevPtr dev_crcs = Alloc(3 * spans.size() * sizeof(uint32_t));
+  ASSERT_TRUE(dev_objects != 0 && dev_crcs != 0);
+  ASSERT_TRUE(dev_->MemsetAsync(dev_objects, 0xEE, 3 * stride, *stream_).ok());
+  std::vector<ObjectGather> three = {{kPages - 1, dev_objects},
+                                     {0, dev_objects + stride},
+                                     {42, dev_objects + 2 * stride}};
+  st = dev_->GatherObjectsAsync(table, three, reinterpret_cast<uint32_t*>(dev_crcs), *stream_);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ASSERT_NO_FATAL_FAILURE(Drain());
+  const std::vector<uint8_t> got = Download(dev_objects, 3 * stride);
+  const std::vector<uint8_t> got_crcs = Download(dev_crcs, 3 * spans.size() * sizeof(uint32_t));
+  check(got.data(), reinterpret_cast<const uint32_t*>(got_crcs.data()), three, dev_objects);
+
+  // Refusals, nothing enqueued.
+  std::vector<uint8_t> pageable(stride);
+  const auto code = [&](std::vector<ObjectGather> o, uint32_t* c) {
+    return dev_->GatherObjectsAsync(table, o, c, *stream_).code();
+  };
+  EXPECT_EQ(code({{kPages, Addr(obj_bytes)}}, crc_out), StatusCode::kInvalidArgument);
+  EXPECT_EQ(code({{0, Addr(pageable.data())}}, crc_out), StatusCode::kInvalidArgument);
+  EXPECT_EQ(code({{0, Addr(obj_bytes)}}, nullptr), StatusCode::kInvalidArgument);
+  std::vector<uint32_t> pageable_crcs(spans.size());
+  EXPECT_EQ(code({{0, Addr(obj_bytes)}}, pageable_crcs.data()), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(dev_->GatherObjectsAsync(table, {}, nullptr, *stream_).ok());
+  const auto table_code = [&](std::vector<SlotSpan> sl, uint64_t pages) {
+    return dev_->CreateSlotTable(sl, pages).status().code();
+  };
+  SlotSpan past = spans[0];
+  EXPECT_EQ(table_code({past}, kPages + 1), StatusCode::kInvalidArgument) << "past its allocation";
+  SlotSpan host = {Addr(pageable.data()), 0, 64, 0};
+  EXPECT_EQ(table_code({host}, 1), StatusCode::kInvalidArgument) << "host memory";
+  SlotSpan big = spans[2];
+  big.bytes = kGatherSlotMaxBytes + 16;
+  EXPECT_EQ(table_code({big}, 1), StatusCode::kInvalidArgument) << "over 16 KiB";
+  SlotSpan skewed = spans[0];
+  skewed.offset = 8;
+  EXPECT_EQ(table_code({skewed}, kPages), StatusCode::kInvalidArgument) << "misaligned offset";
+  SlotSpan overlapping = spans[0];
+  overlapping.offset = spans[1].offset - 512;  // spans[0] is 4096 bytes at 0: overlaps [1]
+  EXPECT_EQ(table_code({spans[0], spans[1], overlapping}, kPages), StatusCode::kInvalidArgument);
+  EXPECT_EQ(table_code({}, kPages), StatusCode::kInvalidArgument);
+  EXPECT_EQ(table_code({spans[0]}, 0), StatusCode::kInvalidArgument);
 }
 
 TEST_F(CudaPlatformTest, MemsetsAnUnalignedRange) {

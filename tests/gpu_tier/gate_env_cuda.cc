@@ -51,6 +51,14 @@ class LocalIpcDevice : public gpu::Device {
   Status Crc32cAsync(std::span<const gpu::CrcOp> ops, uint32_t* out, gpu::Stream& s) override {
     return d_->Crc32cAsync(ops, out, s);
   }
+  Result<std::unique_ptr<gpu::SlotTable>> CreateSlotTable(std::span<const gpu::SlotSpan> slots,
+                                                          uint64_t pages) override {
+    return d_->CreateSlotTable(slots, pages);
+  }
+  Status GatherObjectsAsync(const gpu::SlotTable& t, std::span<const gpu::ObjectGather> objects,
+                            uint32_t* crcs, gpu::Stream& s) override {
+    return d_->GatherObjectsAsync(t, objects, crcs, s);
+  }
   Result<std::unique_ptr<gpu::Stream>> CreateStream() override { return d_->CreateStream(); }
   Result<std::unique_ptr<gpu::Event>> CreateEvent() override { return d_->CreateEvent(); }
   Status Record(gpu::Event& e, gpu::Stream& s) override { return d_->Record(e, s); }

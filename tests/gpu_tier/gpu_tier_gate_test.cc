@@ -68,6 +68,7 @@ struct Options {
   uint64_t slot_bytes = 4u << 20;
   AdmissionPolicy admission = AdmissionPolicy::kReuse;  // published objects live on SSD
   bool publish_gpu_crc = true;
+  bool publish_gather = true;  // --publish-gather
   bool dram_encoded = false;  // --codec-dram-copy encoded
   bool cost_observations = false;
   uint64_t publish_batch_bytes = 16u << 20;  // --publish-batch-bytes
@@ -134,6 +135,7 @@ class GpuTierGate : public ::testing::Test {
     c.options.admission_reuse = o.admission == AdmissionPolicy::kReuse;
     c.gpu_slot_bytes = o.slot_bytes;
     c.publish_gpu_crc = o.publish_gpu_crc;
+    c.options.publish_gather = o.publish_gather;
     c.options.codec_dram_copy_encoded = o.dram_encoded;
     c.options.cost_observations = o.cost_observations;
     c.options.publish_batch_bytes = o.publish_batch_bytes;
@@ -840,6 +842,109 @@ TEST_F(GpuTierGate, AWrongGpuCrcAtPublishIsCorruptionOnTheSsdRestore) {
   faults->CorruptCrcs(1);
   FillAndPublish(e, 1, 0, 1);
   ExpectCorruptRestore(e, 1, 8, "payload CRC32C");
+}
+
+// ---- whole-object gathers of small slots (issue 18: the 70B TP=8 publish) --------
+
+// Slots of 16 KiB or less (odd sizes among them) publish as whole-object
+// gathers with their CRCs from the same kernel: 70 objects in a few batches,
+// each one gather, leave on SSD exactly the objects (headers and payloads)
+// that --publish-gather=false's slot-by-slot copies and CRC kernels leave,
+// and restore byte-exact from SSD (every segment CRC checked).
+TEST_F(GpuTierGate, GatheredPublishWritesTheObjectsSlotBySlotCopiesWrite) {
+  const std::vector<uint64_t> slots = {4096, 1000, 16384, 48, 4112};
+  constexpr uint64_t kObjects = 70;
+  const uint64_t object = ObjectSize(slots);
+  std::vector<uint8_t> written[2];
+  for (int gather = 0; gather < 2; ++gather) {
+    Options o;
+    o.backend = SsdBackend::kUring;
+    o.publish_gather = gather == 1;
+    o.publish_batch_bytes = 1u << 20;  // several batches
+    ASSERT_NO_FATAL_FAILURE(Start(o));
+    faults->ResetCalls();
+    Engine& e = Register(SplitLayout(kObjects + 8, slots));
+    FillAndPublish(e, 1, 0, kObjects);
+    EXPECT_EQ(faults->calls().gathered_objects, gather ? kObjects : 0u);
+    EXPECT_EQ(faults->calls().gathers > 1, gather == 1) << faults->calls().gathers << " gathers";
+    EXPECT_EQ(Plain("orbitkv_publish_crc_bytes_total", {{"where", "cpu"}}), 0);
+    for (uint64_t k = 1; k <= kObjects; ++k) {
+      const OnDisk d = Find(k);
+      const std::vector<uint8_t> b = ReadAt(d.path, d.offset, object);
+      written[gather].insert(written[gather].end(), b.begin(), b.end());
+    }
+    RestoreExact(e, 1, Range(8, kObjects));
+    if (gather == 1) break;  // TearDown checks and releases everything
+    mgr->Drain();
+    ASSERT_TRUE(mgr->UnregisterInstance(session, e.id).ok());
+    e.id = 0;  // its regions stay allocated until TearDown: the next ones differ in size
+    mgr.reset();
+    for (const std::string& path : ShardPaths(dir.File("cache.bin"), 1)) ::unlink(path.c_str());
+  }
+  EXPECT_TRUE(written[0] == written[1]) << "gathered objects differ from slot-by-slot ones";
+}
+
+// A gather refused for one object's page (a failed D2H of those pages): its
+// batch is redone object by object, so the objects before the failing one are
+// stored exactly and the call returns the error.
+TEST_F(GpuTierGate, ARefusedGatherRedoesItsBatchObjectByObject) {
+  Options o;
+  o.backend = SsdBackend::kUring;
+  ASSERT_NO_FATAL_FAILURE(Start(o));
+  Engine& e = Register(SplitLayout(32, {4096, 4096, 2048}));
+  std::vector<uint64_t> pages;
+  for (uint64_t p = 0; p < 24; ++p) {
+    Fill(e, p, 1 + p);
+    pages.push_back(p);
+  }
+  faults->ResetCalls();
+  const SlotLayout& s = e.layout.groups[0].slots[1];
+  faults->RefuseCopiesFrom(SlotPtr(e, s, 20), s.bytes_per_page, 2,
+                           Status::IOError("injected D2H failure of page 20", EIO));
+  PublishRequest p;
+  p.instance = e.id;
+  for (uint64_t i = 0; i < 24; ++i) p.keys.push_back(K(1 + i));
+  p.pages = pages;
+  Result<PublishResult> r = mgr->Publish(session, p);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("injected D2H failure of page 20"), std::string::npos)
+      << r.status().ToString();
+  mgr->Drain();
+  EXPECT_EQ(Query(e, 1, 24).prefix, 20u);
+  RestoreExact(e, 1, Range(0, 20));
+}
+
+// A gather whose CRC launch fails: the batch is redone object by object with
+// the CRCs on the CPU, every object stored exactly (the SSD restore checks
+// them), and the next batches gather again.
+TEST_F(GpuTierGate, AFailedGatherStoresItsBatchWithCpuCrcs) {
+  Options o;
+  o.backend = SsdBackend::kUring;
+  o.publish_batch_bytes = 256u << 10;
+  ASSERT_NO_FATAL_FAILURE(Start(o));
+  Engine& e = Register(SplitLayout(48, {8192, 8192, 8192}));
+  faults->ResetCalls();
+  faults->RefuseCrcs(1, Status::Internal("injected gather launch failure"));
+  FillAndPublish(e, 1, 0, 40);
+  EXPECT_GT(Plain("orbitkv_publish_crc_bytes_total", {{"where", "cpu"}}), 0);
+  EXPECT_GT(Plain("orbitkv_publish_crc_bytes_total", {{"where", "gpu"}}), 0);
+  EXPECT_GT(faults->calls().gathers, 0u);
+  RestoreExact(e, 1, Range(0, 40));
+}
+
+// A device that does not gather (CreateSlotTable Unavailable): the same
+// small slots publish slot by slot with GPU CRCs, exactly.
+TEST_F(GpuTierGate, ADeviceThatDoesNotGatherPublishesSlotBySlot) {
+  Options o;
+  o.backend = SsdBackend::kUring;
+  ASSERT_NO_FATAL_FAILURE(Start(o));
+  faults->DenySlotTables(true);
+  faults->ResetCalls();
+  Engine& e = Register(SplitLayout(16, {4096, 4096}));
+  FillAndPublish(e, 1, 0, 8);
+  EXPECT_EQ(faults->calls().gathers, 0u);
+  EXPECT_EQ(Plain("orbitkv_publish_crc_bytes_total", {{"where", "gpu"}}), 8.0 * 8192);
+  RestoreExact(e, 1, Range(8, 8));
 }
 
 // ---- storage codecs (issue 17): encoded namespaces of CUDA pages ------------------
