@@ -904,12 +904,19 @@ Result<std::unique_ptr<SlotTable>> CudaDevice::CreateSlotTable(std::span<const S
                            CheckSlotSpans(slots, pages, &extents, &zero_after));
   uint64_t first_offset = object_bytes;
   const std::shared_ptr<const AddressRangeTable> known = KnownRanges();
+  RangeLookup ranges(*known);
   std::vector<GatherSlotDesc> descs;
   descs.reserve(slots.size());
   for (size_t i = 0; i < slots.size(); ++i) {
     const SlotSpan& sl = slots[i];
-    const size_t at = known->Find(sl.base, extents[i]);
-    if (at == AddressRangeTable::npos || (*known)[at].kind != Memory::kThisDevice) {
+    // From the device's table, else the allocation the driver names (kept in
+    // `ranges` by Classify): every page's bytes inside it.
+    Memory m = Memory::kUnknown;
+    if (!ranges.Find(sl.base, extents[i], &m)) {
+      Classify(sl.base, 1, &ranges);
+      if (!ranges.Find(sl.base, extents[i], &m)) m = Memory::kUnknown;
+    }
+    if (m != Memory::kThisDevice) {
       return Status::InvalidArgument("CreateSlotTable slot " + std::to_string(i) + ": [" +
                                      Hex(sl.base) + ", +" + std::to_string(extents[i]) +
                                      ") is not inside one allocation or IPC mapping of cuda:" +
