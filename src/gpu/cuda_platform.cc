@@ -977,17 +977,18 @@ Status CudaDevice::GatherObjectsAsync(const SlotTable& table, std::span<const Ob
   }
   ORBITKV_RETURN_IF_ERROR(MakeCurrent());
   const auto slots = static_cast<uint32_t>(t->slots());
-  // Objects in host memory, under the staged mover: gathered into device
-  // staging (a short kernel) and moved to the host by the copy engines,
-  // double-buffered, as its other copies to the host are. Written straight
-  // to the host from the kernel, a 70B TP=8 publish ran at 59% of D2H against
-  // the copy engines' 97-99% for the same bytes (H100, session 19). The
+  // Objects in host memory: gathered into the staged mover's device staging
+  // (a short kernel) and moved to the host by the copy engines,
+  // double-buffered, as its other copies to the host are; under
+  // ORBITKV_GPU_COPY=kernel (the zero-copy mover) the kernel writes them
+  // straight to the host. A 70B TP=8 publish ran at 59% of D2H written
+  // straight from the kernel and 68-72% staged (H100, session 19). The
   // staging is shared with the mover's other callers in FIFO order, so, as
   // CopyAsync does, only from a caller stream with nothing pending.
   const uint64_t first = t->first_offset();
   const uint64_t span = t->object_bytes() - first;
   const uint64_t stride = (span + 15) / 16 * 16;  // per object in staging
-  if (!all_host || copy_.mode != HostCopyMode::kStaged || stride > shape_.chunk_bytes ||
+  if (!all_host || copy_.mode == HostCopyMode::kKernel || stride > shape_.chunk_bytes ||
       cudaStreamQuery(s->get()) != cudaSuccess) {
     ORBITKV_CUDA_RETURN_IF_ERROR(
         LaunchGatherObjects(t->table(), slots, descs.data(), descs.size(), crcs, s->get()));
