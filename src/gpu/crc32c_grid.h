@@ -190,8 +190,7 @@ ORBITKV_CRC_HD inline uint32_t CrcLeafContribution(const CrcSliceTables& s,
 // CRC (the object gather kernel, gpu/gather_kernel.cu, one block per slot).
 ORBITKV_CRC_HD inline uint32_t CrcLeafOfShortRange(const CrcSliceTables& s,
                                                    const CrcShiftTables& shifts,
-                                                   const uint8_t* data, uint64_t n,
-                                                   uint32_t leaf) {
+                                                   const uint8_t* data, uint64_t n, uint32_t leaf) {
   const uint64_t pad = kCrcPieceBytes - n;  // n <= kCrcPieceBytes
   const uint64_t vend = uint64_t{leaf + 1} * kCrcLeafBytes;
   if (vend <= pad) return 0;  // all padding

@@ -917,10 +917,10 @@ Result<std::unique_ptr<SlotTable>> CudaDevice::CreateSlotTable(std::span<const S
       if (!ranges.Find(sl.base, extents[i], &m)) m = Memory::kUnknown;
     }
     if (m != Memory::kThisDevice) {
-      return Status::InvalidArgument("CreateSlotTable slot " + std::to_string(i) + ": [" +
-                                     Hex(sl.base) + ", +" + std::to_string(extents[i]) +
-                                     ") is not inside one allocation or IPC mapping of cuda:" +
-                                     std::to_string(ordinal_));
+      return Status::InvalidArgument(
+          "CreateSlotTable slot " + std::to_string(i) + ": [" + Hex(sl.base) + ", +" +
+          std::to_string(extents[i]) +
+          ") is not inside one allocation or IPC mapping of cuda:" + std::to_string(ordinal_));
     }
     descs.push_back({sl.base, sl.stride, sl.bytes, sl.offset, zero_after[i]});
     first_offset = std::min(first_offset, sl.offset);
@@ -1010,7 +1010,8 @@ Status CudaDevice::GatherObjectsAsync(const SlotTable& table, std::span<const Ob
         [&](uint64_t buffer, cudaStream_t work) {
           staged.clear();
           // Object i's first slot at buffer + i * stride.
-          for (size_t i = 0; i < n; ++i) staged.push_back({descs[c + i].page, buffer + i * stride - first});
+          for (size_t i = 0; i < n; ++i)
+            staged.push_back({descs[c + i].page, buffer + i * stride - first});
           return LaunchGatherObjects(t->table(), slots, staged.data(), n, crcs + c * slots, work);
         },
         spans);

@@ -56,8 +56,8 @@ cudaError_t Launch(const GatherSlotDesc* table, uint32_t slots, const GatherObje
                    size_t count, uint32_t* crcs, cudaStream_t stream) {
   GatherLaunch<N> l;
   std::copy(objects, objects + count, l.objects);
-  GatherObjectsKernel<N><<<static_cast<unsigned>(count * slots), kCrcThreads, 0, stream>>>(
-      l, table, slots, crcs);
+  GatherObjectsKernel<N>
+      <<<static_cast<unsigned>(count * slots), kCrcThreads, 0, stream>>>(l, table, slots, crcs);
   return cudaGetLastError();
 }
 

@@ -101,9 +101,8 @@ cudaError_t StagedMover::Chunks(const StagedCopyPlan& plan, size_t first, size_t
   return cudaSuccess;
 }
 
-cudaError_t StagedMover::FilledChunk(
-    const std::function<cudaError_t(uint64_t, cudaStream_t)>& fill,
-    std::span<const CopyDesc> spans) {
+cudaError_t StagedMover::FilledChunk(const std::function<cudaError_t(uint64_t, cudaStream_t)>& fill,
+                                     std::span<const CopyDesc> spans) {
   MutexLock lock(mu_);
   if (!ready_) return cudaErrorNotReady;  // no Begin
   if (direction_ != CopyDirection::kToHost) return cudaErrorInvalidValue;

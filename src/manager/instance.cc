@@ -294,8 +294,8 @@ const gpu::SlotTable* Instance::GatherTable(uint32_t group) {
   std::vector<gpu::SlotSpan> spans;
   uint64_t largest = 0;
   for (const SlotLayout& s : g.slots) {
-    spans.push_back({DevicePage(s, 0), s.page_stride, s.bytes_per_page,
-                     shape.segments[s.slot_id].offset});
+    spans.push_back(
+        {DevicePage(s, 0), s.page_stride, s.bytes_per_page, shape.segments[s.slot_id].offset});
     largest = std::max(largest, s.bytes_per_page);
   }
   Result<std::unique_ptr<gpu::SlotTable>> made =
@@ -318,9 +318,8 @@ const gpu::SlotTable* Instance::GatherTable(uint32_t group) {
   return kept.get();
 }
 
-Result<Instance::ToHostJob> Instance::EnqueueGatherToHost(const gpu::SlotTable& table,
-                                                          std::span<const gpu::ObjectGather> objects,
-                                                          uint32_t* crcs) {
+Result<Instance::ToHostJob> Instance::EnqueueGatherToHost(
+    const gpu::SlotTable& table, std::span<const gpu::ObjectGather> objects, uint32_t* crcs) {
   const auto start = std::chrono::steady_clock::now();
   ToHostJob job;
   job.crcs = true;

@@ -131,11 +131,10 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
   // Small slots of CUDA pages, every slot this instance holds: a batch is
   // one gather of whole objects with their CRCs (Instance::GatherTable), not
   // a copy and a CRC descriptor per slot. Null: slot by slot.
-  const gpu::SlotTable* gather =
-      inst->cuda() && x.config.options.publish_gather && x.config.publish_gpu_crc &&
-              req.slot_ids.empty()
-          ? inst->GatherTable(req.group_id)
-          : nullptr;
+  const gpu::SlotTable* gather = inst->cuda() && x.config.options.publish_gather &&
+                                         x.config.publish_gpu_crc && req.slot_ids.empty()
+                                     ? inst->GatherTable(req.group_id)
+                                     : nullptr;
   // The D2H copies of one pending object's slots, appended to `to`.
   auto append_ops = [&](const DramView& v, uint64_t page, std::vector<gpu::CopyOp>* to) {
     for (const SlotLayout* sl : slots) {

@@ -397,8 +397,8 @@ TEST_F(CudaPlatformTest, GathersWholeObjectsWithTheirSlotCrcs) {
   struct Shape {
     uint64_t bytes, stride, base_skew;
   };
-  const Shape shapes[] = {{4096, 4096, 0}, {1000, 1024, 8}, {16384, 16384, 0}, {48, 512, 0},
-                          {4112, 8192, 16}};
+  const Shape shapes[] = {
+      {4096, 4096, 0}, {1000, 1024, 8}, {16384, 16384, 0}, {48, 512, 0}, {4112, 8192, 16}};
   std::vector<SlotSpan> spans;
   uint64_t offset = 0;
   std::mt19937_64 rng(11);
@@ -428,7 +428,8 @@ TEST_F(CudaPlatformTest, GathersWholeObjectsWithTheirSlotCrcs) {
       const uint8_t* obj = objects + (todo[i].object - base);
       uint64_t at = 0;
       for (size_t j = 0; j < spans.size(); ++j) {
-        const uint8_t* want = page_bytes[j].data() + shapes[j].base_skew + todo[i].page * spans[j].stride;
+        const uint8_t* want =
+            page_bytes[j].data() + shapes[j].base_skew + todo[i].page * spans[j].stride;
         for (; at < spans[j].offset; ++at) {
           ASSERT_EQ(obj[at], 0) << "object " << i << " byte " << at << " between slots";
         }
@@ -459,7 +460,8 @@ TEST_F(CudaPlatformTest, GathersWholeObjectsWithTheirSlotCrcs) {
   std::memset(raw, 0xEE, host_bytes);
   auto* obj_bytes = static_cast<uint8_t*>(raw);
   std::vector<ObjectGather> todo;
-  for (size_t i = 0; i < kObjects; ++i) todo.push_back({rng() % kPages, Addr(obj_bytes + i * stride)});
+  for (size_t i = 0; i < kObjects; ++i)
+    todo.push_back({rng() % kPages, Addr(obj_bytes + i * stride)});
   auto* crc_out = static_cast<uint32_t*>(crcs.data());
   Status st = dev_->GatherObjectsAsync(table, todo, crc_out, *stream_);
   ASSERT_TRUE(st.ok()) << st.ToString();
@@ -483,9 +485,8 @@ TEST_F(CudaPlatformTest, GathersWholeObjectsWithTheirSlotCrcs) {
   const DevPtr dev_crcs = Alloc(3 * spans.size() * sizeof(uint32_t));
   ASSERT_TRUE(dev_objects != 0 && dev_crcs != 0);
   ASSERT_TRUE(dev_->MemsetAsync(dev_objects, 0xEE, 3 * stride, *stream_).ok());
-  std::vector<ObjectGather> three = {{kPages - 1, dev_objects},
-                                     {0, dev_objects + stride},
-                                     {42, dev_objects + 2 * stride}};
+  std::vector<ObjectGather> three = {
+      {kPages - 1, dev_objects}, {0, dev_objects + stride}, {42, dev_objects + 2 * stride}};
   st = dev_->GatherObjectsAsync(table, three, reinterpret_cast<uint32_t*>(dev_crcs), *stream_);
   ASSERT_TRUE(st.ok()) << st.ToString();
   ASSERT_NO_FATAL_FAILURE(Drain());

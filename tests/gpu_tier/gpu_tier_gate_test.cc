@@ -69,7 +69,7 @@ struct Options {
   AdmissionPolicy admission = AdmissionPolicy::kReuse;  // published objects live on SSD
   bool publish_gpu_crc = true;
   bool publish_gather = true;  // --publish-gather
-  bool dram_encoded = false;  // --codec-dram-copy encoded
+  bool dram_encoded = false;   // --codec-dram-copy encoded
   bool cost_observations = false;
   uint64_t publish_batch_bytes = 16u << 20;  // --publish-batch-bytes
   uint64_t uring_gpu_staging = 32u << 20;    // --ssd-uring-gpu-staging
