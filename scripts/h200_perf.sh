@@ -16,7 +16,8 @@
 #   default staged mover; dram-engines: one DMA per slot; dram-kernel: the
 #   zero-copy kernel) for llama-3.1-8b (with the naive GPU baseline),
 #   qwen3-8b, llama-3.1-70b-tp8 and llama-3.1-8b in a page-first layout,
-#   and publish-only (HBM -> DRAM) for llama-3.1-8b and llama-3.1-70b-tp8,
+#   and publish-only (HBM -> DRAM) for llama-3.1-8b and llama-3.1-70b-tp8 (and
+#   the 70B once more with --publish-gather=true),
 #   each next to pinned cudaMemcpy H2D/D2H measured in the same run; the
 #   hybrid qwen3-next-hybrid (registered with its model description: each
 #   query's recovery plan restores the attention blocks and one Gated DeltaNet
@@ -174,6 +175,11 @@ case "${1:-}" in
     pub=(--workload publish-only --device cuda:0 --working-set 8gib --routes $movers)
     one publish-llama8b "${pub[@]}" --model llama-3.1-8b
     one publish-llama70b-tp8 "${pub[@]}" --model llama-3.1-70b-tp8
+    # The 70B TP=8 rank's 160 slots of 4 KiB gathered as whole objects
+    # (--publish-gather, off by default until its CUDA runs are clean), with
+    # the bench's one-block probes checking what it stored.
+    one publish-llama70b-tp8-gather --workload publish-only --device cuda:0 --working-set 8gib \
+      --routes dram --model llama-3.1-70b-tp8 --manager-flag=--publish-gather=true
     # The 8B restore and publish beside an engine's compute (busy() above).
     busy_benches
     # A hybrid model with its description: the plans' bytes, what they skipped, GB/s.

@@ -63,8 +63,7 @@ Result<std::unique_ptr<CudaDecoder>> CudaDecoder::Create(uint32_t max_frames) {
   ORBITKV_CUDA_RETURN_IF_ERROR(
       cudaMalloc(reinterpret_cast<void**>(&b->dev_tables), sizeof(Crc32cTables)));
   const Crc32cTables tables = MakeCrc32cTables();
-  ORBITKV_CUDA_RETURN_IF_ERROR(
-      cudaMemcpy(b->dev_tables, &tables, sizeof tables, cudaMemcpyHostToDevice));
+  ORBITKV_CUDA_RETURN_IF_ERROR(gpu::CopyToDeviceAndWait(b->dev_tables, &tables, sizeof tables));
   return std::unique_ptr<CudaDecoder>(new CudaDecoder(std::move(b)));
 }
 
@@ -286,8 +285,7 @@ Result<std::unique_ptr<CudaEncoder>> CudaEncoder::Create(uint32_t max_segments) 
   ORBITKV_CUDA_RETURN_IF_ERROR(
       cudaMalloc(reinterpret_cast<void**>(&b->dev_jobs), sizeof(internal::AnsEncodeJob) * n));
   const Crc32cTables tables = MakeCrc32cTables();
-  ORBITKV_CUDA_RETURN_IF_ERROR(
-      cudaMemcpy(b->dev_tables, &tables, sizeof tables, cudaMemcpyHostToDevice));
+  ORBITKV_CUDA_RETURN_IF_ERROR(gpu::CopyToDeviceAndWait(b->dev_tables, &tables, sizeof tables));
   return std::unique_ptr<CudaEncoder>(new CudaEncoder(std::move(b)));
 }
 

@@ -26,6 +26,17 @@ bool IsStickyCudaError(cudaError_t err) {
   }
 }
 
+cudaError_t CopyToDeviceAndWait(void* dst, const void* src, size_t bytes) {
+  cudaStream_t stream = nullptr;
+  cudaError_t err = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  if (err != cudaSuccess) return err;
+  err = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream);
+  const cudaError_t synced = cudaStreamSynchronize(stream);
+  const cudaError_t destroyed = cudaStreamDestroy(stream);
+  if (err == cudaSuccess) err = synced;
+  return err == cudaSuccess ? destroyed : err;
+}
+
 std::string CudaErrorText(cudaError_t err) {
   const char* name = cudaGetErrorName(err);
   const char* text = cudaGetErrorString(err);

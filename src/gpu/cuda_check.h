@@ -30,6 +30,16 @@ bool IsStickyCudaError(cudaError_t err);
 // "cudaErrorMemoryAllocation (2): out of memory".
 std::string CudaErrorText(cudaError_t err);
 
+// Copies `bytes` of host memory (pageable or pinned) to device memory `dst`
+// and returns once they are there. cudaMemcpy from pageable memory may return
+// as soon as the bytes are staged, before its DMA reaches the device, and
+// kernels on non-blocking streams are not ordered after it: a table uploaded
+// that way and read at once by such a kernel can be read before it arrives
+// (a gathered publish restored wrong bytes on an H200 beside a busy GPU,
+// session 19). A stream of its own, synchronised. REQUIRES: the current
+// device is dst's.
+cudaError_t CopyToDeviceAndWait(void* dst, const void* src, size_t bytes);
+
 }  // namespace orbitkv::gpu
 
 // A Status for the CUDA runtime call `call` (any expression yielding cudaError_t).

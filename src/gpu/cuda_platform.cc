@@ -929,8 +929,9 @@ Result<std::unique_ptr<SlotTable>> CudaDevice::CreateSlotTable(std::span<const S
   GatherSlotDesc* table = nullptr;
   const size_t bytes = sizeof(GatherSlotDesc) * descs.size();
   ORBITKV_CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(&table), bytes));
-  if (const cudaError_t e = cudaMemcpy(table, descs.data(), bytes, cudaMemcpyHostToDevice);
-      e != cudaSuccess) {
+  // On the device before the first gather can run: the gathers' kernels are
+  // on non-blocking streams, not ordered after a plain cudaMemcpy's DMA.
+  if (const cudaError_t e = CopyToDeviceAndWait(table, descs.data(), bytes); e != cudaSuccess) {
     cudaFree(table);
     ORBITKV_CUDA_RETURN_IF_ERROR(e);
   }

@@ -525,6 +525,57 @@ TEST_F(CudaPlatformTest, GathersWholeObjectsWithTheirSlotCrcs) {
   EXPECT_EQ(table_code({spans[0]}, 0), StatusCode::kInvalidArgument);
 }
 
+// Regression (session 19: a gathered 70B publish restored wrong bytes for
+// its first block on an H200 beside a busy GPU): CreateSlotTable uploaded its
+// table with cudaMemcpy from pageable memory, which may return before the
+// DMA reaches the device, and the first gather's kernel, on a non-blocking
+// stream, is not ordered after it, so it could read the table before it
+// arrived. Here the copy engines are kept busy by 256 MiB host-to-device
+// copies queued on another stream when the table is made, and the first
+// gather is launched at once: every object must hold its slots' bytes.
+TEST_F(CudaPlatformTest, AGatherRightAfterItsTableIsMadeSeesTheWholeTable) {
+  constexpr uint64_t kSlot = 4096, kPages = 64, kSlots = 8, kBig = 256u << 20;
+  const DevPtr pages = Alloc(kSlots * kPages * kSlot);
+  const DevPtr sink = Alloc(kBig);
+  ASSERT_TRUE(pages != 0 && sink != 0);
+  std::vector<uint8_t> bytes(kSlots * kPages * kSlot);
+  std::mt19937_64 rng(19);
+  for (auto& b : bytes) b = static_cast<uint8_t>(rng());
+  ASSERT_NO_FATAL_FAILURE(Upload(pages, bytes.data(), bytes.size()));
+  PinnedAllocation big = Pinned(kBig);
+  PinnedAllocation objects = Pinned(kPages * kSlots * kSlot);
+  PinnedAllocation crcs = Pinned(kPages * kSlots * sizeof(uint32_t));
+  ASSERT_TRUE(big && objects && crcs);
+  std::memset(objects.data(), 0xEE, kPages * kSlots * kSlot);
+  Result<std::unique_ptr<Stream>> busy = dev_->CreateStream();
+  ASSERT_TRUE(busy.ok());
+  for (int i = 0; i < 8; ++i) {
+    ASSERT_TRUE(dev_->CopyAsync(std::vector<CopyOp>{{sink, Addr(big.data()), kBig}}, **busy).ok());
+  }
+  std::vector<SlotSpan> spans;
+  for (uint64_t j = 0; j < kSlots; ++j) {
+    spans.push_back({pages + j * kPages * kSlot, kSlot, kSlot, j * kSlot});
+  }
+  Result<std::unique_ptr<SlotTable>> table = dev_->CreateSlotTable(spans, kPages);
+  ASSERT_TRUE(table.ok()) << table.status().ToString();
+  auto* obj = static_cast<uint8_t*>(objects.data());
+  std::vector<ObjectGather> todo;
+  for (uint64_t p = 0; p < kPages; ++p) todo.push_back({p, Addr(obj + p * kSlots * kSlot)});
+  Status st =
+      dev_->GatherObjectsAsync(**table, todo, static_cast<uint32_t*>(crcs.data()), *stream_);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ASSERT_NO_FATAL_FAILURE(Drain());
+  ASSERT_TRUE(dev_->Synchronize(**busy).ok());
+  for (uint64_t p = 0; p < kPages; ++p) {
+    for (uint64_t j = 0; j < kSlots; ++j) {
+      const uint8_t* want = bytes.data() + (j * kPages + p) * kSlot;
+      ASSERT_EQ(CompareBytes(want, obj + (p * kSlots + j) * kSlot, kSlot), "")
+          << "page " << p << " slot " << j;
+      ASSERT_EQ(static_cast<uint32_t*>(crcs.data())[p * kSlots + j], Crc32c({want, kSlot}));
+    }
+  }
+}
+
 TEST_F(CudaPlatformTest, MemsetsAnUnalignedRange) {
   constexpr size_t kBytes = 1u << 20;
   const DevPtr p = Alloc(kBytes);
