@@ -27,6 +27,9 @@
 //    CRC32C before any output byte); no device scratch.
 //  * CreateFrameEncoder: the CPU codec's Encode on the stream's thread (its
 //    frames are the CPU encoder's); no device scratch.
+//  * CreateSlotTable / GatherObjectsAsync: the slot rules (gpu/slot_spans.h),
+//    each slot's pages inside one allocation or IPC mapping of the device,
+//    then memcpy, zeroed gaps and ISA-L CRC32Cs on the stream's thread.
 //
 // Stricter than CUDA where that catches bugs cheaply (each refusal is
 // FailedPrecondition unless noted): RegisterBuffer/RegisterStream/RegisterFile
