@@ -64,11 +64,11 @@ struct RouteRunConfig {
 // path. ManagerView::delta holds "cost_<path>_sum" and "cost_<path>_count"
 // over the measured phases.
 inline constexpr const char* kCostPaths[] = {
-    "dram_restore_plan",  "h2d_copy_enqueue",    "h2d_copy_wait",   "d2h_copy_enqueue",
-    "d2h_copy_wait",      "gpu_decode_enqueue",  "gpu_decode_wait", "ssd_uring_restore",
-    "ssd_cufile_restore", "publish_assemble",    "publish_seal",    "h2d_copy_call",
-    "d2h_copy_call",      "d2h_crc_launch",      "publish_call",    "ssd_uring_verify",
-    "ssd_uring_promote",  "ssd_uring_gpu_check",
+    "dram_restore_plan",  "h2d_copy_enqueue",    "h2d_copy_wait",      "d2h_copy_enqueue",
+    "d2h_copy_wait",      "gpu_decode_enqueue",  "gpu_decode_wait",    "ssd_uring_restore",
+    "ssd_cufile_restore", "publish_assemble",    "publish_seal",       "h2d_copy_call",
+    "d2h_copy_call",      "d2h_crc_launch",      "publish_call",       "ssd_uring_verify",
+    "ssd_uring_promote",  "ssd_uring_gpu_check", "publish_pool_begin",
 };
 
 // Gauges' peaks and counters' deltas from the Manager's /metrics.

@@ -100,6 +100,7 @@ ManagerMetrics ManagerMetrics::Register(MetricsRegistry& m, bool ssd, bool cost_
     };
     x.cost_dram_plan = child("dram_restore_plan");
     x.cost_publish_assemble = child("publish_assemble");
+    x.cost_publish_pool_begin = child("publish_pool_begin");
     x.cost_publish_seal = child("publish_seal");
     x.cost_gpu_decode_enqueue = child("gpu_decode_enqueue");
     x.cost_gpu_decode_wait = child("gpu_decode_wait");

@@ -29,6 +29,7 @@ struct ManagerMetrics {
   // enqueue (CopyAsync + Record) and wait, per direction (0 H2D, 1 D2H).
   Histogram* cost_dram_plan = nullptr;
   Histogram* cost_publish_assemble = nullptr;    // per object: pool entry, header, its copies
+  Histogram* cost_publish_pool_begin = nullptr;  // its pool entry alone (BeginAssembly)
   Histogram* cost_publish_seal = nullptr;        // per batch: after its D2H wait, the seals
   Histogram* cost_gpu_decode_enqueue = nullptr;  // the DRAM GPU decode lanes' batches
   Histogram* cost_gpu_decode_wait = nullptr;

@@ -317,7 +317,12 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
     }
     WriteObjectHeader(id, shape.slot_bytes, ObjectCodec{}, {}, header);  // CRCs at seal
     auto begin = [&] { return x.dram->BeginAssembly(id, shape.object_size, g.num_slots, header); };
-    Result<DramView> v = begin();
+    Result<DramView> v = [&] {
+      const CostTimer pool(x.m.cost_publish_pool_begin);
+      Result<DramView> r = begin();
+      pool.Observe();
+      return r;
+    }();
     if (!v.ok() && v.status().code() == StatusCode::kResourceExhausted &&
         (!batch.empty() || !flying.empty())) {
       // This call's own unsealed objects hold room: seal them (they become

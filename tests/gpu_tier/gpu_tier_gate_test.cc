@@ -415,6 +415,11 @@ class GpuTierGate : public ::testing::Test {
     std::vector<uint64_t> pages(objects);
     std::iota(pages.begin(), pages.end(), uint64_t{0});
     RestoreExact(e, 1, pages);
+    // One pool entry per object, inside its assembly.
+    EXPECT_EQ(Plain("orbitkv_cost_seconds", {{"path", "publish_pool_begin"}}),
+              static_cast<double>(objects));
+    EXPECT_EQ(Plain("orbitkv_cost_seconds", {{"path", "publish_assemble"}}),
+              static_cast<double>(objects));
     return Plain("orbitkv_cost_seconds", {{"path", "d2h_copy_enqueue"}});
   }
 };
