@@ -40,7 +40,8 @@
 #
 #     scripts/h200_perf.sh busy BUNDLE_DIR OUT_DIR [SSD_DIR]
 #   runs only the DRAM <-> HBM runs beside an engine's compute: restore
-#   (unverified) and publish of llama-3.1-8b on the three movers, and
+#   (unverified) and publish of llama-3.1-8b on the three movers, the 70B
+#   TP=8 publish with --publish-gather=true, and
 #   copy_latency_bench's 64 MiB calls idle and busy, while scripts/gpu_busy.py
 #   keeps the GPU busy from another process (the full run includes the two
 #   orbitkv-bench runs).
@@ -108,6 +109,12 @@ case "${1:-}" in
         --routes $movers --no-verify
       busy publish-busy one publish-llama8b-busy --workload publish-only --device cuda:0 \
         --working-set 2gib --model llama-3.1-8b --routes $movers
+      # The 70B TP=8 rank's whole-object gather beside the compute, with the
+      # one-block probes checking what it stored (session 19: one wrong block
+      # here before its table upload was made to wait).
+      busy publish-gather-busy one publish-llama70b-tp8-gather-busy --workload publish-only \
+        --device cuda:0 --working-set 4gib --model llama-3.1-70b-tp8 --routes dram \
+        --manager-flag=--publish-gather=true
     }
     if [[ $what == busy ]]; then
       busy_benches
