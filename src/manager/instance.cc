@@ -298,8 +298,16 @@ const gpu::SlotTable* Instance::GatherTable(uint32_t group) {
         {DevicePage(s, 0), s.page_stride, s.bytes_per_page, shape.segments[s.slot_id].offset});
     largest = std::max(largest, s.bytes_per_page);
   }
+  // A gather writes an object from its first slot to its last, zeros between
+  // them: only a writer of every slot of the group owns that whole span (a
+  // writer of some slots would overwrite the others' parts of a shared
+  // assembly).
   Result<std::unique_ptr<gpu::SlotTable>> made =
       !cuda() || spans.empty() ? Status::Unavailable("host pages")
+      : g.slots.size() != g.num_slots
+          ? Status::Unavailable("this instance writes " + std::to_string(g.slots.size()) + " of " +
+                                std::to_string(g.num_slots) +
+                                " slots; its objects are assembled with other writers' parts")
       : largest > gpu::kGatherSlotMaxBytes
           ? Status::Unavailable("slots of up to " + FormatByteSize(largest) + " (over " +
                                 FormatByteSize(gpu::kGatherSlotMaxBytes) +

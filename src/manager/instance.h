@@ -133,8 +133,9 @@ class Instance {
   // segment offsets): made at the group's first call and kept until
   // ReleaseDevice, so a batch is one descriptor per object, not two per slot
   // (issue 18: the 70B TP=8 rank's 160 slots of 4 KiB). Null, logged once per
-  // group, where the pages do not gather (host pages, a slot over
-  // gpu::kGatherSlotMaxBytes, a device that does not): copy slot by slot then.
+  // group, where the pages do not gather (host pages, an instance writing only
+  // some of the group's slots, a slot over gpu::kGatherSlotMaxBytes, a device
+  // that does not): copy slot by slot then.
   const gpu::SlotTable* GatherTable(uint32_t group) EXCLUDES(gather_mu_);
   // EnqueueToHost for a gather: each object's slots from its page, and their
   // CRC32Cs into `crcs` (table.slots() per object), on one D2H stream. Wait

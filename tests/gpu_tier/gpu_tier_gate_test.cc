@@ -952,6 +952,45 @@ TEST_F(GpuTierGate, ADeviceThatDoesNotGatherPublishesSlotBySlot) {
   RestoreExact(e, 1, Range(8, 8));
 }
 
+// Two writers of one group (each holding two of its four 4 KiB slots,
+// interleaved) publish the same key: the object is assembled from both
+// parts. A gather writes an object's span from its first slot to its last
+// and zeros between its slots, which for a writer of some of the slots
+// would cover the other writer's slots: such an instance copies slot by
+// slot. Both parts restore exactly, whichever writer publishes first.
+TEST_F(GpuTierGate, TwoWritersOfOneGroupKeepEachOthersSlots) {
+  Options o;
+  o.backend = SsdBackend::kUring;
+  ASSERT_NO_FATAL_FAILURE(Start(o));
+  auto half = [](std::vector<uint32_t> held) {
+    InstanceLayout l;
+    l.num_pages = 16;
+    GroupLayout g;
+    g.num_slots = 4;
+    g.slot_bytes = {4096, 4096, 4096, 4096};
+    for (uint32_t r = 0; r < held.size(); ++r) {
+      l.region_bytes.push_back(16 * 4096);
+      g.slots.push_back({held[r], r, 0, 4096, 4096});
+    }
+    l.groups.push_back(std::move(g));
+    return l;
+  };
+  Engine& a = Register(half({0, 2}));
+  Engine& b = Register(half({1, 3}));
+  for (uint64_t key : {1, 2}) {
+    Fill(a, key, key);
+    Fill(b, key, key);
+  }
+  // Key 1: a first; key 2: b first.
+  EXPECT_EQ(Publish(a, 1, {1}).sealed, 0u);
+  EXPECT_EQ(Publish(b, 1, {1}).sealed, 1u);
+  EXPECT_EQ(Publish(b, 2, {2}).sealed, 0u);
+  EXPECT_EQ(Publish(a, 2, {2}).sealed, 1u);
+  mgr->Drain();
+  RestoreExact(a, 1, {8, 9});  // from SSD: every segment CRC checked
+  RestoreExact(b, 1, {8, 9});
+}
+
 // ---- storage codecs (issue 17): encoded namespaces of CUDA pages ------------------
 
 // KV-like bf16 (a normal distribution; the codecs code it rather than store
