@@ -188,6 +188,7 @@ class CudaSlotTable final : public SlotTable {
         object_bytes_(object_bytes) {}
   ~CudaSlotTable() override {
     if (cudaSetDevice(ordinal_) != cudaSuccess) (void)cudaGetLastError();
+    ScopedRelaxedCaptureMode relaxed;
     ORBITKV_CUDA_STATUS(cudaFree(table_)).IgnoreError("logged by the check");
   }
   CudaSlotTable(const CudaSlotTable&) = delete;
@@ -926,6 +927,7 @@ Result<std::unique_ptr<SlotTable>> CudaDevice::CreateSlotTable(std::span<const S
     first_offset = std::min(first_offset, sl.offset);
   }
   ORBITKV_RETURN_IF_ERROR(MakeCurrent());
+  ScopedRelaxedCaptureMode relaxed;  // as Allocate: a thread may be capturing a graph
   GatherSlotDesc* table = nullptr;
   const size_t bytes = sizeof(GatherSlotDesc) * descs.size();
   ORBITKV_CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(&table), bytes));
