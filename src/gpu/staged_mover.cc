@@ -71,8 +71,17 @@ cudaError_t StagedMover::ChunkLocked(const StagedCopyPlan& plan, const StagedCop
     }
     return cudaEventRecord(drained_[b], work_);
   }
+  const CopyDesc* const pieces = kernel_.data();
+  const size_t count = kernel_.size();
+  return ToHostLocked(
+      b, [pieces, count](cudaStream_t work) { return LaunchGatherScatter(pieces, count, work); });
+}
+
+template <typename Fill>
+cudaError_t StagedMover::ToHostLocked(int b, const Fill& fill) {
+  cudaError_t err = cudaSuccess;
   if ((err = cudaStreamWaitEvent(work_, drained_[b], 0)) != cudaSuccess) return err;
-  if ((err = LaunchGatherScatter(kernel_.data(), kernel_.size(), work_)) != cudaSuccess) return err;
+  if ((err = fill(work_)) != cudaSuccess) return err;
   if ((err = cudaEventRecord(filled_[b], work_)) != cudaSuccess) return err;
   if ((err = cudaStreamWaitEvent(xfer_, filled_[b], 0)) != cudaSuccess) return err;
   if ((err = EnqueueEngineCopies(dma_.data(), dma_.size(), xfer_)) != cudaSuccess) return err;
@@ -110,15 +119,9 @@ cudaError_t StagedMover::FilledChunk(const std::function<cudaError_t(uint64_t, c
   const auto staging = reinterpret_cast<uint64_t>(buf_[b]);
   dma_.clear();
   for (const CopyDesc& s : spans) dma_.push_back({s.dst, staging + s.src, s.bytes});
-  cudaError_t err = cudaSuccess;
-  if ((err = cudaStreamWaitEvent(work_, drained_[b], 0)) != cudaSuccess) return err;
-  if ((err = fill(staging, work_)) != cudaSuccess) return err;
-  if ((err = cudaEventRecord(filled_[b], work_)) != cudaSuccess) return err;
-  if ((err = cudaStreamWaitEvent(xfer_, filled_[b], 0)) != cudaSuccess) return err;
-  if ((err = EnqueueEngineCopies(dma_.data(), dma_.size(), xfer_)) != cudaSuccess) return err;
-  if ((err = cudaEventRecord(drained_[b], xfer_)) != cudaSuccess) return err;
-  next_ ^= 1;
-  return cudaSuccess;
+  const cudaError_t err = ToHostLocked(b, [&](cudaStream_t work) { return fill(staging, work); });
+  if (err == cudaSuccess) next_ ^= 1;
+  return err;
 }
 
 cudaError_t StagedMover::End(cudaStream_t caller) {

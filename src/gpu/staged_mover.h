@@ -75,6 +75,10 @@ class StagedMover {
   cudaError_t InitLocked() REQUIRES(mu_);
   cudaError_t ChunkLocked(const StagedCopyPlan& plan, const StagedCopyPlan::Chunk& chunk, int b)
       REQUIRES(mu_);
+  // A chunk to the host through buffer b: once its last DMAs drained,
+  // fill(work stream) writes it, then dma_ goes to the host.
+  template <typename Fill>
+  cudaError_t ToHostLocked(int b, const Fill& fill) REQUIRES(mu_);
 
   const CopyDirection direction_;
   const StagingShape shape_;

@@ -219,12 +219,9 @@ void Instance::GiveD2hStream(gpu::Stream* s) {
   d2h_idle_.push_back(s);
 }
 
-Result<Instance::ToHostJob> Instance::EnqueueToHost(std::span<const gpu::CopyOp> ops,
-                                                    std::span<const gpu::CrcOp> crcs,
-                                                    uint32_t* out) {
-  const auto start = std::chrono::steady_clock::now();
+Result<Instance::ToHostJob> Instance::StartToHostJob() {
   ToHostJob job;
-  job.crcs = !crcs.empty();
+  job.started = std::chrono::steady_clock::now();
   ORBITKV_ASSIGN_OR_RETURN(job.event, TakeEvent());
   Result<gpu::Stream*> stream = TakeD2hStream();
   if (!stream.ok()) {
@@ -232,6 +229,35 @@ Result<Instance::ToHostJob> Instance::EnqueueToHost(std::span<const gpu::CopyOp>
     return stream.status();
   }
   job.stream = *stream;
+  return job;
+}
+
+Result<Instance::ToHostJob> Instance::FinishToHostEnqueue(ToHostJob job, Status st) {
+  if (st.ok()) st = device_->Record(*job.event, *job.stream);
+  if (!st.ok()) {
+    device_->Synchronize(*job.stream).IgnoreError("draining a failed D2H job");
+    GiveD2hStream(job.stream);
+    GiveEvent(std::move(job.event));  // idle: its stream was drained
+    if (job.crc_stream) {
+      device_->Synchronize(*job.crc_stream).IgnoreError("draining a failed D2H job's CRCs");
+      GiveD2hStream(job.crc_stream);
+      GiveEvent(std::move(job.crc_event));
+    }
+    return st;
+  }
+  job.enqueued = std::chrono::steady_clock::now();
+  if (cost_copy_enqueue[1]) {
+    cost_copy_enqueue[1]->Observe(
+        std::chrono::duration<double>(job.enqueued - job.started).count());
+  }
+  return job;
+}
+
+Result<Instance::ToHostJob> Instance::EnqueueToHost(std::span<const gpu::CopyOp> ops,
+                                                    std::span<const gpu::CrcOp> crcs,
+                                                    uint32_t* out) {
+  ORBITKV_ASSIGN_OR_RETURN(ToHostJob job, StartToHostJob());
+  job.crcs = !crcs.empty();
   Status st;
   // The CRC kernels first, on a stream of their own when there are copies:
   // they read the pages, so they need not wait for the copies, and a launch
@@ -263,25 +289,9 @@ Result<Instance::ToHostJob> Instance::EnqueueToHost(std::span<const gpu::CopyOp>
     st = device_->CopyAsync(ops, *job.stream);
     call.Observe();
   }
-  if (st.ok()) st = device_->Record(*job.event, *job.stream);
-  if (!st.ok()) {
-    device_->Synchronize(*job.stream).IgnoreError("draining a failed D2H job");
-    GiveD2hStream(job.stream);
-    GiveEvent(std::move(job.event));  // idle: its stream was drained
-    if (job.crc_stream) {
-      device_->Synchronize(*job.crc_stream).IgnoreError("draining a failed D2H job's CRCs");
-      GiveD2hStream(job.crc_stream);
-      GiveEvent(std::move(job.crc_event));
-    }
-    return st;
-  }
   for (const gpu::CopyOp& op : ops) job.bytes += op.bytes;
   for (const gpu::CrcOp& op : crcs) job.bytes += op.bytes;
-  job.enqueued = std::chrono::steady_clock::now();
-  if (cost_copy_enqueue[1]) {
-    cost_copy_enqueue[1]->Observe(std::chrono::duration<double>(job.enqueued - start).count());
-  }
-  return job;
+  return FinishToHostEnqueue(std::move(job), std::move(st));
 }
 
 const gpu::SlotTable* Instance::GatherTable(uint32_t group) {
@@ -328,35 +338,13 @@ const gpu::SlotTable* Instance::GatherTable(uint32_t group) {
 
 Result<Instance::ToHostJob> Instance::EnqueueGatherToHost(
     const gpu::SlotTable& table, std::span<const gpu::ObjectGather> objects, uint32_t* crcs) {
-  const auto start = std::chrono::steady_clock::now();
-  ToHostJob job;
+  ORBITKV_ASSIGN_OR_RETURN(ToHostJob job, StartToHostJob());
   job.crcs = true;
-  ORBITKV_ASSIGN_OR_RETURN(job.event, TakeEvent());
-  Result<gpu::Stream*> stream = TakeD2hStream();
-  if (!stream.ok()) {
-    GiveEvent(std::move(job.event));
-    return stream.status();
-  }
-  job.stream = *stream;
-  Status st;
-  {
-    const CostTimer call(cost_copy_call[1]);
-    st = device_->GatherObjectsAsync(table, objects, crcs, *job.stream);
-    call.Observe();
-  }
-  if (st.ok()) st = device_->Record(*job.event, *job.stream);
-  if (!st.ok()) {
-    device_->Synchronize(*job.stream).IgnoreError("draining a failed D2H gather");
-    GiveD2hStream(job.stream);
-    GiveEvent(std::move(job.event));  // idle: its stream was drained
-    return st;
-  }
+  const CostTimer call(cost_copy_call[1]);
+  Status st = device_->GatherObjectsAsync(table, objects, crcs, *job.stream);
+  call.Observe();
   job.bytes = table.object_bytes() * objects.size();
-  job.enqueued = std::chrono::steady_clock::now();
-  if (cost_copy_enqueue[1]) {
-    cost_copy_enqueue[1]->Observe(std::chrono::duration<double>(job.enqueued - start).count());
-  }
-  return job;
+  return FinishToHostEnqueue(std::move(job), std::move(st));
 }
 
 Status Instance::WaitToHost(ToHostJob& job, bool more_queued) {

@@ -113,8 +113,9 @@ class Instance {
   struct ToHostJob {
     std::unique_ptr<gpu::Event> event;
     gpu::Stream* stream = nullptr;
-    std::unique_ptr<gpu::Event> crc_event;  // with crc_stream
-    gpu::Stream* crc_stream = nullptr;      // the CRCs' own stream, or null
+    std::unique_ptr<gpu::Event> crc_event;          // with crc_stream
+    gpu::Stream* crc_stream = nullptr;              // the CRCs' own stream, or null
+    std::chrono::steady_clock::time_point started;  // its enqueue began
     std::chrono::steady_clock::time_point enqueued;
     bool crcs = false;
     uint64_t bytes = 0;  // the copies' and CRCs' bytes (which wait it takes)
@@ -228,6 +229,12 @@ class Instance {
 
   // A job's copies and its event are contiguous on a stream.
   Mutex h2d_mu_;
+  // The two ends of every D2H job's enqueue (EnqueueToHost, EnqueueGatherToHost):
+  // its event and stream; then, given what enqueueing returned, its event
+  // recorded, or everything of a failed job drained and given back, and the
+  // enqueue's cost observed.
+  Result<ToHostJob> StartToHostJob() EXCLUDES(d2h_mu_);
+  Result<ToHostJob> FinishToHostEnqueue(ToHostJob job, Status st) EXCLUDES(d2h_mu_);
   // D2H streams: one per job in flight, kept for reuse.
   Result<gpu::Stream*> TakeD2hStream() EXCLUDES(d2h_mu_);
   void GiveD2hStream(gpu::Stream* s) EXCLUDES(d2h_mu_);

@@ -317,12 +317,9 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
     }
     WriteObjectHeader(id, shape.slot_bytes, ObjectCodec{}, {}, header);  // CRCs at seal
     auto begin = [&] { return x.dram->BeginAssembly(id, shape.object_size, g.num_slots, header); };
-    Result<DramView> v = [&] {
-      const CostTimer pool(x.m.cost_publish_pool_begin);
-      Result<DramView> r = begin();
-      pool.Observe();
-      return r;
-    }();
+    const CostTimer pool(x.m.cost_publish_pool_begin);
+    Result<DramView> v = begin();
+    pool.Observe();
     if (!v.ok() && v.status().code() == StatusCode::kResourceExhausted &&
         (!batch.empty() || !flying.empty())) {
       // This call's own unsealed objects hold room: seal them (they become

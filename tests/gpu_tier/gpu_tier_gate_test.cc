@@ -422,6 +422,31 @@ class GpuTierGate : public ::testing::Test {
               static_cast<double>(objects));
     return Plain("orbitkv_cost_seconds", {{"path", "d2h_copy_enqueue"}});
   }
+  // Publishes pages [0, 24) as keys 1..24 with the next two D2H copies of
+  // slot `slot` of page 20 refused (a batch's job, then that object's own
+  // copy): the call fails with that error, and the 20 objects before it are
+  // stored and restore exactly.
+  void ExpectPage20RefusedKeepsTheObjectsBeforeIt(const Engine& e, size_t slot) {
+    std::vector<uint64_t> pages;
+    for (uint64_t p = 0; p < 24; ++p) {
+      Fill(e, p, 1 + p);
+      pages.push_back(p);
+    }
+    const SlotLayout& s = e.layout.groups[0].slots[slot];
+    faults->RefuseCopiesFrom(SlotPtr(e, s, 20), s.bytes_per_page, 2,
+                             Status::IOError("injected D2H failure of page 20", EIO));
+    PublishRequest p;
+    p.instance = e.id;
+    for (uint64_t i = 0; i < 24; ++i) p.keys.push_back(K(1 + i));
+    p.pages = pages;
+    Result<PublishResult> r = mgr->Publish(session, p);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("injected D2H failure of page 20"), std::string::npos)
+        << r.status().ToString();
+    mgr->Drain();
+    EXPECT_EQ(Query(e, 1, 24).prefix, 20u);
+    RestoreExact(e, 1, std::vector<uint64_t>(pages.begin(), pages.begin() + 20));
+  }
 };
 
 std::vector<uint64_t> Range(uint64_t first, uint64_t n) {
@@ -897,26 +922,7 @@ TEST_F(GpuTierGate, ARefusedGatherRedoesItsBatchObjectByObject) {
   o.backend = SsdBackend::kUring;
   ASSERT_NO_FATAL_FAILURE(Start(o));
   Engine& e = Register(SplitLayout(32, {4096, 4096, 2048}));
-  std::vector<uint64_t> pages;
-  for (uint64_t p = 0; p < 24; ++p) {
-    Fill(e, p, 1 + p);
-    pages.push_back(p);
-  }
-  faults->ResetCalls();
-  const SlotLayout& s = e.layout.groups[0].slots[1];
-  faults->RefuseCopiesFrom(SlotPtr(e, s, 20), s.bytes_per_page, 2,
-                           Status::IOError("injected D2H failure of page 20", EIO));
-  PublishRequest p;
-  p.instance = e.id;
-  for (uint64_t i = 0; i < 24; ++i) p.keys.push_back(K(1 + i));
-  p.pages = pages;
-  Result<PublishResult> r = mgr->Publish(session, p);
-  ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("injected D2H failure of page 20"), std::string::npos)
-      << r.status().ToString();
-  mgr->Drain();
-  EXPECT_EQ(Query(e, 1, 24).prefix, 20u);
-  RestoreExact(e, 1, Range(0, 20));
+  ExpectPage20RefusedKeepsTheObjectsBeforeIt(e, 1);
 }
 
 // A gather whose CRC launch fails: the batch is redone object by object with
@@ -1805,25 +1811,7 @@ TEST_F(GpuTierGate, AFailedCopyInAPipelinedBatchKeepsTheBatchesBeforeIt) {
   o.capacity = 128u << 20;
   ASSERT_NO_FATAL_FAILURE(Start(o));
   Engine& e = Register(SplitLayout(24, {1u << 20}));
-  std::vector<uint64_t> pages;
-  for (uint64_t p = 0; p < 24; ++p) {
-    Fill(e, p, 1 + p);
-    pages.push_back(p);
-  }
-  const SlotLayout& s = e.layout.groups[0].slots[0];
-  faults->RefuseCopiesFrom(SlotPtr(e, s, 20), s.bytes_per_page, 2,
-                           Status::IOError("injected D2H failure of page 20", EIO));
-  PublishRequest p;
-  p.instance = e.id;
-  for (uint64_t i = 0; i < 24; ++i) p.keys.push_back(K(1 + i));
-  p.pages = pages;
-  Result<PublishResult> r = mgr->Publish(session, p);
-  ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("injected D2H failure of page 20"), std::string::npos)
-      << r.status().ToString();
-  mgr->Drain();
-  EXPECT_EQ(Query(e, 1, 24).prefix, 20u);
-  RestoreExact(e, 1, Range(0, 20));
+  ExpectPage20RefusedKeepsTheObjectsBeforeIt(e, 0);
 }
 
 TEST_F(GpuTierGate, AutoFallbackPartWayThroughAPublishSendsTheLaterGroupsToIoUring) {
