@@ -17,7 +17,7 @@
 #   zero-copy kernel) for llama-3.1-8b (with the naive GPU baseline),
 #   qwen3-8b, llama-3.1-70b-tp8 and llama-3.1-8b in a page-first layout,
 #   and publish-only (HBM -> DRAM) for llama-3.1-8b and llama-3.1-70b-tp8 (and
-#   the 70B once more with --publish-gather=true),
+#   the 70B once more slot by slot, --publish-gather=false),
 #   each next to pinned cudaMemcpy H2D/D2H measured in the same run; the
 #   hybrid qwen3-next-hybrid (registered with its model description: each
 #   query's recovery plan restores the attention blocks and one Gated DeltaNet
@@ -41,7 +41,7 @@
 #     scripts/h200_perf.sh busy BUNDLE_DIR OUT_DIR [SSD_DIR]
 #   runs only the DRAM <-> HBM runs beside an engine's compute: restore
 #   (unverified) and publish of llama-3.1-8b on the three movers, the 70B
-#   TP=8 publish with --publish-gather=true, and
+#   TP=8 publish (gathered, the default), and
 #   copy_latency_bench's 64 MiB calls idle and busy, while scripts/gpu_busy.py
 #   keeps the GPU busy from another process (the full run includes the two
 #   orbitkv-bench runs).
@@ -111,10 +111,9 @@ case "${1:-}" in
         --working-set 2gib --model llama-3.1-8b --routes $movers
       # The 70B TP=8 rank's whole-object gather beside the compute, with the
       # one-block probes checking what it stored (session 19: one wrong block
-      # here before its table upload was made to wait).
+      # here before its table upload was made to wait; the default since session 20).
       busy publish-gather-busy one publish-llama70b-tp8-gather-busy --workload publish-only \
-        --device cuda:0 --working-set 4gib --model llama-3.1-70b-tp8 --routes dram \
-        --manager-flag=--publish-gather=true
+        --device cuda:0 --working-set 4gib --model llama-3.1-70b-tp8 --routes dram
     }
     if [[ $what == busy ]]; then
       busy_benches
@@ -182,11 +181,10 @@ case "${1:-}" in
     pub=(--workload publish-only --device cuda:0 --working-set 8gib --routes $movers)
     one publish-llama8b "${pub[@]}" --model llama-3.1-8b
     one publish-llama70b-tp8 "${pub[@]}" --model llama-3.1-70b-tp8
-    # The 70B TP=8 rank's 160 slots of 4 KiB gathered as whole objects
-    # (--publish-gather, off by default until its CUDA runs are clean), with
-    # the bench's one-block probes checking what it stored.
-    one publish-llama70b-tp8-gather --workload publish-only --device cuda:0 --working-set 8gib \
-      --routes dram --model llama-3.1-70b-tp8 --manager-flag=--publish-gather=true
+    # The 70B TP=8 rank's 160 slots of 4 KiB slot by slot (--publish-gather=false),
+    # beside the gathered default above: what the gather is worth, same binary.
+    one publish-llama70b-tp8-slots --workload publish-only --device cuda:0 --working-set 8gib \
+      --routes dram --model llama-3.1-70b-tp8 --manager-flag=--publish-gather=false
     # The 8B restore and publish beside an engine's compute (busy() above).
     busy_benches
     # A hybrid model with its description: the plans' bytes, what they skipped, GB/s.

@@ -80,10 +80,10 @@ struct ManagerOptions {
   // Publish of CUDA pages whose slots are 16 KiB or less (a 70B TP=8 rank's
   // 4 KiB): a batch is one gather kernel with one descriptor per object, the
   // slots' CRC32Cs computed as it copies (false: one copy and one CRC
-  // descriptor per slot through the DRAM<->HBM mover). Off by default until
-  // its fix for a wrong-bytes restore (session 19: a table upload not yet on
-  // the device when the first gather ran) has run clean on a GPU.
-  bool publish_gather = false;  // --publish-gather
+  // descriptor per slot through the DRAM<->HBM mover). Only for an instance
+  // that writes every slot of its group: a gather writes an object from its
+  // first slot to its last, zeros between.
+  bool publish_gather = true;  // --publish-gather
   // Opt-in cost observations: orbitkv_cost_seconds{path} per SSD restore route
   // (environment ORBITKV_COST_OBSERVATIONS=1, read by ParseFlags).
   bool cost_observations = false;

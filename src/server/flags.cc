@@ -78,8 +78,8 @@ Result<ParsedFlags> ParseFlags(int argc, const char* const* argv, std::string* o
       ->capture_default_str();
   app.add_option("--publish-gather", o.publish_gather,
                  "Publish of CUDA pages with slots of 16 KiB or less: one gather kernel per batch "
-                 "with one descriptor per object (false: a copy and a CRC per slot; off by "
-                 "default until validated on a GPU after a fix)")
+                 "with one descriptor per object, by an instance that writes every slot of its "
+                 "group (false: a copy and a CRC per slot)")
       ->capture_default_str();
   app.add_option("--codec-budget", codec_budget,
                  "Codec memory: encoded output the SSD writeback lanes hold at once (split "

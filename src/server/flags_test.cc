@@ -22,7 +22,7 @@ TEST(Flags, DefaultsMatchTheSpec) {
   EXPECT_EQ(p->options.codec_budget, 256ull << 20);
   EXPECT_EQ(p->options.publish_batch_bytes, 16ull << 20);
   EXPECT_EQ(p->options.publish_depth, 2u);
-  EXPECT_FALSE(p->options.publish_gather);  // until its fix has run on a GPU
+  EXPECT_TRUE(p->options.publish_gather);
   EXPECT_EQ(p->options.writeback_yield_ms, 20u);
   EXPECT_EQ(p->options.ssd_uring_gpu_staging, 32ull << 20);
   EXPECT_FALSE(p->options.codec_dram_copy_encoded);  // DRAM keeps raw copies
@@ -97,9 +97,9 @@ TEST(Flags, ParsesValues) {
   auto depth = Parse({"--publish-depth", "4"});
   ASSERT_TRUE(depth.ok()) << depth.status().ToString();
   EXPECT_EQ(depth->options.publish_depth, 4u);
-  auto gather = Parse({"--publish-gather", "true"});
+  auto gather = Parse({"--publish-gather", "false"});
   ASSERT_TRUE(gather.ok()) << gather.status().ToString();
-  EXPECT_TRUE(gather->options.publish_gather);
+  EXPECT_FALSE(gather->options.publish_gather);
   EXPECT_FALSE(Parse({"--publish-gather", "maybe"}).ok());
   auto e = Parse({"--codec-dram-copy", "encoded"});
   ASSERT_TRUE(e.ok()) << e.status().ToString();
