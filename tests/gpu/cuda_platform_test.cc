@@ -194,6 +194,8 @@ class CudaPlatformTest : public ::testing::Test {
 
   static DevPtr Addr(const void* host) { return reinterpret_cast<DevPtr>(host); }
 
+  // ScattersAThousandUnalignedOps and ScattersOpsAcrossLaunchBoundaries.
+  void ScatterUnalignedOps(int count, bool empties, uint64_t seed);
   void Copy(std::vector<CopyOp> ops) {
     Status st = dev_->CopyAsync(ops, *stream_);
     ASSERT_TRUE(st.ok()) << st.ToString();
@@ -263,24 +265,27 @@ TEST_F(CudaPlatformTest, DevicesAndAllocation) {
 // 1000 ops of odd sizes at random offsets (every alignment class) plus a few
 // large and 16-byte aligned ones, in one call: the gather/scatter kernel over
 // several launches. Gaps between destinations must stay untouched.
-TEST_F(CudaPlatformTest, ScattersAThousandUnalignedOps) {
+// Device-to-device ops of 1..9001 bytes, some 16-aligned, two of over a MiB,
+// and every fifth op of zero bytes when `empties`, scattered with gaps into
+// a zeroed buffer; the buffer must then hold them and zeros between.
+void CudaPlatformTest::ScatterUnalignedOps(int count, bool empties, uint64_t seed) {
   constexpr size_t kSrcBytes = 8u << 20;
-  constexpr size_t kDstBytes = 16u << 20;
-  constexpr uint32_t kSeed = 0x5ca77e12u;
+  constexpr size_t kDstBytes = 24u << 20;
   const DevPtr src = Alloc(kSrcBytes);
   const DevPtr dst = Alloc(kDstBytes);
   ASSERT_NE(src, 0u);
   ASSERT_NE(dst, 0u);
   std::vector<uint8_t> src_host(kSrcBytes);
-  FillPatternBytes(src_host.data(), kSrcBytes, kSeed);
+  FillPatternBytes(src_host.data(), kSrcBytes, static_cast<uint32_t>(seed));
   ASSERT_NO_FATAL_FAILURE(Upload(src, src_host.data(), kSrcBytes));
   ASSERT_TRUE(dev_->MemsetAsync(dst, 0, kDstBytes, *stream_).ok());
 
-  std::mt19937_64 rng(20261129);
+  std::mt19937_64 rng(seed);
   std::vector<CopyOp> ops;
   std::vector<uint8_t> expected(kDstBytes, 0);
   uint64_t dst_off = 0;
-  for (int i = 0; i < 1000; ++i) {
+  for (int i = 0; i < count; ++i) {
+    if (empties && i % 5 == 4) ops.push_back({dst, src, 0});  // not counted as an op of a launch
     uint64_t size = 1 + rng() % 9001;
     uint64_t src_off = 0;
     if (i % 10 == 3) {  // fully 16-aligned: the vector path without head or tail
@@ -288,8 +293,8 @@ TEST_F(CudaPlatformTest, ScattersAThousandUnalignedOps) {
       dst_off = (dst_off + 15) & ~uint64_t{15};
       src_off = 16 * (rng() % ((kSrcBytes - size) / 16));
     } else {
-      if (i == 500) size = (3u << 20) + 5;  // many blocks for one op
-      if (i == 700) size = (1u << 20) + 1;
+      if (i == count / 2) size = (3u << 20) + 5;  // many blocks for one op
+      if (i == count * 7 / 10) size = (1u << 20) + 1;
       src_off = rng() % (kSrcBytes - size);
     }
     ASSERT_LE(dst_off + size, kDstBytes);
@@ -301,7 +306,20 @@ TEST_F(CudaPlatformTest, ScattersAThousandUnalignedOps) {
   ASSERT_NO_FATAL_FAILURE(Copy(ops));
   ASSERT_NO_FATAL_FAILURE(Drain());
   const std::vector<uint8_t> got = Download(dst, kDstBytes);
-  EXPECT_EQ(CompareBytes(expected.data(), got.data(), kDstBytes), "");
+  EXPECT_EQ(CompareBytes(expected.data(), got.data(), kDstBytes), "") << count << " ops";
+}
+
+TEST_F(CudaPlatformTest, ScattersAThousandUnalignedOps) {
+  ScatterUnalignedOps(1000, /*empties=*/false, 20261129);
+}
+
+// A call's ops go in launches of 128 or of up to 1024 (copy_kernels.h):
+// counts at and beyond each size, with zero-byte ops between that no launch
+// counts.
+TEST_F(CudaPlatformTest, ScattersOpsAcrossLaunchBoundaries) {
+  for (int count : {1, 128, 129, 160, 1024, 1025, 2100}) {
+    ASSERT_NO_FATAL_FAILURE(ScatterUnalignedOps(count, /*empties=*/true, 7000 + count));
+  }
 }
 
 // Pinned host memory through the copy engines, in both directions, scattered
