@@ -1,24 +1,38 @@
 #include "protocol/connection.h"
 
 #include <errno.h>
+#include <poll.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
+#include <string>
 #include <system_error>
 #include <utility>
 #include <vector>
 
-#include "common/cpu_relax.h"
 #include "common/thread_name.h"
 #include "orbitkv/logging.h"
 #include "protocol/wire.h"
 
 namespace orbitkv::protocol {
+namespace {
+
+// The most bytes one read of the socket takes before the lock is let go
+// (kWouldBlock): a caller spinning past its window while a large reply for
+// someone else streams in stops within about this much (the reader thread,
+// or the caller's next turn, reads on).
+constexpr size_t kReadSlice = 1u << 20;
+
+}  // namespace
 
 ClientConnection::ClientConnection(UniqueFd fd, ClientOptions options)
-    : fd_(std::move(fd)), options_(std::move(options)) {}
+    : fd_(std::move(fd)),
+      options_(std::move(options)),
+      frames_(options_.max_frame_payload, options_.max_fds_per_frame) {}
 
 ClientConnection::~ClientConnection() { Close(); }
 
@@ -32,6 +46,13 @@ Result<std::unique_ptr<ClientConnection>> ClientConnection::Connect(const std::s
   std::memcpy(addr.sun_path, path.data(), path.size());
   UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!fd) return Status::IOError("socket(AF_UNIX)", errno);
+  // Room for a whole large request in the socket (a Query of 8192 keys is
+  // 256 KiB): with the default send buffer (net.core.wmem_default, 208 KiB)
+  // such a request went out in rounds, each waiting for the Manager's loop to
+  // read the last. The kernel grants twice the size asked, capped at twice
+  // net.core.wmem_max (416 KiB with Debian's defaults). Best effort.
+  constexpr int kSendBuffer = 1 << 20;
+  (void)::setsockopt(fd.get(), SOL_SOCKET, SO_SNDBUF, &kSendBuffer, sizeof(kSendBuffer));
   int rc;
   // An AF_UNIX connect interrupted while waiting for backlog room has not
   // connected, so retrying is safe.
@@ -134,12 +155,26 @@ Result<Frame> ClientConnection::Wait(uint64_t id, std::chrono::milliseconds time
   const auto now = std::chrono::steady_clock::now();
   const auto deadline = now + timeout;
   if (options_.spin_wait.count() > 0 && !waiter->result.has_value()) {
-    // Poll for the reply before sleeping (ClientOptions::spin_wait).
+    // Poll for the reply before sleeping (ClientOptions::spin_wait), reading
+    // the socket ourselves when it has bytes and nobody else is reading it.
+    // The check is a poll() without the read lock, so that the reader thread
+    // (woken by the same bytes) rarely finds the lock held and sleeps on it.
+    // Between checks we yield rather than pause: where runnable threads
+    // outnumber cores (the Manager's threads beside this engine on a small
+    // machine), a pausing spinner keeps its core for its whole window while
+    // the thread that is to answer it waits for one.
     const auto spin_end = std::min(deadline, now + options_.spin_wait);
     lock.unlock();
+    pollfd pfd{fd_.get(), POLLIN, 0};
     while (!waiter->ready.load(std::memory_order_acquire) &&
            std::chrono::steady_clock::now() < spin_end) {
-      CpuRelax();
+      if (::poll(&pfd, 1, 0) > 0 && read_mu_.try_lock()) {
+        const bool open = ReadAvailable(&waiter->ready);
+        read_mu_.unlock();
+        if (!open) break;  // failed every waiter, this one included
+        continue;
+      }
+      ::sched_yield();
     }
     lock.lock();
   }
@@ -199,41 +234,87 @@ std::optional<Status> ClientConnection::ClosingReason(std::span<const uint8_t> f
 void ClientConnection::ReadLoop() {
   SetThreadName("okv-client-rd");
   for (;;) {
-    Result<Frame> frame =
-        RecvFrame(fd_.get(), options_.max_frame_payload, options_.max_fds_per_frame);
-    if (!frame.ok()) {
-      FailAll(frame.status().IsCancelled()
-                  ? frame.status()
-                  : frame.status().WithContext("protocol connection broken"));
+    // Level-triggered: bytes a spinning caller left unread wake us again.
+    pollfd pfd{fd_.get(), POLLIN, 0};
+    if (::poll(&pfd, 1, -1) < 0 && errno != EINTR) {
+      const int err = errno;
+      std::lock_guard lock(read_mu_);
+      if (!read_done_) EndStream(Status::IOError("poll on the protocol socket", err));
       return;
     }
-    const std::optional<uint64_t> id = options_.reply_id(frame->payload);
-    if (id == 0) {
-      if (std::optional<Status> why = ClosingReason(frame->payload)) {
-        // The server refuses this connection and closes it.
-        FailAll(why->WithContext("the OrbitKV Manager closed the connection"));
-        ::shutdown(fd_.get(), SHUT_RDWR);
-        return;
-      }
-    }
-    if (!id.has_value() || *id == 0) {
-      OKV_LOG_WARN("dropping a {}-byte reply without a readable envelope id",
-                   frame->payload.size());
-      continue;
-    }
-    std::lock_guard lock(mu_);
-    auto it = waiters_.find(*id);
-    if (it == waiters_.end()) {
-      // Its caller gave up (timeout); the frame and its fds go away here.
-      OKV_LOG_DEBUG("dropping a late reply to request {}", *id);
-      continue;
-    }
-    if (it->second->result.has_value()) continue;  // a second reply to one id is dropped
-    // Wait takes the result and erases the entry.
-    it->second->result.emplace(std::move(frame).value());
-    it->second->ready.store(true, std::memory_order_release);
-    it->second->cv.notify_one();
+    std::lock_guard lock(read_mu_);
+    if (!ReadAvailable(nullptr)) return;
   }
+}
+
+bool ClientConnection::ReadAvailable(const std::atomic<bool>* mine) {
+  while (!read_done_) {
+    Result<FrameReader::Progress> p = frames_.Read(fd_.get(), kReadSlice);
+    if (!p.ok()) {
+      Status why = p.status();
+      // FrameReader calls a frame over our limits (size, fds) ResourceExhausted,
+      // the code of the server's refusals; here it is a reply the client cannot
+      // take, InvalidArgument as RecvFrame called it.
+      if (why.code() == StatusCode::kResourceExhausted) {
+        why = Status::InvalidArgument(std::string(why.message()));
+      }
+      EndStream(why.IsCancelled() ? why : why.WithContext("protocol connection broken"));
+      break;
+    }
+    switch (*p) {
+      case FrameReader::Progress::kWouldBlock:
+        return true;
+      case FrameReader::Progress::kClosed:
+        EndStream(Status::Cancelled("peer closed"));
+        break;
+      case FrameReader::Progress::kHeader:
+        // The server is trusted (Connect checked its uid) and the length is
+        // within max_frame_payload: reserve it at once (pages are touched
+        // only as bytes arrive).
+        frames_.Grant();
+        break;
+      case FrameReader::Progress::kFrame:
+        if (mine != nullptr) frames_read_by_callers_.fetch_add(1, std::memory_order_relaxed);
+        Deliver(frames_.Take());
+        // A caller with its reply leaves the rest to the reader thread.
+        if (mine != nullptr && mine->load(std::memory_order_acquire)) return true;
+        break;
+    }
+  }
+  return false;
+}
+
+void ClientConnection::EndStream(const Status& why) {
+  read_done_ = true;
+  FailAll(why);
+  ::shutdown(fd_.get(), SHUT_RDWR);
+}
+
+void ClientConnection::Deliver(Frame frame) {
+  const std::optional<uint64_t> id = options_.reply_id(frame.payload);
+  if (id == 0) {
+    if (std::optional<Status> why = ClosingReason(frame.payload)) {
+      // The server refuses this connection and closes it.
+      EndStream(why->WithContext("the OrbitKV Manager closed the connection"));
+      return;
+    }
+  }
+  if (!id.has_value() || *id == 0) {
+    OKV_LOG_WARN("dropping a {}-byte reply without a readable envelope id", frame.payload.size());
+    return;
+  }
+  std::lock_guard lock(mu_);
+  auto it = waiters_.find(*id);
+  if (it == waiters_.end()) {
+    // Its caller gave up (timeout); the frame and its fds go away here.
+    OKV_LOG_DEBUG("dropping a late reply to request {}", *id);
+    return;
+  }
+  if (it->second->result.has_value()) return;  // a second reply to one id is dropped
+  // Wait takes the result and erases the entry.
+  it->second->result.emplace(std::move(frame));
+  it->second->ready.store(true, std::memory_order_release);
+  it->second->cv.notify_one();
 }
 
 }  // namespace orbitkv::protocol

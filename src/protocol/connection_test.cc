@@ -1,13 +1,19 @@
 #include "protocol/connection.h"
 
 #include <gtest/gtest.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 
 #include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -418,5 +424,256 @@ TEST(ClientConnectionTest, CudaRegisterWithIpcHandlesEndToEnd) {
       << err.status.ToString();
 }
 
+// ---- Replies read by a spinning caller ------------------------------------------
+
+// A server end the test writes by hand: `peer` is the accepted connection of
+// `client`, so a reply can be sent in parts, with fds, or not at all.
+struct RawPeer {
+  TempDir dir;
+  UniqueFd listener;
+  UniqueFd peer;
+  std::unique_ptr<ClientConnection> client;
+
+  void Start(ClientOptions options) {
+    const std::string path = dir.File("raw.sock");
+    listener.Reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    ASSERT_TRUE(listener);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path, path.data(), path.size());
+    ASSERT_EQ(::bind(listener.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)), 0);
+    ASSERT_EQ(::listen(listener.get(), 4), 0);
+    auto c = ClientConnection::Connect(path, std::move(options));
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    client = std::move(c).value();
+    peer.Reset(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    ASSERT_TRUE(peer);
+  }
+  // Writes `bytes` whole.
+  void Write(std::span<const uint8_t> bytes) {
+    while (!bytes.empty()) {
+      const ssize_t n = ::send(peer.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL);
+      ASSERT_GT(n, 0) << std::strerror(errno);
+      bytes = bytes.subspan(static_cast<size_t>(n));
+    }
+  }
+  // Sends a request (id `id`, or a fresh one) and waits for its reply on
+  // another thread, which spins as the client's options say; once that
+  // caller is in Wait, runs `meanwhile` (write the reply, close, ...).
+  Result<Frame> CallWhile(const std::function<void(uint64_t id)>& meanwhile, uint64_t id = 0) {
+    if (id == 0) id = client->NextId();
+    Status started = client->Start(EncodeRequest(id, UnregisterRequest{1}), {}, id);
+    if (!started.ok()) return started;
+    Result<Frame> r = Status::Internal("not waited");
+    std::thread waiter([&] { r = client->Wait(id, 30s); });
+    std::this_thread::sleep_for(5ms);  // in Wait (spinning) by now
+    meanwhile(id);
+    waiter.join();
+    return r;
+  }
+  // Reads what the client sent, so that closing the peer is an end of stream
+  // and not a reset (unread bytes would make it one).
+  void Drain() {
+    uint8_t buf[4096];
+    while (::recv(peer.get(), buf, sizeof(buf), MSG_DONTWAIT) > 0) {
+    }
+  }
+  // Waits until the client has read every byte written so far.
+  bool WaitConsumed(std::chrono::milliseconds t = 5s) {
+    const auto end = std::chrono::steady_clock::now() + t;
+    int queued = 0;
+    while (::ioctl(peer.get(), SIOCOUTQ, &queued) == 0 && queued > 0) {
+      if (std::chrono::steady_clock::now() > end) return false;
+      std::this_thread::sleep_for(100us);
+    }
+    return queued == 0;
+  }
+};
+
+// Header and payload of one frame, as the wire carries them.
+std::vector<uint8_t> WireFrame(std::span<const uint8_t> payload) {
+  std::vector<uint8_t> out(kFrameHeaderBytes + payload.size());
+  const auto n = static_cast<uint32_t>(payload.size());
+  for (size_t i = 0; i < kFrameHeaderBytes; ++i) out[i] = static_cast<uint8_t>(n >> (8 * i));
+  std::memcpy(out.data() + kFrameHeaderBytes, payload.data(), payload.size());
+  return out;
+}
+
+ClientOptions SpinFor(std::chrono::microseconds spin) {
+  ClientOptions o;
+  o.spin_wait = spin;
+  return o;
+}
+
+// A call that failed with `code`, its message naming `needle`.
+void ExpectBroken(const Result<Frame>& r, StatusCode code, std::string_view needle) {
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), code) << r.status().ToString();
+  EXPECT_NE(r.status().message().find(needle), std::string_view::npos) << r.status().ToString();
+}
+
+// A caller that spins for its own reply reads whatever arrives first and hands
+// another caller's reply to that caller (not dropped, not taken as its own).
+// Whether the caller or the reader thread reads a frame is a race; the test
+// repeats until the caller read both frames once, checking every delivery.
+TEST(ClientConnectionTest, AReplyReadByASpinningCallerReachesAnotherWaiter) {
+  RawPeer p;
+  p.Start(SpinFor(10s));
+  bool caller_read_both = false;
+  for (int attempt = 0; attempt < 30 && !caller_read_both; ++attempt) {
+    const uint64_t other = p.client->NextId();
+    const uint64_t mine = p.client->NextId();
+    ASSERT_TRUE(p.client->Start(EncodeRequest(other, UnregisterRequest{1}), {}, other).ok());
+    ASSERT_TRUE(p.client->Start(EncodeRequest(mine, UnregisterRequest{2}), {}, mine).ok());
+    const uint64_t before = p.client->frames_read_by_callers();
+    Result<Frame> mine_reply = Status::Internal("not waited");
+    std::thread spinner([&] { mine_reply = p.client->Wait(mine, 10s); });
+    std::this_thread::sleep_for(5ms);  // spinning by now
+    p.Write(WireFrame(EncodeReply(other, RegisterReply{100 + other})));
+    ASSERT_TRUE(p.WaitConsumed());
+    std::this_thread::sleep_for(2ms);
+    p.Write(WireFrame(EncodeReply(mine, RegisterReply{100 + mine})));
+    spinner.join();
+    EXPECT_EQ(Decode<RegisterReply>(mine_reply, mine).instance, 100 + mine);
+    // Already delivered: no spin, no wait.
+    EXPECT_EQ(Decode<RegisterReply>(p.client->Wait(other, 0ms), other).instance, 100 + other);
+    caller_read_both = p.client->frames_read_by_callers() - before == 2;
+  }
+  EXPECT_TRUE(caller_read_both) << "the reader thread read every reply first";
+}
+
+// One frame in three parts: the reader thread reads the first (no caller
+// waits yet), a spinning caller the second, and, once the caller's spin is
+// over and it sleeps, the reader thread the third. Both continue the same
+// frame, so the reply arrives whole and nothing is misread as a header.
+TEST(ClientConnectionTest, AFrameSplitAcrossTheReaderThreadAndASpinningCallerArrivesWhole) {
+  RawPeer p;
+  p.Start(SpinFor(100ms));
+  for (int round = 0; round < 3; ++round) {
+    const uint64_t id = p.client->NextId();
+    ASSERT_TRUE(p.client->Start(EncodeRequest(id, UnregisterRequest{1}), {}, id).ok());
+    RegisterReply reply{id};
+    const std::vector<uint8_t> bytes = WireFrame(EncodeReply(id, reply));
+    const size_t third = bytes.size() / 3;
+    ASSERT_GT(third, kFrameHeaderBytes);
+    p.Write(std::span(bytes).first(third));  // header and some payload
+    ASSERT_TRUE(p.WaitConsumed());           // by the reader thread: nobody waits
+    Result<Frame> r = Status::Internal("not waited");
+    const auto wait_start = std::chrono::steady_clock::now();
+    std::thread waiter([&] { r = p.client->Wait(id, 10s); });
+    std::this_thread::sleep_for(10ms);
+    p.Write(std::span(bytes).subspan(third, third));
+    ASSERT_TRUE(p.WaitConsumed());
+    std::this_thread::sleep_until(wait_start + 200ms);  // the spin is over
+    const uint64_t by_callers = p.client->frames_read_by_callers();
+    p.Write(std::span(bytes).subspan(2 * third));
+    waiter.join();
+    EXPECT_EQ(Decode<RegisterReply>(r, id).instance, id);
+    EXPECT_EQ(p.client->frames_read_by_callers(), by_callers);  // the reader thread ended it
+  }
+  EXPECT_FALSE(p.client->closed());
+}
+
+// A caller reads fds as RecvFrame did: within max_fds_per_frame they come
+// with the frame; more break the connection and are closed.
+TEST(ClientConnectionTest, FdsOnAFrameACallerReadsAreKeptOrRefusedAsTheReaderThreadDoes) {
+  RawPeer p;
+  ClientOptions o = SpinFor(10s);
+  o.max_fds_per_frame = 1;
+  p.Start(std::move(o));
+  bool caller_read = false;
+  for (int attempt = 0; attempt < 30 && !caller_read; ++attempt) {
+    const uint64_t id = p.client->NextId();
+    const uint64_t before = p.client->frames_read_by_callers();
+    Result<Frame> r = p.CallWhile(
+        [&](uint64_t id) {
+          UniqueFd mem = MemfdWith("region " + std::to_string(id));
+          const int raw[] = {mem.get()};
+          EXPECT_TRUE(SendFrame(p.peer.get(), EncodeReply(id, RegisterReply{id}), raw).ok());
+        },
+        id);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_EQ(r->fds.size(), 1u);
+    EXPECT_EQ(testing::ReadAll(r->fds[0].get()), "region " + std::to_string(id));
+    caller_read = p.client->frames_read_by_callers() - before == 1;
+  }
+  EXPECT_TRUE(caller_read) << "the reader thread read every reply first";
+
+  const int fds_before = testing::CountOpenFds();
+  Result<Frame> r = p.CallWhile([&](uint64_t id) {
+    UniqueFd a = MemfdWith("a"), b = MemfdWith("b");
+    const int raw[] = {a.get(), b.get()};
+    EXPECT_TRUE(SendFrame(p.peer.get(), EncodeReply(id, RegisterReply{id}), raw).ok());
+  });
+  ExpectBroken(r, StatusCode::kInvalidArgument, "more than the limit 1");
+  EXPECT_TRUE(p.client->closed());
+  EXPECT_EQ(testing::CountOpenFds(), fds_before);  // the client closed both
+}
+
+// A reply longer than max_frame_payload breaks the connection with
+// InvalidArgument, as RecvFrame reported it, whoever reads its header.
+TEST(ClientConnectionTest, AReplyOverThePayloadLimitBreaksTheConnection) {
+  for (const auto spin : {std::chrono::microseconds(10s), std::chrono::microseconds(0)}) {
+    RawPeer p;
+    ClientOptions o = SpinFor(spin);
+    o.max_frame_payload = 64;
+    p.Start(std::move(o));
+    Result<Frame> r = p.CallWhile([&](uint64_t) { p.Write(WireFrame(std::vector<uint8_t>(65))); });
+    ExpectBroken(r, StatusCode::kInvalidArgument, "more than the limit 64");
+    EXPECT_TRUE(p.client->closed());
+  }
+}
+
+// Close while a caller spins with half a frame read: the caller fails with
+// Cancelled at once (not at its timeout) and Close joins the reader thread;
+// the peer closing inside a frame fails a spinning caller the same way.
+TEST(ClientConnectionTest, CloseOrPeerCloseWhileACallerReadsFailsItPromptly) {
+  for (const bool peer_closes : {false, true}) {
+    RawPeer p;
+    p.Start(SpinFor(10s));
+    std::chrono::steady_clock::time_point t0;
+    Result<Frame> r = p.CallWhile([&](uint64_t id) {
+      const std::vector<uint8_t> bytes = WireFrame(EncodeReply(id, RegisterReply{1}));
+      p.Write(std::span(bytes).first(bytes.size() / 2));
+      EXPECT_TRUE(p.WaitConsumed());
+      t0 = std::chrono::steady_clock::now();
+      if (peer_closes) {
+        p.Drain();
+        p.peer.Reset();
+      } else {
+        p.client->Close();
+      }
+    });
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+    ExpectBroken(r, StatusCode::kCancelled, peer_closes ? "inside a frame" : "closed");
+    EXPECT_TRUE(p.client->closed());
+    const uint64_t next = p.client->NextId();
+    EXPECT_TRUE(p.client->Call(EncodeRequest(next, UnregisterRequest{}), {}, next, 1s)
+                    .status()
+                    .IsCancelled());
+  }
+}
+
+// The server's closing reason (an ErrorReply with id 0) read by a spinning
+// caller fails that caller and every other waiter with the reason.
+TEST(ClientConnectionTest, AClosingReasonReadByASpinningCallerFailsEveryWaiter) {
+  RawPeer p;
+  p.Start(SpinFor(10s));
+  const uint64_t other = p.client->NextId();
+  const uint64_t mine = p.client->NextId();
+  ASSERT_TRUE(p.client->Start(EncodeRequest(other, UnregisterRequest{1}), {}, other).ok());
+  ASSERT_TRUE(p.client->Start(EncodeRequest(mine, UnregisterRequest{2}), {}, mine).ok());
+  Result<Frame> r = Status::Internal("not waited");
+  std::thread spinner([&] { r = p.client->Wait(mine, 30s); });
+  std::this_thread::sleep_for(5ms);
+  p.Write(WireFrame(EncodeError(0, Status::ResourceExhausted("too many engines"))));
+  spinner.join();
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("too many engines"), std::string_view::npos);
+  Result<Frame> o = p.client->Wait(other, 1s);
+  EXPECT_EQ(o.status().code(), StatusCode::kResourceExhausted) << o.status().ToString();
+  EXPECT_TRUE(p.client->closed());
+}
 }  // namespace
 }  // namespace orbitkv::protocol

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -16,7 +17,6 @@
 #include <system_error>
 #include <utility>
 
-#include "common/cpu_relax.h"
 #include "common/thread_name.h"
 #include "orbitkv/logging.h"
 #include "protocol/wire.h"
@@ -400,6 +400,7 @@ ServerStats SocketServer::Stats() const {
   s.closed_timeout = closed_timeout_.load(std::memory_order_relaxed);
   s.active = active_.load(std::memory_order_relaxed);
   s.waiting_for_buffer = waiting_.load(std::memory_order_relaxed);
+  s.frames_polled = frames_polled_.load(std::memory_order_relaxed);
   s.buffered_bytes = budget_ ? budget_->Used() : 0;
   return s;
 }
@@ -441,7 +442,10 @@ void SocketServer::WorkerThread() {
       const auto end = std::chrono::steady_clock::now() + options_.worker_spin;
       while (ready_count_.load(std::memory_order_acquire) == 0 &&
              std::chrono::steady_clock::now() < end) {
-        CpuRelax();
+        // Yield, not pause: where runnable threads outnumber cores, a pausing
+        // spinner keeps its core for its whole window while the thread it
+        // waits for (the loop, woken by the frame) waits for a core.
+        ::sched_yield();
       }
       lock.lock();
       spinners_ = 0;
@@ -487,8 +491,21 @@ void SocketServer::LoopThread() {
   constexpr int kMaxEvents = 256;
   epoll_event events[kMaxEvents];
   int64_t next_tick = NowNs();
+  // ServerOptions::worker_spin: after events (a frame read, a handler's
+  // buffer returned, which comes with its reply) the loop polls without
+  // blocking for this long, so that a connection's next frame, which often
+  // follows its reply within microseconds, needs no wake of this thread.
+  // Idle, it blocks: one window after the last event. It yields between
+  // polls, as a spinning worker does.
+  const int64_t spin_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(options_.worker_spin).count();
+  int64_t spin_until_ns = 0;
   while (!stopping_.load(std::memory_order_acquire)) {
-    const int n = ::epoll_wait(epoll_fd_.get(), events, kMaxEvents, kTickMs);
+    const bool spinning = spin_ns > 0 && NowNs() < spin_until_ns;
+    const int n = ::epoll_wait(epoll_fd_.get(), events, kMaxEvents, spinning ? 0 : kTickMs);
+    if (n > 0 && spin_ns > 0) spin_until_ns = NowNs() + spin_ns;
+    if (n == 0 && spinning) ::sched_yield();
+    polling_ = spinning;
     if (n < 0 && errno != EINTR) {
       OKV_LOG_ERROR("epoll_wait on {} failed: {}", options_.path, std::strerror(errno));
       std::this_thread::sleep_for(std::chrono::milliseconds(kAcceptBackoffMs));
@@ -685,6 +702,7 @@ void SocketServer::OnReadable(uint64_t conn_id) {
     case FrameReader::Progress::kFrame: {
       Frame frame = conn.reader.Take();
       frame.hold = std::move(conn.lease);
+      if (polling_) frames_polled_.fetch_add(1, std::memory_order_relaxed);
       session.in_handler_.store(true, std::memory_order_release);
       // Not armed again until the handler is done with it (WorkerThread).
       Enqueue(conn.session, Session::Task{Session::Task::kFrame, std::move(frame)});

@@ -170,9 +170,15 @@ struct ServerOptions {
   std::chrono::milliseconds idle_timeout{60000};
   uint32_t worker_threads = 4;
   // How long a worker that just ran a task polls for the next one before it
-  // sleeps (at most one worker spins at a time). A frame handed over within
-  // it starts without a futex wake: one thread hand-off off a short call's
-  // latency; an idle server spins this long once after its last task. 0: off.
+  // sleeps (at most one worker spins at a time), and how long the event loop
+  // polls its sockets (epoll_wait without blocking) after it handled events
+  // (a frame, a handler's buffer returned: its reply went out) before it
+  // blocks. A frame arriving within the loop's window is read without waking
+  // the loop, and handed over within a worker's without waking the worker:
+  // two thread hand-offs off a short call's latency. Spinners yield between
+  // polls, so they do not hold a core a woken thread needs. An idle server
+  // spins this long once after its last event (loop) and task (a worker);
+  // never while idle. 0: off.
   std::chrono::microseconds worker_spin{50};
   // A Send that makes no progress for this long fails and closes the session
   // (a client that stops reading must not wedge the Manager's workers).
@@ -192,6 +198,9 @@ struct ServerStats {
   uint64_t active = 0;              // sessions now open
   uint64_t buffered_bytes = 0;      // payload bytes now held (<= max_buffered_bytes)
   uint64_t waiting_for_buffer = 0;  // connections whose next frame waits for room
+  // Frames completed on an event the loop found while polling after activity
+  // (ServerOptions::worker_spin), i.e. without a wake of the loop thread.
+  uint64_t frames_polled = 0;
 };
 
 class SocketServer {
@@ -258,11 +267,13 @@ class SocketServer {
   std::atomic<uint64_t> closed_timeout_{0};
   std::atomic<uint64_t> active_{0};
   std::atomic<uint64_t> waiting_{0};
+  std::atomic<uint64_t> frames_polled_{0};
 
   std::mutex stop_mu_;    // serialises Stop
   bool stopped_ = false;  // guarded by stop_mu_
 
   // Loop-thread only.
+  bool polling_ = false;  // the events being handled were found by a non-blocking poll
   uint64_t next_session_id_ = 1;
   std::unordered_map<uint64_t, std::unique_ptr<Conn>> conns_;
   std::unordered_map<uid_t, uint32_t> per_uid_;

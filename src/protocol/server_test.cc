@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -498,6 +499,45 @@ TEST(SocketServerTest, HandlerMayCloseItsSession) {
   EXPECT_TRUE(h.WaitCloses(1));
   EXPECT_TRUE(ClosedByPeer(c.get()));
   EXPECT_EQ(h.closes().begin()->second, 1);
+}
+
+// Process CPU time (every thread), for the spin tests.
+std::chrono::nanoseconds ProcessCpu() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
+}
+
+// ServerOptions::worker_spin also keeps the loop polling after it handled
+// events: a connection's next frame, sent just after its reply came, is
+// read without waking the loop. With the spin off the loop always blocks.
+// Once the calls stop the server goes quiet: it spins only after activity.
+TEST(SocketServerTest, TheLoopPollsForTheNextFrameRightAfterAReplyAndNeverWhileIdle) {
+  constexpr int kCalls = 200;
+  for (const auto spin : {std::chrono::microseconds(1000), std::chrono::microseconds(0)}) {
+    TempDir dir;
+    RecordingHandler h;
+    h.on_frame = [](Session& s, Frame&& f) { s.Send(f.payload).IgnoreError("test"); };
+    ServerOptions o = Options(dir);
+    o.worker_spin = spin;
+    auto server = SocketServer::Start(o, &h);
+    ASSERT_TRUE(server.ok());
+    UniqueFd c = RawConnect((*server)->path());
+    for (int i = 0; i < kCalls; ++i) {
+      ASSERT_TRUE(SendFrame(c.get(), std::vector<uint8_t>{7}).ok());
+      ASSERT_TRUE(RecvFrame(c.get(), 16, 0).ok());
+    }
+    const uint64_t polled = (*server)->Stats().frames_polled;
+    if (spin.count() > 0) {
+      EXPECT_GE(polled, kCalls / 4u) << "of " << kCalls << " frames";
+    } else {
+      EXPECT_EQ(polled, 0u);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // past every window
+    const auto cpu0 = ProcessCpu();
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    EXPECT_LT(ProcessCpu() - cpu0, std::chrono::milliseconds(30)) << "spinning while idle";
+  }
 }
 
 }  // namespace

@@ -120,7 +120,8 @@ Result<ParsedFlags> ParseFlags(int argc, const char* const* argv, std::string* o
       ->capture_default_str();
   app.add_option("--protocol-spin-us", worker_spin_us,
                  "How long a request thread that just ran a request polls for the next one "
-                 "before sleeping (one at a time; 0: off, at most 1000)")
+                 "before sleeping (one at a time), and how long the socket loop polls after "
+                 "it handled a request or reply before blocking (0: off, at most 1000)")
       ->capture_default_str();
   app.add_option("--checkpoint-dram-percent", o.checkpoint_dram_percent,
                  "Share of the pool (0..100) that hybrid models' written-back recurrent "

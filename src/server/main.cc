@@ -139,6 +139,11 @@ int Run(int argc, char** argv) {
              static_cast<double>(st.rejected_frame));
     w.Sample("orbitkv_protocol_refused_total", {{"reason", "timeout"}},
              static_cast<double>(st.closed_timeout));
+    w.Family("orbitkv_protocol_frames_polled_total",
+             "Requests the socket loop read while polling after activity (--protocol-spin-us), "
+             "without a wake of its thread.",
+             "counter");
+    w.Sample("orbitkv_protocol_frames_polled_total", {}, static_cast<double>(st.frames_polled));
   });
   std::unique_ptr<MetricsHttpServer> http;
   if (o.metrics_port != 0) {
