@@ -11,6 +11,7 @@
 #include <cstring>
 #include <string>
 #include <system_error>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -165,6 +166,7 @@ Result<Frame> ClientConnection::Wait(uint64_t id, std::chrono::milliseconds time
     // the thread that is to answer it waits for one.
     const auto spin_end = std::min(deadline, now + options_.spin_wait);
     lock.unlock();
+    spinners_.fetch_add(1, std::memory_order_acq_rel);
     pollfd pfd{fd_.get(), POLLIN, 0};
     while (!waiter->ready.load(std::memory_order_acquire) &&
            std::chrono::steady_clock::now() < spin_end) {
@@ -176,6 +178,7 @@ Result<Frame> ClientConnection::Wait(uint64_t id, std::chrono::milliseconds time
       }
       ::sched_yield();
     }
+    spinners_.fetch_sub(1, std::memory_order_acq_rel);
     lock.lock();
   }
   while (!waiter->result.has_value()) {
@@ -241,6 +244,14 @@ void ClientConnection::ReadLoop() {
       std::lock_guard lock(read_mu_);
       if (!read_done_) EndStream(Status::IOError("poll on the protocol socket", err));
       return;
+    }
+    // A caller spinning in Wait reads what came itself (its reply and any
+    // frame before it): stand back while one spins, rather than take the read
+    // lock from under it (the bytes woke both; the spinner is already
+    // running). Bounded by ClientOptions::spin_wait; a frame the spinner
+    // leaves (one after its reply) is read once it stops.
+    while (spinners_.load(std::memory_order_acquire) > 0) {
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
     std::lock_guard lock(read_mu_);
     if (!ReadAvailable(nullptr)) return;

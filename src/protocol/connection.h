@@ -8,8 +8,9 @@
 // hands every frame it completes to that frame's waiter. The reader thread
 // waits for readability with poll() and then reads; a caller spinning in Wait
 // (ClientOptions::spin_wait) reads too, so that a reply arriving within its
-// spin reaches it without waiting for the reader thread to wake. Either may
-// complete a frame the other began, and either may deliver any caller's reply.
+// spin reaches it without waiting for the reader thread to wake; the reader
+// thread stands back while a caller spins. Either may complete a frame the
+// other began, and either may deliver any caller's reply.
 //
 // Thread-safe: every method may be called from any thread, except that the
 // destructor must not race other calls. A reply for an id nobody waits for
@@ -160,6 +161,7 @@ class ClientConnection {
   FrameReader frames_;      // guarded by read_mu_: the frame being read
   bool read_done_ = false;  // guarded by read_mu_: the stream ended or broke
   std::atomic<uint64_t> frames_read_by_callers_{0};
+  std::atomic<int> spinners_{0};  // callers spinning in Wait now (the reader thread waits)
 
   mutable std::mutex mu_;
   std::condition_variable broken_cv_;  // signalled when broken_ is set
