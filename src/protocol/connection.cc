@@ -110,6 +110,11 @@ Status ClientConnection::Start(std::span<const uint8_t> request, std::span<const
                                uint64_t id) {
   if (id == 0) return Status::InvalidArgument("envelope id 0 is reserved");
   auto waiter = std::make_shared<Waiter>();
+  if (options_.spin_wait.count() > 0) {
+    waiter->spin = std::min<std::chrono::nanoseconds>(
+        options_.spin_wait + options_.spin_wait_per_kib * (request.size() >> 10),
+        std::max<std::chrono::nanoseconds>(options_.spin_wait, options_.max_spin_wait));
+  }
   {
     std::lock_guard lock(mu_);
     if (!broken_.ok()) return broken_;
@@ -155,8 +160,9 @@ Result<Frame> ClientConnection::Wait(uint64_t id, std::chrono::milliseconds time
   std::shared_ptr<Waiter> waiter = it->second;
   const auto now = std::chrono::steady_clock::now();
   const auto deadline = now + timeout;
-  if (options_.spin_wait.count() > 0 && !waiter->result.has_value()) {
-    // Poll for the reply before sleeping (ClientOptions::spin_wait), reading
+  if (waiter->spin.count() > 0 && !waiter->result.has_value()) {
+    // Poll for the reply before sleeping (ClientOptions::spin_wait, longer
+    // for a larger request: Start set waiter->spin), reading
     // the socket ourselves when it has bytes and nobody else is reading it.
     // The check is a poll() without the read lock, so that the reader thread
     // (woken by the same bytes) rarely finds the lock held and sleeps on it.
@@ -164,7 +170,7 @@ Result<Frame> ClientConnection::Wait(uint64_t id, std::chrono::milliseconds time
     // outnumber cores (the Manager's threads beside this engine on a small
     // machine), a pausing spinner keeps its core for its whole window while
     // the thread that is to answer it waits for one.
-    const auto spin_end = std::min(deadline, now + options_.spin_wait);
+    const auto spin_end = std::min(deadline, now + waiter->spin);
     lock.unlock();
     spinners_.fetch_add(1, std::memory_order_acq_rel);
     pollfd pfd{fd_.get(), POLLIN, 0};
@@ -248,7 +254,7 @@ void ClientConnection::ReadLoop() {
     // A caller spinning in Wait reads what came itself (its reply and any
     // frame before it): stand back while one spins, rather than take the read
     // lock from under it (the bytes woke both; the spinner is already
-    // running). Bounded by ClientOptions::spin_wait; a frame the spinner
+    // running). Bounded by a caller's spin (ClientOptions); a frame the spinner
     // leaves (one after its reply) is read once it stops.
     while (spinners_.load(std::memory_order_acquire) > 0) {
       std::this_thread::sleep_for(std::chrono::microseconds(20));

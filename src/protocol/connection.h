@@ -68,6 +68,13 @@ struct ClientOptions {
   // wakes: client+wire p50 on the H100 host 0.13 ms at 200 us, 0.08 at 500,
   // 0.07 at 1000. 0: sleep at once, the reader thread reads.
   std::chrono::microseconds spin_wait{500};
+  // A larger request takes longer to answer (a Query of 8192 keys, 256 KiB,
+  // takes the Manager 0.5-0.6 ms before its reply is sent), so its spin grows
+  // by this much per KiB of the request, up to max_spin_wait: the 8192-block
+  // socket query on the 2-core VM took 0.76-0.94 ms with a 500 us spin that
+  // ran out, and 0.63-0.71 ms with one that did not. Only with spin_wait > 0.
+  std::chrono::nanoseconds spin_wait_per_kib{4000};
+  std::chrono::microseconds max_spin_wait{2000};
 };
 
 class ClientConnection {
@@ -123,6 +130,7 @@ class ClientConnection {
     std::condition_variable cv;
     std::optional<Result<Frame>> result;  // guarded by ClientConnection::mu_
     std::atomic<bool> ready{false};       // set (release) after result, for Wait's spin
+    std::chrono::nanoseconds spin{0};     // how long Wait spins (Start: from the request's size)
   };
 
   ClientConnection(UniqueFd fd, ClientOptions options);

@@ -512,6 +512,52 @@ void ExpectBroken(const Result<Frame>& r, StatusCode code, std::string_view need
   EXPECT_NE(r.status().message().find(needle), std::string_view::npos) << r.status().ToString();
 }
 
+// A larger request's caller spins longer (ClientOptions::spin_wait_per_kib):
+// with a 20 ms spin and 1 ms more per KiB, a reply 150 ms after a small
+// request finds its caller asleep (the reader thread delivers it), and one
+// 150 ms after a 256 KiB request finds its caller still spinning (it reads the
+// reply itself; the reader thread stands back while a caller spins).
+TEST(ClientConnectionTest, ALargerRequestsCallerSpinsLonger) {
+  RawPeer p;
+  ClientOptions o = SpinFor(20ms);
+  o.spin_wait_per_kib = 1ms;
+  o.max_spin_wait = 10s;
+  p.Start(std::move(o));
+  for (const size_t keys : {size_t{1}, size_t{8192}}) {  // 32 B and 256 KiB of keys
+    SCOPED_TRACE(keys);
+    QueryRequest q;
+    q.instance = 1;
+    q.keys.assign(keys, BlockKey{});
+    const std::vector<uint8_t> request = EncodeRequest(p.client->NextId(), q);
+    const uint64_t id = *PeekEnvelopeId(request);
+    const uint64_t before = p.client->frames_read_by_callers();
+    std::atomic<bool> waiting{false};
+    Result<Frame> r = Status::Internal("not waited");
+    // Start may block until the peer reads (a send buffer smaller than the
+    // request), so the caller sends and waits on a thread of its own.
+    std::thread caller([&] {
+      Status st = p.client->Start(request, {}, id);
+      waiting = true;
+      r = st.ok() ? p.client->Wait(id, 30s) : Result<Frame>(st);
+    });
+    size_t read = 0;
+    const auto give_up = std::chrono::steady_clock::now() + 10s;
+    while ((read < kFrameHeaderBytes + request.size() || !waiting) &&
+           std::chrono::steady_clock::now() < give_up) {
+      uint8_t buf[65536];
+      const ssize_t n = ::recv(p.peer.get(), buf, sizeof(buf), MSG_DONTWAIT);
+      if (n > 0) read += static_cast<size_t>(n);
+      if (n <= 0) std::this_thread::sleep_for(100us);
+    }
+    EXPECT_EQ(read, kFrameHeaderBytes + request.size());
+    std::this_thread::sleep_for(150ms);
+    p.Write(WireFrame(EncodeReply(id, RegisterReply{id})));
+    caller.join();
+    EXPECT_EQ(Decode<RegisterReply>(r, id).instance, id);
+    EXPECT_EQ(p.client->frames_read_by_callers() - before, keys == 1 ? 0u : 1u);
+  }
+}
+
 // A caller that spins for its own reply reads whatever arrives first and hands
 // another caller's reply to that caller (not dropped, not taken as its own).
 // Whether the caller or the reader thread reads a frame is a race; the test
