@@ -38,7 +38,18 @@ struct ClientConfig {
   // A uid the Manager may run as besides this process's euid (a root engine
   // using a user's Manager names that user). Unset: the same uid only.
   std::optional<uid_t> server_uid;
+  // How long a call polls for its reply before its thread sleeps (README,
+  // "Connection model"): a reply within it reaches the caller with no thread
+  // wake; the calling thread spends at most this much CPU per call (longer
+  // for a large request, at most 2 ms). 0: sleep at once, for an engine
+  // host short of cores. Unset: the environment's ORBITKV_CLIENT_SPIN_US
+  // (0..10000; anything else fails Connect), else 500 us.
+  std::optional<std::chrono::microseconds> spin_wait;
 };
+
+// The environment variable that sets ClientConfig::spin_wait where the
+// config leaves it unset (the Python and engine adapters' clients included).
+inline constexpr const char* kClientSpinEnv = "ORBITKV_CLIENT_SPIN_US";
 
 class Client {
  public:

@@ -2,7 +2,9 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <string>
 
 #include "protocol/connection.h"
 #include "protocol/wire.h"
@@ -131,6 +133,26 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientConfig& config) {
   protocol::ClientOptions o;
   o.reply_id = [](std::span<const uint8_t> b) { return protocol::PeekEnvelopeId(b); };
   o.server_uid = c.server_uid;
+  if (!c.spin_wait) {
+    if (const char* env = std::getenv(kClientSpinEnv); env != nullptr) {
+      char* end = nullptr;
+      errno = 0;
+      const unsigned long long us = std::strtoull(env, &end, 10);
+      if (*env == '\0' || *end != '\0' || errno != 0 || *env == '-' || us > 10000) {
+        return Status::InvalidArgument(std::string(kClientSpinEnv) + "='" + env +
+                                       "': not a whole number of microseconds in 0..10000");
+      }
+      c.spin_wait = std::chrono::microseconds(us);
+    }
+  }
+  if (c.spin_wait) {
+    if (c.spin_wait->count() < 0 || *c.spin_wait > std::chrono::milliseconds(10)) {
+      return Status::InvalidArgument("ClientConfig::spin_wait " +
+                                     std::to_string(c.spin_wait->count()) +
+                                     " us: not in 0..10000 us");
+    }
+    o.spin_wait = *c.spin_wait;
+  }
   ORBITKV_ASSIGN_OR_RETURN(std::unique_ptr<protocol::ClientConnection> conn,
                            protocol::ClientConnection::Connect(c.socket_path, o));
   auto client = std::make_unique<SocketClient>(std::move(conn), c);

@@ -409,6 +409,51 @@ TEST_F(ManagerProcessTest, DramRestoresByteExactAcrossProcesses) {
   ExpectReleased();
 }
 
+// The client's spin (ClientConfig::spin_wait) comes from ORBITKV_CLIENT_SPIN_US
+// where the config leaves it unset: 0 (no spin: the reader thread delivers
+// every reply) serves engine processes byte-exact, and a value that is not
+// 0..10000 us fails Connect, naming the variable, before anything is sent.
+TEST_F(ManagerProcessTest, ClientSpinComesFromTheEnvironmentAndIsChecked) {
+  ASSERT_NO_FATAL_FAILURE(StartManager({.pool = "8mib"}));
+  struct Env {  // restores the variable's absence (the suite does not set it)
+    explicit Env(const char* v) { ::setenv(kClientSpinEnv, v, 1); }
+    ~Env() { ::unsetenv(kClientSpinEnv); }
+  };
+  {
+    Env off("0");
+    const std::vector<std::string> args = {"--ns",     "spin-off", "--layout", "split",  "--slots",
+                                           "1000,333", "--pages",  "16",       "--keys", "0..6"};
+    EngineRun a = Engine("publish", args);
+    EXPECT_ENGINE_OK(a);
+    std::vector<std::string> restore = args;
+    for (const char* flag : {"--expect-source", "dram", "--dst-page", "8"}) restore.push_back(flag);
+    EngineRun b = Engine("restore-verify", restore);
+    EXPECT_ENGINE_OK(b);
+    EXPECT_EQ(Field(b.out, "restore", "verified"), 6) << b.out;
+  }
+  ClientConfig cc;
+  cc.socket_path = socket_;
+  for (const char* bad : {"fast", "", "-5", "10001", "12us"}) {
+    Env e(bad);
+    Result<std::unique_ptr<Client>> c = Client::Connect(cc);
+    ASSERT_FALSE(c.ok()) << bad;
+    EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument) << c.status().ToString();
+    EXPECT_NE(c.status().message().find(kClientSpinEnv), std::string_view::npos)
+        << c.status().ToString();
+  }
+  {
+    Env ignored("fast");  // the config's own setting wins over the environment
+    cc.spin_wait = std::chrono::microseconds(200);
+    Result<std::unique_ptr<Client>> c = Client::Connect(cc);
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+  }
+  cc.spin_wait = std::chrono::milliseconds(20);
+  Result<std::unique_ptr<Client>> over = Client::Connect(cc);
+  ASSERT_FALSE(over.ok());
+  EXPECT_EQ(over.status().code(), StatusCode::kInvalidArgument) << over.status().ToString();
+  ExpectReleased();
+}
+
 // ---- 2 + 3: SSD after DRAM eviction; a new engine process finds the same keys ----------
 
 TEST_F(ManagerProcessTest, SsdRestoresAfterEvictionAndEngineRestart) {
