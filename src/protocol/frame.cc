@@ -208,8 +208,8 @@ Status FrameReader::TakeFds(::msghdr* msg, long n) {
   if (msg->msg_flags & MSG_CTRUNC) {
     fds_.clear();
     return Status::ResourceExhausted(
-        "file descriptors sent with a frame were dropped: the Manager is at its open-file "
-        "limit (RLIMIT_NOFILE)");
+        "file descriptors sent with a frame were dropped: this process (the Manager, or a "
+        "client reading a reply) is at its open-file limit (RLIMIT_NOFILE)");
   }
   if (fds_.size() > max_fds_) {
     const size_t count = fds_.size();
