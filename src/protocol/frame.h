@@ -57,8 +57,12 @@ struct Frame {
 // SO_SNDTIMEO expires; IOError otherwise.
 Status SendFrame(int fd, std::span<const uint8_t> payload, std::span<const int> fds = {});
 
-// Reads one frame (retrying EINTR and short reads). The payload buffer grows
-// as bytes arrive, so a peer must send what it announces before we allocate it.
+// Reads one frame (retrying EINTR and short reads), blocking: for tests and
+// tools that talk to a socket directly. The Manager's server and the client
+// library read through FrameReader below (ClientConnection since session 20,
+// so that a spinning caller can read its reply without blocking). The payload
+// buffer grows as bytes arrive, so a peer must send what it announces before
+// we allocate it.
 // Errors:
 //   Cancelled("peer closed")  EOF (or ECONNRESET) before or inside the frame;
 //   InvalidArgument           length > max_payload, or more than max_fds fds
@@ -68,10 +72,12 @@ Status SendFrame(int fd, std::span<const uint8_t> payload, std::span<const int> 
 //   DeadlineExceeded          SO_RCVTIMEO expired.
 Result<Frame> RecvFrame(int fd, uint32_t max_payload, uint32_t max_fds);
 
-// FrameReader: the incremental, non-blocking counterpart of RecvFrame for an
-// event loop. It reads with MSG_DONTWAIT whatever the socket holds and never
-// allocates more than the announced payload, and that only once Grant() says
-// the caller has room for it (the server's aggregate buffer budget):
+// FrameReader: the incremental, non-blocking counterpart of RecvFrame, for the
+// server's event loop and the client's readers (protocol/connection.h). It
+// reads with MSG_DONTWAIT whatever the socket holds and never allocates more
+// than the announced payload, and that only once Grant() says the caller has
+// room for it (the server's aggregate buffer budget; the client grants at
+// once, its server being trusted):
 //
 //   Read -> kHeader (announced() known) -> [caller reserves] Grant() ->
 //   Read ... -> kFrame -> Take() -> (next frame)
@@ -81,7 +87,8 @@ Result<Frame> RecvFrame(int fd, uint32_t max_payload, uint32_t max_fds);
 //                      fds dropped by the kernel (MSG_CTRUNC: RLIMIT_NOFILE);
 //   Cancelled          EOF inside a frame ("peer closed inside a frame");
 //   IOError            recvmsg failed.
-// Thread-compatible: one loop thread owns a reader.
+// Thread-compatible: one thread at a time (the server's loop thread; a
+// client's read lock).
 class FrameReader {
  public:
   enum class Progress {
