@@ -48,7 +48,12 @@ struct ScaleParams {
 struct ScaleReport {
   struct ChainPoint {
     uint32_t tokens = 0, blocks = 0;
-    Quantiles query_ms;
+    Quantiles query_ms;  // the engine's Query call, as it sees it
+    // Means over the same calls from the Manager's own histograms: a
+    // request's last byte read to its reply sent (orbitkv_request_seconds),
+    // of which waiting for a request thread (orbitkv_request_wait_seconds)
+    // and Manager::Query itself (orbitkv_query_seconds). 0: not scraped.
+    double mean_ms = 0, manager_request_ms = 0, manager_wait_ms = 0, manager_query_ms = 0;
   };
   struct EnginePoint {
     uint32_t engines = 0;

@@ -1,6 +1,7 @@
 #include "manager/query_table.h"
 
 #include <algorithm>
+#include <cstring>
 #include <optional>
 #include <utility>
 
@@ -13,18 +14,18 @@ namespace {
 // The index of each key's first occurrence in one query: open addressing over
 // a power-of-two table of at least twice the keys, one allocation per query.
 // A slot keeps 32 bits of the key's hash, so a probe past another key reads
-// neither that key nor the ids.
+// neither that key nor the others.
 class FirstOccurrence {
  public:
-  FirstOccurrence(std::span<const ObjectId> ids) : ids_(ids) {
-    while ((size_t{1} << bits_) < 2 * ids.size()) ++bits_;
+  FirstOccurrence(std::span<const BlockKey> keys) : keys_(keys) {
+    while ((size_t{1} << bits_) < 2 * keys.size()) ++bits_;
     slots_.assign(size_t{1} << bits_, Slot{});
   }
-  // The first occurrence of ids[i]'s key among those added; adds i if none.
+  // The first occurrence of keys[i] among those added; adds i if none.
   uint32_t FindOrAdd(uint32_t i) {
-    const Key& key = ids_[i].key;
+    const BlockKey& key = keys_[i];
     const size_t mask = slots_.size() - 1;
-    const uint64_t h = KeyHash{}(key)*0x9E3779B97F4A7C15ull;
+    const uint64_t h = Hash(key) * 0x9E3779B97F4A7C15ull;
     const uint32_t tag = static_cast<uint32_t>(h);
     for (size_t s = h >> (64 - bits_);; s = (s + 1) & mask) {
       Slot& slot = slots_[s];
@@ -32,7 +33,7 @@ class FirstOccurrence {
         slot = Slot{i + 1, tag};
         return i;
       }
-      if (slot.tag == tag && ids_[slot.index - 1].key == key) return slot.index - 1;
+      if (slot.tag == tag && keys_[slot.index - 1] == key) return slot.index - 1;
     }
   }
 
@@ -41,7 +42,13 @@ class FirstOccurrence {
     uint32_t index = 0;  // index + 1; 0: empty
     uint32_t tag = 0;    // low bits of the mixed hash
   };
-  std::span<const ObjectId> ids_;  // of one namespace and group: keys decide
+  static uint64_t Hash(const BlockKey& k) {  // KeyHash's, on the key's bytes
+    uint64_t h, l;
+    std::memcpy(&h, k.data() + 8, sizeof h);
+    std::memcpy(&l, k.data(), sizeof l);
+    return (h ^ (l * 0x9E3779B97F4A7C15ULL)) * 0xBF58476D1CE4E5B9ULL;
+  }
+  std::span<const BlockKey> keys_;  // of one namespace and group: keys decide
   unsigned bits_ = 4;
   std::vector<Slot> slots_;
 };
@@ -50,9 +57,7 @@ class FirstOccurrence {
 
 QueryResult QueryTable::Open(const Lookup& in) {
   const size_t n = in.keys.size();
-  std::vector<ObjectId> ids(n);
-  for (size_t i = 0; i < n; ++i) ids[i] = ObjectId{in.ns, in.group, ToKey(in.keys[i])};
-  FirstOccurrence first(ids);
+  FirstOccurrence first(in.keys);
   QueryRec q;
   q.session = in.session;
   q.instance = in.instance;
@@ -64,12 +69,14 @@ QueryResult QueryTable::Open(const Lookup& in) {
   uint64_t& session_charged = charged_[in.session];
   const uint64_t share = budget_ / std::max<uint32_t>(1, in.sessions_with_instances);
   Counter* cut = nullptr;  // the limit that ended the prefix, if one did
-  // Appends b, the source of key q.blocks.size(), unless its bytes are over
-  // the Manager-wide budget or this session's share: then the prefix ends
-  // there (the reply says so; it is not a miss) and the caller releases b.
-  auto admit = [&](QueryBlock& b) {
+  // Admits q.blocks.back(), the source of key q.blocks.size() - 1, unless its
+  // bytes are over the Manager-wide budget or this session's share: then the
+  // prefix ends there (the reply says so; it is not a miss), and the caller
+  // releases the block and pops it.
+  auto admit = [&]() {
     mu_.AssertHeld();
-    const uint32_t index = static_cast<uint32_t>(q.blocks.size());
+    QueryBlock& b = q.blocks.back();
+    const uint32_t index = static_cast<uint32_t>(q.blocks.size() - 1);
     const uint32_t owner = first.FindOrAdd(index);
     if (owner == index) {
       if (share < budget_ && session_charged + b.size > share) cut = m_.budget_cuts_session;
@@ -82,32 +89,39 @@ QueryResult QueryTable::Open(const Lookup& in) {
     }
     b.charge_owner = owner;  // a repeated key rides on its first charge
     ++(owner == index ? b : q.blocks[owner]).holders;
-    q.blocks.push_back(b);
     return true;
   };
   while (q.blocks.size() < n && !cut) {
     // A run of DRAM blocks under one pool lock, then at most one SSD block.
     const size_t at = q.blocks.size();
-    hits_dram += dram_->PinRun(std::span(ids).subspan(at), [&](size_t j, const DramView& v) {
-      QueryBlock b;
-      b.id = ids[at + j];
-      b.tier = Tier::kDram;
-      b.dram = v;
-      b.size = v.size;
-      return admit(b);  // false: PinRun unpins it
-    });
+    hits_dram +=
+        dram_->PinRun(in.ns, in.group, in.keys.subspan(at), [&](size_t j, const DramView& v) {
+          // Built in place: a chain's blocks are most of a query's bytes.
+          QueryBlock& b = q.blocks.emplace_back();
+          b.id = ObjectId{in.ns, in.group, ToKey(in.keys[at + j])};
+          b.tier = Tier::kDram;
+          b.dram = v;
+          b.size = v.size;
+          if (admit()) return true;
+          q.blocks.pop_back();
+          return false;  // PinRun unpins it
+        });
     const size_t i = q.blocks.size();
     if (cut || i == n || !ssd_) break;
+    const ObjectId id{in.ns, in.group, ToKey(in.keys[i])};
     std::optional<SsdCatalog::Leased> leased =
-        ssd_->catalog().LookupAndLease(StoreKey(ids[i]), LeaseSpec{in.session, 1, in.deadline});
+        ssd_->catalog().LookupAndLease(StoreKey(id), LeaseSpec{in.session, 1, in.deadline});
     if (!leased) break;
-    QueryBlock b;
-    b.id = ids[i];
+    QueryBlock& b = q.blocks.emplace_back();
+    b.id = id;
     b.tier = Tier::kSsd;
     b.ref = leased->ref;
     b.lease = leased->lease;
     b.size = leased->ref.object_size;
-    if (!admit(b)) ReleaseSource(b);
+    if (!admit()) {
+      ReleaseSource(b);
+      q.blocks.pop_back();
+    }
   }
   QueryResult res;
   res.prefix = static_cast<uint32_t>(q.blocks.size());

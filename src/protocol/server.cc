@@ -465,6 +465,7 @@ void SocketServer::WorkerThread() {
         handler_->OnOpen(*session);
         break;
       case Session::Task::kFrame:
+        task.frame.dispatched_ns = NowNs();
         handler_->OnFrame(*session, std::move(task.frame));
         task.frame = Frame{};  // returns its budget before the next frame is read
         session->idle_since_ns_.store(NowNs(), std::memory_order_relaxed);
@@ -702,6 +703,7 @@ void SocketServer::OnReadable(uint64_t conn_id) {
     case FrameReader::Progress::kFrame: {
       Frame frame = conn.reader.Take();
       frame.hold = std::move(conn.lease);
+      frame.read_ns = NowNs();
       if (polling_) frames_polled_.fetch_add(1, std::memory_order_relaxed);
       session.in_handler_.store(true, std::memory_order_release);
       // Not armed again until the handler is done with it (WorkerThread).

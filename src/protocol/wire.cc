@@ -29,7 +29,7 @@ constexpr uint8_t kMaxStatusCode = static_cast<uint8_t>(StatusCode::kInternal);
 static_assert(static_cast<int>(Tier::kNone) == 0 && static_cast<int>(Tier::kDram) == 1 &&
               static_cast<int>(Tier::kSsd) == 2);
 constexpr uint8_t kMaxTier = static_cast<uint8_t>(Tier::kSsd);
-static_assert(sizeof(BlockKey) == 32);
+static_assert(sizeof(BlockKey) == 32 && alignof(BlockKey) == 1);
 static_assert(sizeof(w::IpcHandle) == kIpcHandleBytes && alignof(w::IpcHandle) == 1);
 static_assert(sizeof(decltype(RegisterRequest::ipc_handles)::value_type) == kIpcHandleBytes);
 static_assert(w::Body_MAX == std::variant_size_v<Message>,
@@ -132,8 +132,10 @@ Status GetKeys(const fb::Vector<uint8_t>* v, std::string_view field, std::vector
   if (n > kMaxKeysPerMessage) {
     return Invalid(field, fmt::format("{} keys, more than the limit {}", n, kMaxKeysPerMessage));
   }
-  out->resize(n);
-  if (n > 0) std::memcpy(out->data(), v->data(), n * 32);
+  // One pass over the bytes (a resize would zero them first): BlockKey is 32
+  // bytes with alignment 1, so the vector's bytes are n keys in order.
+  const auto* first = reinterpret_cast<const BlockKey*>(v->data());
+  out->assign(first, first + n);
   return Status::OK();
 }
 
@@ -548,9 +550,10 @@ AlignedView Align(std::span<const uint8_t> bytes) {
 
 }  // namespace
 
-std::string_view MessageName(const Message& body) {
-  const auto index = static_cast<w::Body>(body.index() + 1);
-  return w::EnumNameBody(index);
+std::string_view MessageName(const Message& body) { return MessageName(body.index()); }
+
+std::string_view MessageName(size_t index) {
+  return w::EnumNameBody(static_cast<w::Body>(index + 1));
 }
 
 // ---- encoders ---------------------------------------------------------------------

@@ -134,6 +134,8 @@ struct DecodedMessage {
 
 // The schema's name of a body ("Publish", "QueryReply", ...), for logs.
 std::string_view MessageName(const Message& body);
+// The same by Message's variant index; REQUIRES: index < variant_size of Message.
+std::string_view MessageName(size_t index);
 
 // ---- encoding -----------------------------------------------------------------
 std::vector<uint8_t> EncodeRequest(uint64_t id, const HelloRequest& m);

@@ -2,7 +2,9 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -18,6 +20,21 @@ ManagerService::ManagerService(Manager* manager, MetricsRegistry* metrics) : man
                                     "Frames that failed to decode or validate (answered with an "
                                     "error).");
   requests_ = metrics->GetCounter("orbitkv_protocol_requests_total", "Requests received.");
+  for (size_t i = 0; i < request_seconds_.size(); ++i) {
+    const std::string_view op = protocol::MessageName(i);
+    if (op.ends_with("Reply")) continue;  // only requests reach OnFrame
+    const Labels labels{{"op", std::string(op)}};
+    request_seconds_[i] = metrics->GetHistogram(
+        "orbitkv_request_seconds",
+        "From the Manager reading a request's last byte to its reply sent (the wait for a "
+        "request thread, decode, the call, encode and send; a restore: until started, or "
+        "replied when it completed inline).",
+        LatencyBuckets(), labels);
+    request_wait_seconds_[i] = metrics->GetHistogram(
+        "orbitkv_request_wait_seconds",
+        "From the Manager reading a request's last byte to a request thread taking it up.",
+        LatencyBuckets(), labels);
+  }
 }
 
 void ManagerService::OnOpen(protocol::Session& session) {
@@ -53,6 +70,14 @@ SessionId ManagerService::ManagerSession(const protocol::Session& session) {
   return it == sessions_.end() ? 0 : it->second;
 }
 
+namespace {
+int64_t SteadyNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
 void ManagerService::OnFrame(protocol::Session& session, protocol::Frame&& frame) {
   requests_->Inc();
   const SessionId sid = ManagerSession(session);
@@ -67,6 +92,18 @@ void ManagerService::OnFrame(protocol::Session& session, protocol::Frame&& frame
     return;
   }
   const uint64_t rid = decoded->id;
+  // Observed once the handler below returns, whatever it answered.
+  struct Timed {
+    Histogram* h;
+    int64_t from_ns;
+    ~Timed() {
+      if (h != nullptr && from_ns > 0) h->Observe(static_cast<double>(SteadyNs() - from_ns) * 1e-9);
+    }
+  } timed{request_seconds_[decoded->body.index()], frame.read_ns};
+  if (Histogram* wait = request_wait_seconds_[decoded->body.index()];
+      wait != nullptr && frame.read_ns > 0 && frame.dispatched_ns >= frame.read_ns) {
+    wait->Observe(static_cast<double>(frame.dispatched_ns - frame.read_ns) * 1e-9);
+  }
   // Before any handler runs: a request with the wrong fds (a CUDA register
   // with any, a host register without one per region) is refused here, and
   // the fds close with the frame.

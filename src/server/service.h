@@ -9,12 +9,14 @@
 // arrive on that session's reader thread.
 #pragma once
 
+#include <array>
 #include <map>
 #include <mutex>
 #include <unordered_map>
 
 #include "manager/manager.h"
 #include "protocol/server.h"
+#include "protocol/wire.h"
 
 namespace orbitkv {
 
@@ -33,6 +35,13 @@ class ManagerService final : public protocol::SessionHandler {
   Manager* const manager_;
   Counter* bad_frames_;
   Counter* requests_;
+  // By Message's variant index; null for the bodies that are replies.
+  // orbitkv_request_seconds{op}: from the loop reading a request's last byte
+  // to its handler returning (reply sent; a restore: started, or replied
+  // when it completed inline). orbitkv_request_wait_seconds{op}: the part of
+  // that before a request thread took the frame up.
+  std::array<Histogram*, std::variant_size_v<protocol::Message>> request_seconds_{};
+  std::array<Histogram*, std::variant_size_v<protocol::Message>> request_wait_seconds_{};
   std::mutex mu_;
   std::unordered_map<uint64_t, SessionId> sessions_;  // guarded by mu_: socket session -> Manager
   std::unordered_map<uint64_t, uint32_t>

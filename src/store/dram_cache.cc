@@ -265,6 +265,26 @@ struct DramCache::Impl {
     return e;
   }
 
+  // DramCache::PinRun over n ids, the i-th being id_at(i).
+  template <typename IdAt>
+  size_t PinRunOf(size_t n_ids, const IdAt& id_at,
+                  const std::function<bool(size_t, const DramView&)>& keep) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t n = 0; n < n_ids; ++n) {
+      // A long chain misses the cache at every slot and entry: load them ahead.
+      if (n + 2 * kPrefetchAhead < n_ids) directory_.PrefetchSlot(id_at(n + 2 * kPrefetchAhead));
+      if (n + kPrefetchAhead < n_ids) directory_.PrefetchElement(id_at(n + kPrefetchAhead));
+      Entry* e = PinSealedLocked(id_at(n));
+      if (e == nullptr) return n;
+      if (!keep(n, ViewOf(*e))) {
+        UnpinLocked(*e);
+        return n;
+      }
+      UseLocked(*e);
+    }
+    return n_ids;
+  }
+
   // A use of a pinned entry: under kReuse, a use while present is reuse.
   void UseLocked(Entry& e) {
     if (options_.admission != AdmissionPolicy::kReuse) return;
@@ -490,21 +510,20 @@ void DramCache::NoteUse(std::span<const EntryId> ids) {
 
 size_t DramCache::PinRun(std::span<const ObjectId> ids,
                          const std::function<bool(size_t, const DramView&)>& keep) {
-  Impl& m = *impl_;
-  std::lock_guard<std::mutex> lock(m.mu_);
-  for (size_t n = 0; n < ids.size(); ++n) {
-    // A long chain misses the cache at every slot and entry: load them ahead.
-    if (n + 2 * kPrefetchAhead < ids.size()) m.directory_.PrefetchSlot(ids[n + 2 * kPrefetchAhead]);
-    if (n + kPrefetchAhead < ids.size()) m.directory_.PrefetchElement(ids[n + kPrefetchAhead]);
-    Entry* e = m.PinSealedLocked(ids[n]);
-    if (e == nullptr) return n;
-    if (!keep(n, m.ViewOf(*e))) {
-      m.UnpinLocked(*e);
-      return n;
-    }
-    m.UseLocked(*e);
-  }
-  return ids.size();
+  return impl_->PinRunOf(
+      ids.size(), [&](size_t i) -> const ObjectId& { return ids[i]; }, keep);
+}
+
+size_t DramCache::PinRun(uint64_t ns, uint32_t group, std::span<const BlockKey> keys,
+                         const std::function<bool(size_t, const DramView&)>& keep) {
+  return impl_->PinRunOf(
+      keys.size(),
+      [&](size_t i) {
+        ObjectId id{ns, group, {}};
+        id.key.bytes = keys[i];
+        return id;
+      },
+      keep);
 }
 
 void DramCache::Unpin(EntryId id) { UnpinMany({&id, 1}); }

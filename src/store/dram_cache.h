@@ -30,6 +30,7 @@
 #include <span>
 #include <vector>
 
+#include "orbitkv/cache_api.h"
 #include "orbitkv/clock.h"
 #include "orbitkv/status.h"
 #include "store/object_id.h"
@@ -114,6 +115,10 @@ class DramCache {
   // whose keep() returns false (pinned, then unpinned again, and not counted
   // as a use). Returns how many stay pinned: ids[0, n), each counted as a use.
   size_t PinRun(std::span<const ObjectId> ids,
+                const std::function<bool(size_t index, const DramView& view)>& keep);
+  // PinRun over the ids {ns, group, keys[i]}, with no id array built (a
+  // query of a 128k-token chain names 8192 keys).
+  size_t PinRun(uint64_t ns, uint32_t group, std::span<const BlockKey> keys,
                 const std::function<bool(size_t index, const DramView& view)>& keep);
   // Counts the pinned entries `ids` (from Pin(kProbe)) as used, under one lock.
   void NoteUse(std::span<const EntryId> ids);

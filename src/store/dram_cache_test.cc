@@ -240,6 +240,34 @@ TEST_F(DramCacheTest, PinRunStopsAtTheFirstAbsentEntryAndAtARefusalWhichIsAUse) 
   EXPECT_TRUE(c->Contains(Id(3)));
 }
 
+// The query's PinRun names {ns, group, key} without an id array: the same
+// entries, the same stops, and nothing of another namespace or group.
+TEST_F(DramCacheTest, PinRunOverKeysPinsTheIdsOfItsNamespaceAndGroup) {
+  auto c = Make(4 * kBlock);
+  for (uint64_t v = 1; v <= 3; ++v) Put(*c, v);
+  auto key = [](uint64_t v) { return Key::FromU64(v).bytes; };
+  std::vector<EntryId> pinned;
+  auto keep_all = [&](size_t index, const DramView& v) {
+    EXPECT_EQ(index, pinned.size());
+    pinned.push_back(v.id);
+    return Holds(v, pinned.size());
+  };
+  const std::vector<BlockKey> keys = {key(1), key(2), key(99), key(3)};
+  EXPECT_EQ(c->PinRun(1, 0, keys, keep_all), 2u);
+  ASSERT_EQ(pinned.size(), 2u);
+  EXPECT_EQ(c->stats().pinned_entries, 2u);
+  c->UnpinMany(pinned);
+  pinned.clear();
+  // The same keys under another namespace or group are other objects.
+  EXPECT_EQ(c->PinRun(2, 0, keys, keep_all), 0u);
+  EXPECT_EQ(c->PinRun(1, 1, keys, keep_all), 0u);
+  EXPECT_TRUE(pinned.empty());
+  // A refusal unpins what it was handed.
+  const std::vector<BlockKey> three = {key(3)};
+  EXPECT_EQ(c->PinRun(1, 0, three, [](size_t, const DramView&) { return false; }), 0u);
+  EXPECT_EQ(c->stats().pinned_entries, 0u);
+}
+
 TEST_F(DramCacheTest, ContainsDoesNotTouchTheLru) {
   auto c = Make(2 * kBlock);
   Put(*c, 1);

@@ -406,6 +406,21 @@ TEST_F(ManagerProcessTest, DramRestoresByteExactAcrossProcesses) {
   const std::optional<double> polled = m->Get("orbitkv_protocol_frames_polled_total");
   ASSERT_TRUE(polled.has_value());
   EXPECT_LE(*polled, m->Get("orbitkv_protocol_requests_total").value_or(0));
+  // Request latency inside the Manager, by op: every Query the engines sent
+  // was timed from its last byte read (a handler still returning when the
+  // scrape came may be missing from the end-to-end series, never from the
+  // wait, which is observed first).
+  auto series = [&](const std::string& key) {
+    auto it = m->series.find(key);
+    return it == m->series.end() ? -1.0 : it->second;
+  };
+  const double queries = series("orbitkv_request_seconds_count{op=\"Query\"}");
+  EXPECT_GT(queries, 0);
+  EXPECT_GT(series("orbitkv_request_seconds_sum{op=\"Query\"}"), 0);
+  EXPECT_GE(series("orbitkv_request_wait_seconds_count{op=\"Query\"}"), queries);
+  EXPECT_GT(series("orbitkv_request_seconds_count{op=\"RegisterInstance\"}"), 0);
+  EXPECT_LE(m->Get("orbitkv_request_wait_seconds_count").value_or(0),
+            m->Get("orbitkv_protocol_requests_total").value_or(0));
   ExpectReleased();
 }
 
