@@ -10,6 +10,10 @@
 //   platform/M    CudaDevice::CreateEvent + CopyAsync + Record + Wait, exactly the
 //                 Manager's Instance::CopyAndWait, with ORBITKV_GPU_COPY=M
 // (--gap-us N: N us idle before each iteration, calls spaced as a Manager's are;
+// --gap-spin: the thread spins through the gap instead of sleeping, so its core
+// stays awake; --keepalive-us K: another thread copies 64 bytes to the GPU
+// every K us for the whole run, so the link and the copy engines see traffic
+// between iterations: which of the two an idle gap's cost comes from;
 // --to-host: the other way, HBM pages -> the pool's objects, as Publish copies;
 // --ipc-pages: the platform rows' pages are one allocation per slot, made by a
 // child process and opened here with Device::OpenIpc, as a Manager opens an
@@ -57,6 +61,18 @@ using Clock = std::chrono::steady_clock;
 using orbitkv::gpu::CopyOp;
 using orbitkv::gpu::DevPtr;
 
+// The gap before an iteration: asleep, or spinning on the clock.
+void Idle(int us, bool spin) {
+  if (us <= 0) return;
+  if (!spin) {
+    std::this_thread::sleep_for(std::chrono::microseconds(us));
+    return;
+  }
+  const auto end = Clock::now() + std::chrono::microseconds(us);
+  while (Clock::now() < end) {
+  }
+}
+
 double Us(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
 
 struct Quant {
@@ -86,13 +102,16 @@ int main(int argc, char** argv) {
   bool to_host = false, ipc_pages = false;
   int threads = 0, depth = 2;
   std::string threads_mover = "staged";
+  bool gap_spin = false;
+  int keepalive_us = 0;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--to-host") to_host = true;
     if (std::string(argv[i]) == "--ipc-pages") ipc_pages = true;
+    if (std::string(argv[i]) == "--gap-spin") gap_spin = true;
   }
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
-    if (a == "--to-host" || a == "--ipc-pages") {
+    if (a == "--to-host" || a == "--ipc-pages" || a == "--gap-spin") {
       --i;
       continue;
     }
@@ -100,6 +119,7 @@ int main(int argc, char** argv) {
     if (a == "--slot-bytes") slot_bytes = std::strtoull(argv[i + 1], nullptr, 10);
     if (a == "--iters") iters = std::atoi(argv[i + 1]);
     if (a == "--gap-us") gap_us = std::max(0, std::atoi(argv[i + 1]));
+    if (a == "--keepalive-us") keepalive_us = std::max(0, std::atoi(argv[i + 1]));
     if (a == "--threads") threads = std::max(0, std::atoi(argv[i + 1]));
     if (a == "--threads-mover") threads_mover = argv[i + 1];
     if (a == "--depth") depth = std::max(1, std::atoi(argv[i + 1]));
@@ -250,8 +270,42 @@ int main(int argc, char** argv) {
       static_cast<unsigned long long>(objects), static_cast<unsigned long long>(slots),
       static_cast<unsigned long long>(slot_bytes), double(total_slots * slot_bytes) / (1 << 20),
       to_host ? "HBM -> pool" : "pool -> HBM", iters,
-      gap_us > 0 ? (", " + std::to_string(gap_us) + " us idle before each").c_str() : "",
+      gap_us > 0 ? (", " + std::to_string(gap_us) + " us idle before each" +
+                    (gap_spin ? " (spinning)" : "") +
+                    (keepalive_us > 0
+                         ? ", 64 B to the GPU every " + std::to_string(keepalive_us) + " us"
+                         : std::string()))
+                       .c_str()
+                 : "",
       locked ? "mlocked" : "not locked (mlock failed)");
+  // --keepalive-us: 64 bytes to the GPU every K us, on a stream of its own,
+  // until main returns.
+  struct Keepalive {
+    std::atomic<bool> stop{false};
+    std::thread thread;
+    ~Keepalive() {
+      stop.store(true);
+      if (thread.joinable()) thread.join();
+    }
+  } keepalive;
+  if (keepalive_us > 0) {
+    keepalive.thread = std::thread([&keepalive, keepalive_us] {
+      void* h = nullptr;
+      void* d = nullptr;
+      cudaStream_t s = nullptr;
+      CHECK_CUDA(cudaMallocHost(&h, 64));
+      CHECK_CUDA(cudaMalloc(&d, 64));
+      CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+      while (!keepalive.stop.load()) {
+        CHECK_CUDA(cudaMemcpyAsync(d, h, 64, cudaMemcpyHostToDevice, s));
+        CHECK_CUDA(cudaStreamSynchronize(s));
+        std::this_thread::sleep_for(std::chrono::microseconds(keepalive_us));
+      }
+      cudaStreamDestroy(s);
+      cudaFree(d);
+      cudaFreeHost(h);
+    });
+  }
   std::printf("  %-18s %10s %10s %14s %14s %10s\n", "path", "p50 us", "p99 us", "enqueue p50",
               "wait p50", "GB/s p50");
 
@@ -262,7 +316,7 @@ int main(int argc, char** argv) {
   for (const char* row : {"memcpy-1", "memcpy-slots"}) {
     std::vector<double> wall;
     for (int i = 0; i < iters; ++i) {
-      if (gap_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(gap_us));
+      Idle(gap_us, gap_spin);
       const auto t0 = Clock::now();
       if (row[7] == '1') {
         for (uint64_t o = 0; o < objects; ++o) {
@@ -357,7 +411,7 @@ int main(int argc, char** argv) {
     if (ipc_pages && !map_ipc_pages(d, &maps, &row_ops, &row_crcs)) return 3;
     std::vector<double> wall, enq, wait;
     for (int i = 0; i < iters; ++i) {
-      if (gap_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(gap_us));
+      Idle(gap_us, gap_spin);
       const auto t0 = Clock::now();
       auto e = d.CreateEvent();
       if (!e.ok() || !d.CopyAsync(row_ops, **stream).ok() ||
