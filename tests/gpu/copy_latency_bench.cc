@@ -270,13 +270,13 @@ int main(int argc, char** argv) {
       static_cast<unsigned long long>(objects), static_cast<unsigned long long>(slots),
       static_cast<unsigned long long>(slot_bytes), double(total_slots * slot_bytes) / (1 << 20),
       to_host ? "HBM -> pool" : "pool -> HBM", iters,
-      gap_us > 0 ? (", " + std::to_string(gap_us) + " us idle before each" +
-                    (gap_spin ? " (spinning)" : "") +
-                    (keepalive_us > 0
-                         ? ", 64 B to the GPU every " + std::to_string(keepalive_us) + " us"
-                         : std::string()))
-                       .c_str()
-                 : "",
+      gap_us > 0
+          ? (", " + std::to_string(gap_us) + " us idle before each" +
+             (gap_spin ? " (spinning)" : "") +
+             (keepalive_us > 0 ? ", 64 B to the GPU every " + std::to_string(keepalive_us) + " us"
+                               : std::string()))
+                .c_str()
+          : "",
       locked ? "mlocked" : "not locked (mlock failed)");
   // --keepalive-us: 64 bytes to the GPU every K us, on a stream of its own,
   // until main returns.
