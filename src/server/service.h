@@ -5,8 +5,11 @@
 // sends can touch memory outside its registrations. Restores reply
 // asynchronously from the Manager's lanes; CancelRestore names the restore's
 // request id. Closing a session (including a client killed with SIGKILL)
-// releases everything its instances held. Thread-safe: each session's frames
-// arrive on that session's reader thread.
+// releases everything its instances held. Thread-safe: a session's frames
+// arrive one at a time, in order, on whichever of the SocketServer's request
+// threads takes them (protocol/server.h); different sessions' frames run at
+// once. Every request is timed into orbitkv_request_seconds{op} and
+// orbitkv_request_wait_seconds{op} (below).
 #pragma once
 
 #include <array>
