@@ -9,8 +9,11 @@
 // caller needs anyway. Linear probing, the slot from the high bits of the hash
 // times a Fibonacci constant (so weak hashes such as sequential ids spread),
 // backward-shift deletion (no tombstones), at most 3/4 full; it doubles when
-// full and halves below 1/16 (never below 16 slots). Memory: 16 bytes per slot,
-// 21 to 43 bytes per element while it grows (memory_bytes()).
+// full and halves below 1/16 (never below 16 slots), unless made with
+// kKeepPeak: then it keeps its largest size until Clear() (an index that
+// fills and empties over and over, as a query's leases do, rehashes on every
+// cycle otherwise). Memory: 16 bytes per slot, 21 to 43 bytes per element
+// while it grows (memory_bytes()).
 //
 // Why not absl::flat_hash_map (the same design): it has no removal by
 // identity nor a prefetch of the element behind a slot (a chain walk misses
@@ -40,7 +43,9 @@ class FlatIndex {
  public:
   using Key = typename Traits::Key;
 
+  enum class Shrink { kBelowOneSixteenth, kKeepPeak };
   FlatIndex() = default;
+  explicit FlatIndex(Shrink shrink) : shrink_(shrink) {}
   FlatIndex(const FlatIndex&) = delete;
   FlatIndex& operator=(const FlatIndex&) = delete;
   FlatIndex(FlatIndex&&) noexcept = default;
@@ -119,7 +124,10 @@ class FlatIndex {
     }
     slots_[hole] = Slot{};
     --size_;
-    if (slots_.size() > kMinSlots && size_ * 16 < slots_.size()) Rehash(slots_.size() / 2);
+    if (shrink_ == Shrink::kBelowOneSixteenth && slots_.size() > kMinSlots &&
+        size_ * 16 < slots_.size()) {
+      Rehash(slots_.size() / 2);
+    }
     return true;
   }
 
@@ -166,6 +174,7 @@ class FlatIndex {
     }
   }
 
+  Shrink shrink_ = Shrink::kBelowOneSixteenth;
   std::vector<Slot> slots_;  // a power of two, or empty
   unsigned bits_ = 0;        // log2(slots_.size())
   size_t size_ = 0;

@@ -120,5 +120,36 @@ TEST(FlatIndexTest, StaysAtMostThreeQuartersFull) {
   EXPECT_EQ(index.memory_bytes(), 0u);
 }
 
+// A query's leases fill the catalog's lease index and its release empties it:
+// made with kKeepPeak, the index keeps its slots through the cycle (no
+// rehash on the way down or back up) and still finds and forgets exactly;
+// the default halves below 1/16 full.
+TEST(FlatIndexTest, KeepPeakKeepsItsSlotsWhenEmptiedAndTheDefaultShrinks) {
+  using Index = FlatIndex<Item, ByKey>;
+  Index peak(Index::Shrink::kKeepPeak);
+  Index shrinking;
+  std::vector<Item> items(4096);
+  for (int cycle = 0; cycle < 3; ++cycle) {
+    for (uint64_t i = 0; i < items.size(); ++i) {
+      items[i].key = i + 100000 * static_cast<uint64_t>(cycle);
+      peak.Put(&items[i]);
+      shrinking.Put(&items[i]);
+    }
+    const size_t full = peak.slots();
+    EXPECT_EQ(shrinking.slots(), full);
+    for (uint64_t i = 0; i < items.size(); ++i) {
+      ASSERT_EQ(peak.Find(items[i].key), &items[i]);
+      ASSERT_TRUE(peak.Remove(&items[i]));
+      ASSERT_EQ(peak.Find(items[i].key), nullptr);
+      ASSERT_TRUE(shrinking.Remove(&items[i]));
+    }
+    EXPECT_EQ(peak.size(), 0u);
+    EXPECT_EQ(peak.slots(), full) << "cycle " << cycle;
+    EXPECT_EQ(shrinking.slots(), 16u);
+  }
+  peak.Clear();
+  EXPECT_EQ(peak.memory_bytes(), 0u);
+}
+
 }  // namespace
 }  // namespace orbitkv

@@ -93,7 +93,9 @@ struct SsdCatalog::Impl {
   FlatIndex<Extent, ExtentByKey> directory;
   // Keys with open reservations only, so bounded by writing extents.
   std::unordered_map<Key, KeyWriters, KeyHash> open_writers;
-  FlatIndex<Lease, LeaseById> leases;  // the live ones, in lease_slab
+  // The live ones, in lease_slab; at its peak size, as the slab is (a query
+  // of thousands of SSD blocks fills it and its release empties it).
+  FlatIndex<Lease, LeaseById> leases{FlatIndex<Lease, LeaseById>::Shrink::kKeepPeak};
   // Every Lease ever allocated (a deque never moves its elements); the ones
   // not live are in free_leases, reused before the slab grows, so a query of
   // thousands of SSD blocks allocates nothing per lease once warm. It keeps
