@@ -1,7 +1,6 @@
 #include "manager/query_table.h"
 
 #include <algorithm>
-#include <cstring>
 #include <optional>
 #include <utility>
 
@@ -25,7 +24,7 @@ class FirstOccurrence {
   uint32_t FindOrAdd(uint32_t i) {
     const BlockKey& key = keys_[i];
     const size_t mask = slots_.size() - 1;
-    const uint64_t h = Hash(key) * 0x9E3779B97F4A7C15ull;
+    const uint64_t h = KeyHash{}(ToKey(key)) * 0x9E3779B97F4A7C15ull;
     const uint32_t tag = static_cast<uint32_t>(h);
     for (size_t s = h >> (64 - bits_);; s = (s + 1) & mask) {
       Slot& slot = slots_[s];
@@ -42,12 +41,6 @@ class FirstOccurrence {
     uint32_t index = 0;  // index + 1; 0: empty
     uint32_t tag = 0;    // low bits of the mixed hash
   };
-  static uint64_t Hash(const BlockKey& k) {  // KeyHash's, on the key's bytes
-    uint64_t h, l;
-    std::memcpy(&h, k.data() + 8, sizeof h);
-    std::memcpy(&l, k.data(), sizeof l);
-    return (h ^ (l * 0x9E3779B97F4A7C15ULL)) * 0xBF58476D1CE4E5B9ULL;
-  }
   std::span<const BlockKey> keys_;  // of one namespace and group: keys decide
   unsigned bits_ = 4;
   std::vector<Slot> slots_;

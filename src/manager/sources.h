@@ -14,12 +14,6 @@
 
 namespace orbitkv {
 
-inline Key ToKey(const BlockKey& k) {
-  Key out;
-  out.bytes = k;
-  return out;
-}
-
 // Fields ordered without padding holes: a query of a 128k-token chain writes
 // 8192 of these, and their bytes are much of the query's time.
 struct QueryBlock {

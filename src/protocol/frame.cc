@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstring>
 #include <string>
 
@@ -190,6 +191,12 @@ Result<Frame> RecvFrame(int fd, uint32_t max_payload, uint32_t max_fds) {
     got += want;
   }
   return frame;
+}
+
+int64_t SteadyNowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
 
 // ---- FrameReader ----------------------------------------------------------------

@@ -47,12 +47,16 @@ struct Frame {
   // Whatever must live as long as the frame: the server's buffer budget is
   // returned when the last copy of this goes (SocketServer).
   std::shared_ptr<void> hold;
-  // SocketServer only (0 elsewhere), steady-clock nanoseconds: when its loop
+  // SocketServer only (0 elsewhere), SteadyNowNs() below: when its loop
   // read the frame's last byte, and when a worker took it up. A handler's
   // request latency metrics start here.
   int64_t read_ns = 0;
   int64_t dispatched_ns = 0;
 };
+
+// Steady-clock nanoseconds: the clock of Frame::read_ns and dispatched_ns
+// (and of the server's own timers).
+int64_t SteadyNowNs();
 
 // Writes one frame, retrying EINTR and short writes, with MSG_NOSIGNAL (a
 // closed peer gives an error, not SIGPIPE). The fds are duplicated into the

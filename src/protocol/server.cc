@@ -34,12 +34,6 @@ constexpr size_t kReadSlice = 4u << 20;
 constexpr uint64_t kListenToken = ~0ull;
 constexpr uint64_t kWakeToken = ~0ull - 1;
 
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 std::string Ms(std::chrono::milliseconds d) { return std::to_string(d.count()) + " ms"; }
 
 Result<sockaddr_un> MakeAddress(const std::string& path) {
@@ -465,10 +459,10 @@ void SocketServer::WorkerThread() {
         handler_->OnOpen(*session);
         break;
       case Session::Task::kFrame:
-        task.frame.dispatched_ns = NowNs();
+        task.frame.dispatched_ns = SteadyNowNs();
         handler_->OnFrame(*session, std::move(task.frame));
         task.frame = Frame{};  // returns its budget before the next frame is read
-        session->idle_since_ns_.store(NowNs(), std::memory_order_relaxed);
+        session->idle_since_ns_.store(SteadyNowNs(), std::memory_order_relaxed);
         session->in_handler_.store(false, std::memory_order_release);
         Arm(*session, EPOLLIN);
         break;
@@ -491,7 +485,7 @@ void SocketServer::LoopThread() {
   SetThreadName("okv-epoll");
   constexpr int kMaxEvents = 256;
   epoll_event events[kMaxEvents];
-  int64_t next_tick = NowNs();
+  int64_t next_tick = SteadyNowNs();
   // ServerOptions::worker_spin: after events (a frame read, a handler's
   // buffer returned, which comes with its reply) the loop polls without
   // blocking for this long, so that a connection's next frame, which often
@@ -502,9 +496,9 @@ void SocketServer::LoopThread() {
       std::chrono::duration_cast<std::chrono::nanoseconds>(options_.worker_spin).count();
   int64_t spin_until_ns = 0;
   while (!stopping_.load(std::memory_order_acquire)) {
-    const bool spinning = spin_ns > 0 && NowNs() < spin_until_ns;
+    const bool spinning = spin_ns > 0 && SteadyNowNs() < spin_until_ns;
     const int n = ::epoll_wait(epoll_fd_.get(), events, kMaxEvents, spinning ? 0 : kTickMs);
-    if (n > 0 && spin_ns > 0) spin_until_ns = NowNs() + spin_ns;
+    if (n > 0 && spin_ns > 0) spin_until_ns = SteadyNowNs() + spin_ns;
     if (n == 0 && spinning) ::sched_yield();
     polling_ = spinning;
     if (n < 0 && errno != EINTR) {
@@ -527,8 +521,8 @@ void SocketServer::LoopThread() {
       }
     }
     if (woke && !budget_waiters_.empty()) GrantWaiters();
-    if (NowNs() >= next_tick) {
-      next_tick = NowNs() + int64_t{kTickMs} * 1000000;
+    if (SteadyNowNs() >= next_tick) {
+      next_tick = SteadyNowNs() + int64_t{kTickMs} * 1000000;
       CheckTimeouts();
     }
   }
@@ -628,7 +622,7 @@ void SocketServer::Admit(UniqueFd fd) {
   }
   const uint64_t id = next_session_id_++;
   auto session = std::make_shared<Session>(id, std::move(fd), cred.pid, cred.uid, cred.gid);
-  session->idle_since_ns_.store(NowNs(), std::memory_order_relaxed);
+  session->idle_since_ns_.store(SteadyNowNs(), std::memory_order_relaxed);
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLONESHOT;
   ev.data.u64 = id;
@@ -662,7 +656,7 @@ void SocketServer::OnReadable(uint64_t conn_id) {
   }
   const bool was_started = conn.reader.started();
   Result<FrameReader::Progress> p = conn.reader.Read(session.fd_.get(), kReadSlice);
-  if (!was_started && conn.reader.started()) conn.frame_start_ns = NowNs();
+  if (!was_started && conn.reader.started()) conn.frame_start_ns = SteadyNowNs();
   if (!p.ok()) {
     if (p.status().code() == StatusCode::kResourceExhausted) {
       rejected_frame_.fetch_add(1, std::memory_order_relaxed);
@@ -689,7 +683,7 @@ void SocketServer::OnReadable(uint64_t conn_id) {
         conn.lease =
             std::shared_ptr<void>(nullptr, [budget = budget_, need](void*) { budget->Give(need); });
         conn.reader.Grant();
-        conn.frame_start_ns = NowNs();
+        conn.frame_start_ns = SteadyNowNs();
         // Read on at once: the bytes are likely there.
         OnReadable(conn_id);
         return;
@@ -703,7 +697,7 @@ void SocketServer::OnReadable(uint64_t conn_id) {
     case FrameReader::Progress::kFrame: {
       Frame frame = conn.reader.Take();
       frame.hold = std::move(conn.lease);
-      frame.read_ns = NowNs();
+      frame.read_ns = SteadyNowNs();
       if (polling_) frames_polled_.fetch_add(1, std::memory_order_relaxed);
       session.in_handler_.store(true, std::memory_order_release);
       // Not armed again until the handler is done with it (WorkerThread).
@@ -729,13 +723,13 @@ void SocketServer::GrantWaiters() {
     conn.lease =
         std::shared_ptr<void>(nullptr, [budget = budget_, need](void*) { budget->Give(need); });
     conn.reader.Grant();
-    conn.frame_start_ns = NowNs();
+    conn.frame_start_ns = SteadyNowNs();
     Arm(*conn.session, EPOLLIN);
   }
 }
 
 void SocketServer::CheckTimeouts() {
-  const int64_t now = NowNs();
+  const int64_t now = SteadyNowNs();
   const int64_t frame_ns = int64_t{options_.frame_timeout.count()} * 1000000;
   const int64_t idle_ns = int64_t{options_.idle_timeout.count()} * 1000000;
   std::vector<std::pair<uint64_t, Status>> expired;

@@ -2,7 +2,6 @@
 
 #include <unistd.h>
 
-#include <chrono>
 #include <optional>
 #include <string>
 #include <thread>
@@ -70,14 +69,6 @@ SessionId ManagerService::ManagerSession(const protocol::Session& session) {
   return it == sessions_.end() ? 0 : it->second;
 }
 
-namespace {
-int64_t SteadyNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-}  // namespace
-
 void ManagerService::OnFrame(protocol::Session& session, protocol::Frame&& frame) {
   requests_->Inc();
   const SessionId sid = ManagerSession(session);
@@ -97,7 +88,8 @@ void ManagerService::OnFrame(protocol::Session& session, protocol::Frame&& frame
     Histogram* h;
     int64_t from_ns;
     ~Timed() {
-      if (h != nullptr && from_ns > 0) h->Observe(static_cast<double>(SteadyNs() - from_ns) * 1e-9);
+      if (h != nullptr && from_ns > 0)
+        h->Observe(static_cast<double>(protocol::SteadyNowNs() - from_ns) * 1e-9);
     }
   } timed{request_seconds_[decoded->body.index()], frame.read_ns};
   if (Histogram* wait = request_wait_seconds_[decoded->body.index()];

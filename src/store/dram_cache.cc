@@ -519,9 +519,7 @@ size_t DramCache::PinRun(uint64_t ns, uint32_t group, std::span<const BlockKey> 
   return impl_->PinRunOf(
       keys.size(),
       [&](size_t i) {
-        ObjectId id{ns, group, {}};
-        id.key.bytes = keys[i];
-        return id;
+        return ObjectId{ns, group, ToKey(keys[i])};
       },
       keep);
 }

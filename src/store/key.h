@@ -29,6 +29,14 @@ struct Key {
   }
 };
 
+// The Key of an engine's block key (BlockKey, orbitkv/cache_api.h: the same
+// 32 bytes).
+inline Key ToKey(const std::array<uint8_t, 32>& k) {
+  Key out;
+  out.bytes = k;
+  return out;
+}
+
 struct KeyHash {
   size_t operator()(const Key& k) const noexcept {
     uint64_t h;
