@@ -165,7 +165,7 @@ bool EngineBatchCopyAvailable() {
 }
 
 cudaError_t EnqueueEngineCopies(const CopyDesc* ops, size_t count, cudaStream_t stream,
-                                bool* batched) {
+                                bool* batched, size_t first_batch) {
   if (batched != nullptr) *batched = false;
   if (count == 0) return cudaSuccess;
 #if CUDART_VERSION >= 12080
@@ -173,19 +173,25 @@ cudaError_t EnqueueEngineCopies(const CopyDesc* ops, size_t count, cudaStream_t 
     // Several batches of at most kEngineOpsPerBatch: the copy engines start
     // on the first while the rest are enqueued (one batch of a 64 MiB call's
     // 2048 ops took about 1 ms to enqueue before its first byte moved).
-    if (count > kEngineOpsPerBatch) {
-      for (size_t first = 0; first < count; first += kEngineOpsPerBatch) {
+    // `first_batch` ops first, each next batch twice the last.
+    size_t batch =
+        first_batch > 0 && first_batch < kEngineOpsPerBatch ? first_batch : kEngineOpsPerBatch;
+    if (count > batch) {
+      for (size_t first = 0; first < count;) {
+        const size_t n = std::min(batch, count - first);
         bool part = false;
-        const cudaError_t err = EnqueueEngineCopies(
-            ops + first, std::min(kEngineOpsPerBatch, count - first), stream, &part);
+        const cudaError_t err = EnqueueEngineCopies(ops + first, n, stream, &part);
         if (err != cudaSuccess) return err;
         if (batched != nullptr) *batched = part;
+        first += n;
+        batch = std::min(2 * batch, kEngineOpsPerBatch);
       }
       return cudaSuccess;
     }
-    std::vector<void*> dsts(count);
-    std::vector<void*> srcs(count);
-    std::vector<size_t> sizes(count);
+    // count <= kEngineOpsPerBatch here: 3 KiB of stack, no allocation.
+    void* dsts[kEngineOpsPerBatch];
+    void* srcs[kEngineOpsPerBatch];
+    size_t sizes[kEngineOpsPerBatch];
     for (size_t i = 0; i < count; ++i) {
       dsts[i] = reinterpret_cast<void*>(ops[i].dst);
       srcs[i] = reinterpret_cast<void*>(ops[i].src);
@@ -199,13 +205,13 @@ cudaError_t EnqueueEngineCopies(const CopyDesc* ops, size_t count, cudaStream_t 
     attr.flags = cudaMemcpyFlagDefault;
     size_t attr_index = 0;
 #if CUDART_VERSION >= 13000
-    const cudaError_t err = cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), count,
-                                                 &attr, &attr_index, 1, stream);
+    const cudaError_t err =
+        cudaMemcpyBatchAsync(dsts, srcs, sizes, count, &attr, &attr_index, 1, stream);
 #else
     // CUDA 12.8/12.9: non-const arrays and a failIdx out-parameter.
     size_t fail_index = 0;
-    const cudaError_t err = cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), count,
-                                                 &attr, &attr_index, 1, &fail_index, stream);
+    const cudaError_t err =
+        cudaMemcpyBatchAsync(dsts, srcs, sizes, count, &attr, &attr_index, 1, &fail_index, stream);
 #endif
     if (err == cudaSuccess) {
       if (batched != nullptr) *batched = true;

@@ -54,12 +54,15 @@ cudaError_t LaunchGatherScatter(const CopyDesc* ops, size_t count, cudaStream_t 
 // Ops per cudaMemcpyBatchAsync call of EnqueueEngineCopies.
 inline constexpr size_t kEngineOpsPerBatch = 128;
 
-// Enqueues the ops on the copy engines, kEngineOpsPerBatch per
-// cudaMemcpyBatchAsync call. *batched (optional) is set to whether
+// Enqueues the ops on the copy engines, at most kEngineOpsPerBatch per
+// cudaMemcpyBatchAsync call. `first_batch` (0: kEngineOpsPerBatch) is the
+// first call's share, each later call's twice the one before, up to
+// kEngineOpsPerBatch: the copy engines start moving the first ops while the
+// rest are enqueued. *batched (optional) is set to whether
 // cudaMemcpyBatchAsync carried them (the last call's). REQUIRES: every op has bytes > 0;
 // `stream` is not the legacy default stream (cudaMemcpyBatchAsync refuses it).
 cudaError_t EnqueueEngineCopies(const CopyDesc* ops, size_t count, cudaStream_t stream,
-                                bool* batched = nullptr);
+                                bool* batched = nullptr, size_t first_batch = 0);
 
 // Whether this build's runtime has cudaMemcpyBatchAsync and the driver has not
 // refused it so far.

@@ -26,6 +26,9 @@ std::string GpuCopyOptions::Describe() const {
     out += " (4 x " + FormatByteSize(staging_bytes) + " device staging per device, ops of " +
            FormatByteSize(direct_bytes) + " or more to the copy engines)";
   }
+  if (engine_first_batch > 0) {
+    out += ", copy-engine batches from " + std::to_string(engine_first_batch) + " ops";
+  }
   out += ", waits spin " + std::to_string(wait_spin_us) + " us then sleep";
   return out;
 }
@@ -50,10 +53,26 @@ Status ParseSizeVariable(const char* name, const char* value, uint64_t min, uint
   return Status::OK();
 }
 
+// An unsigned decimal variable within [0, max], into *out; unset leaves *out.
+Status ParseCountVariable(const char* name, const char* value, uint64_t max, std::string_view what,
+                          uint32_t* out) {
+  if (value == nullptr || *value == '\0') return Status::OK();
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long v = std::strtoull(value, &end, 10);
+  if (errno != 0 || *end != '\0' || !std::isdigit(static_cast<unsigned char>(*value)) || v > max) {
+    return Status::InvalidArgument(std::string(name) + "='" + value + "': expected " +
+                                   std::string(what) + ", 0.." + std::to_string(max));
+  }
+  *out = static_cast<uint32_t>(v);
+  return Status::OK();
+}
+
 }  // namespace
 
 Result<GpuCopyOptions> ParseGpuCopyOptions(const char* mode, const char* staging,
-                                           const char* direct, const char* wait_spin_us) {
+                                           const char* direct, const char* wait_spin_us,
+                                           const char* first_batch) {
   GpuCopyOptions o;
   if (mode != nullptr && *mode != '\0') {
     const std::string_view m(mode);
@@ -72,23 +91,17 @@ Result<GpuCopyOptions> ParseGpuCopyOptions(const char* mode, const char* staging
                                             "1mib..256mib", &o.staging_bytes));
   ORBITKV_RETURN_IF_ERROR(ParseSizeVariable(kGpuCopyDirectEnv, direct, 4u << 10, 256u << 20,
                                             "4kib..256mib", &o.direct_bytes));
-  if (wait_spin_us != nullptr && *wait_spin_us != '\0') {
-    char* end = nullptr;
-    errno = 0;
-    const unsigned long long v = std::strtoull(wait_spin_us, &end, 10);
-    if (errno != 0 || *end != '\0' || !std::isdigit(static_cast<unsigned char>(*wait_spin_us)) ||
-        v > 100000) {
-      return Status::InvalidArgument(std::string(kGpuWaitSpinEnv) + "='" + wait_spin_us +
-                                     "': expected microseconds, 0..100000");
-    }
-    o.wait_spin_us = static_cast<uint32_t>(v);
-  }
+  ORBITKV_RETURN_IF_ERROR(
+      ParseCountVariable(kGpuWaitSpinEnv, wait_spin_us, 100000, "microseconds", &o.wait_spin_us));
+  ORBITKV_RETURN_IF_ERROR(
+      ParseCountVariable(kGpuFirstBatchEnv, first_batch, 128, "ops", &o.engine_first_batch));
   return o;
 }
 
 Result<GpuCopyOptions> GpuCopyOptionsFromEnvironment() {
   return ParseGpuCopyOptions(std::getenv(kGpuCopyEnv), std::getenv(kGpuCopyStagingEnv),
-                             std::getenv(kGpuCopyDirectEnv), std::getenv(kGpuWaitSpinEnv));
+                             std::getenv(kGpuCopyDirectEnv), std::getenv(kGpuWaitSpinEnv),
+                             std::getenv(kGpuFirstBatchEnv));
 }
 
 }  // namespace orbitkv::gpu

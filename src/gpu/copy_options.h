@@ -36,6 +36,12 @@
 //     wake-up's latency. Waits the caller knows to be long do not spin
 //     (Device::WaitLong: a Publish job with more of its call's jobs behind
 //     it, a copy of gpu::kLongWaitBytes or more, an io_uring run's GPU check).
+//   ORBITKV_GPU_COPY_FIRST_BATCH=N            (default 0; 0..128)
+//     ops going to the copy engines as they are (engines; staged ops of the
+//     direct size) are enqueued in cudaMemcpyBatchAsync calls of at most 128;
+//     N > 0 makes the first call N ops and each next one twice the last, so
+//     the first bytes move while the rest are enqueued (a one-block restore
+//     of 64 slots). 0: 128 per call.
 //
 // Pure parsing, no CUDA: built and tested everywhere.
 #pragma once
@@ -57,6 +63,7 @@ struct GpuCopyOptions {
   uint64_t staging_bytes = 8u << 20;
   uint64_t direct_bytes = 32u << 10;  // ORBITKV_GPU_COPY_DIRECT
   uint32_t wait_spin_us = 100;        // ORBITKV_GPU_WAIT_SPIN_US
+  uint32_t engine_first_batch = 0;    // ORBITKV_GPU_COPY_FIRST_BATCH
   // Device memory the staged mover holds per device once used.
   uint64_t StagingBudget() const { return mode == HostCopyMode::kStaged ? 4 * staging_bytes : 0; }
   std::string Describe() const;  // "staged (4 x 8 MiB device staging)"
@@ -66,13 +73,15 @@ inline constexpr const char* kGpuCopyEnv = "ORBITKV_GPU_COPY";
 inline constexpr const char* kGpuCopyStagingEnv = "ORBITKV_GPU_COPY_STAGING";
 inline constexpr const char* kGpuCopyDirectEnv = "ORBITKV_GPU_COPY_DIRECT";
 inline constexpr const char* kGpuWaitSpinEnv = "ORBITKV_GPU_WAIT_SPIN_US";
+inline constexpr const char* kGpuFirstBatchEnv = "ORBITKV_GPU_COPY_FIRST_BATCH";
 
 // From the values (null: unset). InvalidArgument naming the variable and the
 // accepted values.
 Result<GpuCopyOptions> ParseGpuCopyOptions(const char* mode, const char* staging,
                                            const char* direct = nullptr,
-                                           const char* wait_spin_us = nullptr);
-// ParseGpuCopyOptions of the four variables.
+                                           const char* wait_spin_us = nullptr,
+                                           const char* first_batch = nullptr);
+// ParseGpuCopyOptions of the five variables.
 Result<GpuCopyOptions> GpuCopyOptionsFromEnvironment();
 
 }  // namespace orbitkv::gpu

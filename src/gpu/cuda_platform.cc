@@ -749,13 +749,17 @@ Status CudaDevice::CopyAsync(std::span<const CopyOp> ops, Stream& stream) {
     // Host <-> device: as ORBITKV_GPU_COPY says (gpu/copy_options.h).
     const bool to_device = src == Memory::kMappedHost && dst == Memory::kThisDevice;
     const bool to_host = src == Memory::kThisDevice && dst == Memory::kMappedHost;
-    if ((to_device || to_host) && copy_.mode == HostCopyMode::kStaged) {
+    if ((to_device || to_host) && copy_.mode == HostCopyMode::kStaged &&
+        op.bytes < shape_.direct_min_bytes) {
       staged[to_device ? 0 : 1].push_back(op);
     } else if ((to_device || to_host) && copy_.mode == HostCopyMode::kKernel) {
       kernel_ops.push_back(desc);
     } else if (src == Memory::kThisDevice && dst == Memory::kThisDevice) {
       kernel_ops.push_back(desc);
     } else {
+      // Also a staged mover's op of its direct size (StagedCopyPlanner would
+      // send it to plan().direct): a call of only such ops (a split layout's
+      // 32 KiB slots) needs neither the plan nor the stream check below.
       engine_ops.push_back(desc);
     }
   }
@@ -778,7 +782,8 @@ Status CudaDevice::CopyAsync(std::span<const CopyOp> ops, Stream& stream) {
       if (err != cudaSuccess) return err;
     }
     if (!engine_ops.empty()) {
-      return EnqueueEngineCopies(engine_ops.data(), engine_ops.size(), s->get());
+      return EnqueueEngineCopies(engine_ops.data(), engine_ops.size(), s->get(), nullptr,
+                                 copy_.engine_first_batch);
     }
     return cudaSuccess;
   };

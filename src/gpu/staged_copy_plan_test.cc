@@ -393,6 +393,20 @@ TEST(GpuCopyOptionsTest, DefaultsAndErrors) {
     ASSERT_FALSE(spin.ok()) << v;
     EXPECT_NE(spin.status().message().find("ORBITKV_GPU_WAIT_SPIN_US"), std::string::npos) << v;
   }
+  EXPECT_EQ(d->engine_first_batch, 0u);
+  EXPECT_EQ(ParseGpuCopyOptions(nullptr, nullptr, nullptr, nullptr, "8")->engine_first_batch, 8u);
+  EXPECT_EQ(ParseGpuCopyOptions(nullptr, nullptr, nullptr, nullptr, "128")->engine_first_batch,
+            128u);
+  for (const char* v : {"-1", "129", "8ops", ""}) {
+    Result<GpuCopyOptions> batch = ParseGpuCopyOptions(nullptr, nullptr, nullptr, nullptr, v);
+    if (*v == '\0') {
+      EXPECT_TRUE(batch.ok());  // unset
+      continue;
+    }
+    ASSERT_FALSE(batch.ok()) << v;
+    EXPECT_NE(batch.status().message().find("ORBITKV_GPU_COPY_FIRST_BATCH='"), std::string::npos)
+        << v;
+  }
 }
 
 }  // namespace

@@ -81,7 +81,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // Cancelled once the session is closed (also from within OnClose). A failed
   // send closes the session, since the peer may have seen half a frame.
   Status Send(std::span<const uint8_t> payload, std::span<const int> fds = {});
-  // Shuts the connection down (both directions): the reader thread ends and
+  // Shuts the connection down (both directions): the event loop drops it and
   // OnClose follows. Idempotent; callable from any thread, also OnFrame.
   void Close();
   bool closed() const { return closed_.load(std::memory_order_acquire); }
@@ -97,12 +97,6 @@ class Session : public std::enable_shared_from_this<Session> {
  private:
   friend class SocketServer;
 
-  // Makes sure `dir` is a directory only this user can use: creates it 0700 when
-  // `create` and it is missing, then checks with lstat that it is a directory
-  // (not a symlink), owned by the euid, with no group or other permissions.
-  // PermissionDenied naming the owner's uid (another user may be squatting it)
-  // or the mode; NotFound when missing and !create; IOError otherwise.
-  Status EnsurePrivateDirectory(const std::string& dir, bool create);
   // What the workers run for this session, in order.
   struct Task {
     enum Kind { kOpen, kFrame, kClose } kind;

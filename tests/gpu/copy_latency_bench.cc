@@ -7,6 +7,8 @@
 // objects x slots device pages at scattered offsets, --iters times, by:
 //   memcpy-1      one cudaMemcpyAsync per whole object + event sync (the ceiling)
 //   memcpy-slots  one cudaMemcpyAsync per slot + event sync (the naive baseline)
+//   batch/128     EnqueueEngineCopies (cudaMemcpyBatchAsync, 128 ops a call) + event sync
+//   batch/ramp-N  the same, the first call N ops, each next twice the last
 //   platform/M    CudaDevice::CreateEvent + CopyAsync + Record + Wait, exactly the
 //                 Manager's Instance::CopyAndWait, with ORBITKV_GPU_COPY=M
 // (--gap-us N: N us idle before each iteration, calls spaced as a Manager's are;
@@ -51,6 +53,7 @@
 #include <thread>
 #include <vector>
 
+#include "gpu/copy_kernels.h"
 #include "gpu/copy_options.h"
 #include "gpu/cuda_platform.h"
 #include "gpu/host_memory_hooks.h"
@@ -346,6 +349,40 @@ int main(int argc, char** argv) {
                 double(total_slots * slot_bytes) / (w.p50 * 1e3));
   }
   if (!to_host) CHECK_CUDA(cudaMemset(dev, 0, total_slots * page_stride));
+
+  // The copy engines' batch calls alone (EnqueueEngineCopies, as the engines
+  // mover and the staged mover's direct ops enqueue them): all ops in
+  // batches of at most 128, or a first batch of N and each next twice the
+  // last (ORBITKV_GPU_COPY_FIRST_BATCH=N), so the first bytes move while the
+  // rest are enqueued.
+  {
+    std::vector<orbitkv::gpu::CopyDesc> descs;
+    for (const CopyOp& op : ops) descs.push_back({op.dst, op.src, op.bytes});
+    for (size_t first_batch : {size_t{0}, size_t{4}, size_t{8}, size_t{16}, size_t{32}}) {
+      const std::string row =
+          first_batch == 0 ? "batch/128" : "batch/ramp-" + std::to_string(first_batch);
+      std::vector<double> wall, enq, wait;
+      bool batched = false;
+      for (int i = 0; i < iters; ++i) {
+        Idle(gap_us, gap_spin);
+        const auto t0 = Clock::now();
+        CHECK_CUDA(orbitkv::gpu::EnqueueEngineCopies(descs.data(), descs.size(), st, &batched,
+                                                     first_batch));
+        CHECK_CUDA(cudaEventRecord(ev, st));
+        const auto t1 = Clock::now();
+        CHECK_CUDA(cudaEventSynchronize(ev));
+        const auto t2 = Clock::now();
+        wall.push_back(Us(t2 - t0));
+        enq.push_back(Us(t1 - t0));
+        wait.push_back(Us(t2 - t1));
+      }
+      verify(row.c_str());
+      const Quant w = Q(wall), e = Q(enq), x = Q(wait);
+      std::printf("  %-18s %10.1f %10.1f %14.1f %14.1f %10.1f%s\n", row.c_str(), w.p50, w.p99,
+                  e.p50, x.p50, double(total_slots * slot_bytes) / (w.p50 * 1e3),
+                  batched ? "" : " (per op: no batch copy here)");
+    }
+  }
 
   // --to-host also: staged copies then the CRC32C of every page (Publish's D2H job).
   std::vector<orbitkv::gpu::CrcOp> crc_ops;

@@ -4,13 +4,15 @@
 // segments) and pages in random order, some copies large enough to go direct,
 // both ways, every byte checked (to the host: bytes outside the copies stay as
 // they were), and several threads on their own streams at once through one
-// device's movers. Skips without a CUDA device.
+// device's movers; the copy engines also in ramped batches
+// (ORBITKV_GPU_COPY_FIRST_BATCH). Skips without a CUDA device.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -63,10 +65,16 @@ TEST_P(HostCopyModesTest, ByteExactBothWaysAndConcurrent) {
     (void)cudaGetLastError();
     GTEST_SKIP() << "no CUDA device";
   }
-  ::setenv(kGpuCopyEnv, GetParam(), 1);
+  // "MODE" or "MODE:N": N is ORBITKV_GPU_COPY_FIRST_BATCH (copy-engine
+  // batches of N, 2N, 4N ... ops).
+  const std::string param = GetParam();
+  const size_t colon = param.find(':');
+  ::setenv(kGpuCopyEnv, param.substr(0, colon).c_str(), 1);
+  if (colon != std::string::npos) ::setenv(kGpuFirstBatchEnv, param.c_str() + colon + 1, 1);
   ::setenv(kGpuCopyStagingEnv, "1mib", 1);  // many chunks: both buffers reused often
   Result<std::unique_ptr<Platform>> platform = CreateCudaPlatform();
   ::unsetenv(kGpuCopyEnv);
+  ::unsetenv(kGpuFirstBatchEnv);
   ::unsetenv(kGpuCopyStagingEnv);
   ASSERT_TRUE(platform.ok()) << platform.status().ToString();
   Result<Device*> dev = (*platform)->device(0);
@@ -145,7 +153,12 @@ TEST_P(HostCopyModesTest, ByteExactBothWaysAndConcurrent) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, HostCopyModesTest,
-                         ::testing::Values("staged", "engines", "kernel"));
+                         ::testing::Values("staged", "engines", "kernel", "engines:3", "staged:1"),
+                         [](const ::testing::TestParamInfo<const char*>& info) {
+                           std::string name = info.param;
+                           std::replace(name.begin(), name.end(), ':', '_');
+                           return name;
+                         });
 
 }  // namespace
 }  // namespace orbitkv::gpu
