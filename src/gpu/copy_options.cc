@@ -26,9 +26,9 @@ std::string GpuCopyOptions::Describe() const {
     out += " (4 x " + FormatByteSize(staging_bytes) + " device staging per device, ops of " +
            FormatByteSize(direct_bytes) + " or more to the copy engines)";
   }
-  if (engine_first_batch > 0) {
-    out += ", copy-engine batches from " + std::to_string(engine_first_batch) + " ops";
-  }
+  out += engine_first_batch > 0
+             ? ", copy-engine batches of " + std::to_string(engine_first_batch) + " ops doubling"
+             : ", copy-engine batches of 128 ops";
   out += ", waits spin " + std::to_string(wait_spin_us) + " us then sleep";
   return out;
 }

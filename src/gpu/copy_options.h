@@ -36,12 +36,16 @@
 //     wake-up's latency. Waits the caller knows to be long do not spin
 //     (Device::WaitLong: a Publish job with more of its call's jobs behind
 //     it, a copy of gpu::kLongWaitBytes or more, an io_uring run's GPU check).
-//   ORBITKV_GPU_COPY_FIRST_BATCH=N            (default 0; 0..128)
+//   ORBITKV_GPU_COPY_FIRST_BATCH=N            (default 32; 0..128)
 //     ops going to the copy engines as they are (engines; staged ops of the
 //     direct size) are enqueued in cudaMemcpyBatchAsync calls of at most 128;
-//     N > 0 makes the first call N ops and each next one twice the last, so
-//     the first bytes move while the rest are enqueued (a one-block restore
-//     of 64 slots). 0: 128 per call.
+//     the first call takes N ops and each next one twice the last, so the
+//     first bytes move while the rest are enqueued. 0: 128 per call. One
+//     block of a split 8B layout (64 slots of 32 KiB): 32 + 32. Measured on
+//     the H100 (issue 18, docs/bench/history.md, session 22): the one-block
+//     probes' p50 through the Manager 125-127 us with 0 against 102-117 with
+//     32 (Qwen3-8B 123-140 against 89-92), the copy's wait after its enqueue
+//     43-59 us against 31-37; large restores unchanged.
 //
 // Pure parsing, no CUDA: built and tested everywhere.
 #pragma once
@@ -63,7 +67,7 @@ struct GpuCopyOptions {
   uint64_t staging_bytes = 8u << 20;
   uint64_t direct_bytes = 32u << 10;  // ORBITKV_GPU_COPY_DIRECT
   uint32_t wait_spin_us = 100;        // ORBITKV_GPU_WAIT_SPIN_US
-  uint32_t engine_first_batch = 0;    // ORBITKV_GPU_COPY_FIRST_BATCH
+  uint32_t engine_first_batch = 32;   // ORBITKV_GPU_COPY_FIRST_BATCH
   // Device memory the staged mover holds per device once used.
   uint64_t StagingBudget() const { return mode == HostCopyMode::kStaged ? 4 * staging_bytes : 0; }
   std::string Describe() const;  // "staged (4 x 8 MiB device staging)"

@@ -393,7 +393,8 @@ TEST(GpuCopyOptionsTest, DefaultsAndErrors) {
     ASSERT_FALSE(spin.ok()) << v;
     EXPECT_NE(spin.status().message().find("ORBITKV_GPU_WAIT_SPIN_US"), std::string::npos) << v;
   }
-  EXPECT_EQ(d->engine_first_batch, 0u);
+  EXPECT_EQ(d->engine_first_batch, 32u);
+  EXPECT_EQ(ParseGpuCopyOptions(nullptr, nullptr, nullptr, nullptr, "0")->engine_first_batch, 0u);
   EXPECT_EQ(ParseGpuCopyOptions(nullptr, nullptr, nullptr, nullptr, "8")->engine_first_batch, 8u);
   EXPECT_EQ(ParseGpuCopyOptions(nullptr, nullptr, nullptr, nullptr, "128")->engine_first_batch,
             128u);

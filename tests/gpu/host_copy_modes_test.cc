@@ -5,7 +5,7 @@
 // both ways, every byte checked (to the host: bytes outside the copies stay as
 // they were), and several threads on their own streams at once through one
 // device's movers; the copy engines also in ramped batches
-// (ORBITKV_GPU_COPY_FIRST_BATCH). Skips without a CUDA device.
+// (ORBITKV_GPU_COPY_FIRST_BATCH; 0: flat batches of 128). Skips without a CUDA device.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -153,7 +153,8 @@ TEST_P(HostCopyModesTest, ByteExactBothWaysAndConcurrent) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, HostCopyModesTest,
-                         ::testing::Values("staged", "engines", "kernel", "engines:3", "staged:1"),
+                         ::testing::Values("staged", "engines", "kernel", "engines:0", "engines:3",
+                                           "staged:1"),
                          [](const ::testing::TestParamInfo<const char*>& info) {
                            std::string name = info.param;
                            std::replace(name.begin(), name.end(), ':', '_');
