@@ -17,7 +17,8 @@
 #   zero-copy kernel) for llama-3.1-8b (with the naive GPU baseline),
 #   qwen3-8b, llama-3.1-70b-tp8 and llama-3.1-8b in a page-first layout,
 #   and publish-only (HBM -> DRAM) for llama-3.1-8b and llama-3.1-70b-tp8 (and
-#   the 70B once more slot by slot, --publish-gather=false),
+#   the 70B once more slot by slot, --publish-gather=false), the 8B, Qwen3-8B
+#   and 70B restores again unverified with 1000 one-block probes each,
 #   each next to pinned cudaMemcpy H2D/D2H measured in the same run; the
 #   hybrid qwen3-next-hybrid (registered with its model description: each
 #   query's recovery plan restores the attention blocks and one Gated DeltaNet
@@ -172,9 +173,15 @@ case "${1:-}" in
     one llama8b-page-first "${gpu[@]}" --model llama-3.1-8b --layout page-first --routes $movers
     # The same restores without the bench's own read-back verification (its
     # engines compare every restored page, which overlaps their calls less):
-    # what the Manager's mover alone delivers.
-    one llama8b-noverify "${gpu[@]}" --model llama-3.1-8b --routes dram --no-verify
-    one llama70b-tp8-noverify "${gpu[@]}" --model llama-3.1-70b-tp8 --routes dram --no-verify
+    # what the Manager's mover alone delivers. Their one-block probes are
+    # 1000, not 64: the p99 of 64 is their second-worst, and 200-300-probe
+    # runs of one binary moved it by 2x (session 22); 1000 take about a second.
+    one llama8b-noverify "${gpu[@]}" --model llama-3.1-8b --routes dram --no-verify \
+      --latency-probes 1000
+    one qwen3-8b-noverify "${gpu[@]}" --model qwen3-8b --routes dram --no-verify \
+      --latency-probes 1000
+    one llama70b-tp8-noverify "${gpu[@]}" --model llama-3.1-70b-tp8 --routes dram --no-verify \
+      --latency-probes 1000
     # HBM -> DRAM: publish-only measures every Publish call; 8 GiB (a 2 GiB
     # run publishes for about 50 ms, and its figure moved by 10 points from
     # run to run).
