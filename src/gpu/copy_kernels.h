@@ -8,7 +8,7 @@
 //    each); a pair of addresses congruent modulo 16 (8, 4, 2) copies its body
 //    in 16 (8, 4, 2) byte words with byte-wise head and tail, others byte-wise.
 //  * EnqueueEngineCopies: ops touching pinned host memory (or another device)
-//    use the copy engines: one cudaMemcpyBatchAsync where the runtime and
+//    use the copy engines: cudaMemcpyBatchAsync calls where the runtime and
 //    driver provide it (CUDA 12.8+), else one cudaMemcpyAsync(cudaMemcpyDefault)
 //    per op. A driver that refuses the batch call (too old, not supported) is
 //    remembered process-wide and the per-op path used from then on.
