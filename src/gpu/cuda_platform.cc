@@ -749,17 +749,17 @@ Status CudaDevice::CopyAsync(std::span<const CopyOp> ops, Stream& stream) {
     // Host <-> device: as ORBITKV_GPU_COPY says (gpu/copy_options.h).
     const bool to_device = src == Memory::kMappedHost && dst == Memory::kThisDevice;
     const bool to_host = src == Memory::kThisDevice && dst == Memory::kMappedHost;
-    if ((to_device || to_host) && copy_.mode == HostCopyMode::kStaged &&
-        op.bytes < shape_.direct_min_bytes) {
+    if ((to_device || to_host) && copy_.mode == HostCopyMode::kStaged && !shape_.Direct(op.bytes)) {
       staged[to_device ? 0 : 1].push_back(op);
     } else if ((to_device || to_host) && copy_.mode == HostCopyMode::kKernel) {
       kernel_ops.push_back(desc);
     } else if (src == Memory::kThisDevice && dst == Memory::kThisDevice) {
       kernel_ops.push_back(desc);
     } else {
-      // Also a staged mover's op of its direct size (StagedCopyPlanner would
-      // send it to plan().direct): a call of only such ops (a split layout's
-      // 32 KiB slots) needs neither the plan nor the stream check below.
+      // Also a staged mover's op of its direct size (StagingShape::Direct,
+      // the planner's own rule, so its plan().direct stays empty here): a
+      // call of only such ops (a split layout's 32 KiB slots) needs neither
+      // the plan nor the stream check below.
       engine_ops.push_back(desc);
     }
   }
@@ -793,8 +793,8 @@ Status CudaDevice::CopyAsync(std::span<const CopyOp> ops, Stream& stream) {
   }
   // Staged ops: planned one window at a time (StagedCopyPlanner), each
   // window's final chunks enqueued before the next window is planned, so a
-  // large call's first chunks move while the rest is planned. Their large
-  // ops join the engine ops.
+  // large call's first chunks move while the rest is planned. (Ops of the
+  // direct size are not among them: they joined the engine ops above.)
   StagedMover* movers[2] = {&to_device_, &to_host_};
   bool began[2] = {false, false};
   const uint64_t window = std::max<uint64_t>(shape_.chunk_bytes / kPlanWindowsPerChunk, 1);
@@ -821,7 +821,6 @@ Status CudaDevice::CopyAsync(std::span<const CopyOp> ops, Stream& stream) {
       err = movers[d]->Chunks(planner.plan(), enqueued, ready);
       enqueued = ready;
     }
-    for (const CopyOp& op : planner.plan().direct) engine_ops.push_back({op.dst, op.src, op.bytes});
   }
   if (err == cudaSuccess) err = direct();
   // The caller stream waits for whatever was enqueued, even after an error.

@@ -75,7 +75,7 @@ void StagedCopyPlanner::Add(std::span<const CopyOp> ops) {
   order_.clear();
   order_.reserve(ops.size());
   for (size_t i = 0; i < ops.size(); ++i) {
-    if (ops[i].bytes >= shape_.direct_min_bytes) {
+    if (shape_.Direct(ops[i].bytes)) {
       plan_.direct.push_back(ops[i]);
     } else {
       order_.emplace_back(host_of(ops[i]), i);

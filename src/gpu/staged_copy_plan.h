@@ -37,6 +37,8 @@ struct StagingShape {
   uint64_t max_gap = 4096;               // kToDevice only: host bytes read along between ops
   uint64_t direct_min_bytes = 1u << 20;  // ops at least this large are not staged
   uint64_t align = 256;                  // staging offset == host address (mod align)
+  // Whether an op of `bytes` goes to the copy engines as it is.
+  bool Direct(uint64_t bytes) const { return bytes >= direct_min_bytes; }
 };
 
 struct StagedCopyPlan {
