@@ -39,6 +39,11 @@
 #     scripts/h200_perf.sh codecs BUNDLE_DIR OUT_DIR [SSD_DIR]
 #   runs only the storage-codec part (a few seconds per codec).
 #
+#     scripts/h200_perf.sh movers BUNDLE_DIR OUT_DIR [SSD_DIR]
+#   runs only the DRAM <-> HBM mover runs (the four restore layouts verified,
+#   the three unverified ones with their 1000 probes, the three publish runs;
+#   about 3 minutes of the full run's 7), for a device call too short for it.
+#
 #     scripts/h200_perf.sh busy BUNDLE_DIR OUT_DIR [SSD_DIR]
 #   runs only the DRAM <-> HBM runs beside an engine's compute: restore
 #   (unverified) and publish of llama-3.1-8b on the three movers, the 70B
@@ -62,7 +67,7 @@ case "${1:-}" in
     done | sort -u | while read -r lib; do cp -L "$lib" "$out/"; done
     ls -l "$out"
     ;;
-  run | codecs | busy)
+  run | codecs | busy | movers)
     what=$1
     dir=$(cd "${2:?usage: h200_perf.sh $what BUNDLE_DIR OUT_DIR [SSD_DIR]}" && pwd) || exit 1
     out=${3:?usage: h200_perf.sh $what BUNDLE_DIR OUT_DIR [SSD_DIR]}
@@ -142,27 +147,29 @@ case "${1:-}" in
       --working-set 256mib --passes 1 --model llama-3.1-8b --routes dram,dram-encoded \
       --storage-codec fp8 >"$out/warmup.txt" 2>&1 ||
       echo "=== warm-up: exit $? (not counted; warmup.txt)"
-    # Storage codecs, DRAM -> HBM: encoded DRAM copies decoded on the GPU
-    # (dram-encoded) against raw ones (dram) of the same run; 16-token blocks,
-    # the 2 GiB working set of the other GPU runs, sixteen passes over it (512
-    # restore calls, about 0.4 s per route at 1.9x: with four passes the
-    # encoded route ran 0.1 s, and the same binary gave 1.31x and 1.91x in
-    # two runs of one session-19 call, its call p99 13 ms against 6 ms).
-    codec=(--workload block-size-sweep --sweep-block-tokens 16 --device cuda:0 --working-set 2gib
-      --passes 16 --model llama-3.1-8b --routes dram,dram-encoded --latency-probes 16)
-    for c in fp8 ans turboquant-4; do
-      one "codec-$c" "${codec[@]}" --storage-codec "$c"
-    done
-    # HBM -> DRAM with fp8: the GPU-encoded write path (gpu-encoded: encode on
-    # the GPU, encoded D2H, cuFile write) against raw D2H with the CPU encode
-    # at writeback (dram-encoded).
-    one codec-publish-fp8 --workload publish-only --device cuda:0 --working-set 2gib \
-      --model llama-3.1-8b --routes dram-encoded,gpu-encoded --storage-codec fp8
-    if [[ $what == codecs ]]; then
-      grep -h -A1 "effective DRAM -> HBM" "$out"/codec-*.txt
-      grep -h -A4 "^  publish$" "$out"/codec-publish-fp8.txt
-      echo "=== h200_perf.sh codecs: exit $rc"
-      exit $rc
+    if [[ $what != movers ]]; then
+      # Storage codecs, DRAM -> HBM: encoded DRAM copies decoded on the GPU
+      # (dram-encoded) against raw ones (dram) of the same run; 16-token blocks,
+      # the 2 GiB working set of the other GPU runs, sixteen passes over it (512
+      # restore calls, about 0.4 s per route at 1.9x: with four passes the
+      # encoded route ran 0.1 s, and the same binary gave 1.31x and 1.91x in
+      # two runs of one session-19 call, its call p99 13 ms against 6 ms).
+      codec=(--workload block-size-sweep --sweep-block-tokens 16 --device cuda:0 --working-set 2gib
+        --passes 16 --model llama-3.1-8b --routes dram,dram-encoded --latency-probes 16)
+      for c in fp8 ans turboquant-4; do
+        one "codec-$c" "${codec[@]}" --storage-codec "$c"
+      done
+      # HBM -> DRAM with fp8: the GPU-encoded write path (gpu-encoded: encode on
+      # the GPU, encoded D2H, cuFile write) against raw D2H with the CPU encode
+      # at writeback (dram-encoded).
+      one codec-publish-fp8 --workload publish-only --device cuda:0 --working-set 2gib \
+        --model llama-3.1-8b --routes dram-encoded,gpu-encoded --storage-codec fp8
+      if [[ $what == codecs ]]; then
+        grep -h -A1 "effective DRAM -> HBM" "$out"/codec-*.txt
+        grep -h -A4 "^  publish$" "$out"/codec-publish-fp8.txt
+        echo "=== h200_perf.sh codecs: exit $rc"
+        exit $rc
+      fi
     fi
     # DRAM -> HBM and HBM -> DRAM: 16-token blocks, the working set in the pool.
     gpu=(--workload block-size-sweep --sweep-block-tokens 16 --device cuda:0 --working-set 2gib)
@@ -192,6 +199,11 @@ case "${1:-}" in
     # beside the gathered default above: what the gather is worth, same binary.
     one publish-llama70b-tp8-slots --workload publish-only --device cuda:0 --working-set 8gib \
       --routes dram --model llama-3.1-70b-tp8 --manager-flag=--publish-gather=false
+    if [[ $what == movers ]]; then
+      grep -h -E "^ +\[(met |MISS)" -A1 "$out"/*.txt
+      echo "=== h200_perf.sh movers: exit $rc"
+      exit $rc
+    fi
     # The 8B restore and publish beside an engine's compute (busy() above).
     busy_benches
     # A hybrid model with its description: the plans' bytes, what they skipped, GB/s.
@@ -241,7 +253,7 @@ case "${1:-}" in
     exit $rc
     ;;
   *)
-    echo "usage: h200_perf.sh bundle BUILD_DIR BUNDLE_DIR | run|codecs|busy BUNDLE_DIR OUT_DIR [SSD_DIR]" >&2
+    echo "usage: h200_perf.sh bundle BUILD_DIR BUNDLE_DIR | run|codecs|busy|movers BUNDLE_DIR OUT_DIR [SSD_DIR]" >&2
     exit 2
     ;;
 esac

@@ -9,6 +9,8 @@
 //   memcpy-slots  one cudaMemcpyAsync per slot + event sync (the naive baseline)
 //   batch/128     EnqueueEngineCopies (cudaMemcpyBatchAsync, 128 ops a call) + event sync
 //   batch/ramp-N  the same, the first call N ops, each next twice the last
+//   batch1/src-M  one cudaMemcpyBatchAsync of every op, sources read in stream
+//                 order or in any order (cudaMemcpySrcAccessOrderAny)
 //   platform/M    CudaDevice::CreateEvent + CopyAsync + Record + Wait, exactly the
 //                 Manager's Instance::CopyAndWait, with ORBITKV_GPU_COPY=M
 // (--gap-us N: N us idle before each iteration, calls spaced as a Manager's are;
@@ -382,6 +384,46 @@ int main(int argc, char** argv) {
                   e.p50, x.p50, double(total_slots * slot_bytes) / (w.p50 * 1e3),
                   batched ? "" : " (per op: no batch copy here)");
     }
+#if CUDART_VERSION >= 13000
+    // One cudaMemcpyBatchAsync of every op (at most 128), sources read in
+    // stream order (as EnqueueEngineCopies asks) or in any order (the source
+    // does not change until the copy completes): whether the relaxed order
+    // makes the enqueue or the DMAs cheaper.
+    if (descs.size() <= 128) {
+      std::vector<void*> dsts, srcs;
+      std::vector<size_t> sizes;
+      for (const orbitkv::gpu::CopyDesc& c : descs) {
+        dsts.push_back(reinterpret_cast<void*>(c.dst));
+        srcs.push_back(reinterpret_cast<void*>(c.src));
+        sizes.push_back(static_cast<size_t>(c.bytes));
+      }
+      for (const bool any : {false, true, false, true}) {
+        cudaMemcpyAttributes attr = {};
+        attr.srcAccessOrder = any ? cudaMemcpySrcAccessOrderAny : cudaMemcpySrcAccessOrderStream;
+        attr.flags = cudaMemcpyFlagDefault;
+        size_t attr_index = 0;
+        std::vector<double> wall, enq, wait;
+        for (int i = 0; i < iters; ++i) {
+          Idle(gap_us, gap_spin);
+          const auto t0 = Clock::now();
+          CHECK_CUDA(cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), dsts.size(),
+                                          &attr, &attr_index, 1, st));
+          CHECK_CUDA(cudaEventRecord(ev, st));
+          const auto t1 = Clock::now();
+          CHECK_CUDA(cudaEventSynchronize(ev));
+          const auto t2 = Clock::now();
+          wall.push_back(Us(t2 - t0));
+          enq.push_back(Us(t1 - t0));
+          wait.push_back(Us(t2 - t1));
+        }
+        const char* row = any ? "batch1/src-any" : "batch1/src-stream";
+        verify(row);
+        const Quant w = Q(wall), e = Q(enq), x = Q(wait);
+        std::printf("  %-18s %10.1f %10.1f %14.1f %14.1f %10.1f\n", row, w.p50, w.p99, e.p50, x.p50,
+                    double(total_slots * slot_bytes) / (w.p50 * 1e3));
+      }
+    }
+#endif
   }
 
   // --to-host also: staged copies then the CRC32C of every page (Publish's D2H job).
