@@ -360,16 +360,14 @@ int main(int argc, char** argv) {
   {
     std::vector<orbitkv::gpu::CopyDesc> descs;
     for (const CopyOp& op : ops) descs.push_back({op.dst, op.src, op.bytes});
-    for (size_t first_batch : {size_t{0}, size_t{4}, size_t{8}, size_t{16}, size_t{32}}) {
-      const std::string row =
-          first_batch == 0 ? "batch/128" : "batch/ramp-" + std::to_string(first_batch);
+    // Times `enqueue` (then an event record and its wait) --iters times,
+    // checks the pages, prints the row.
+    const auto time_row = [&](const std::string& row, const auto& enqueue) {
       std::vector<double> wall, enq, wait;
-      bool batched = false;
       for (int i = 0; i < iters; ++i) {
         Idle(gap_us, gap_spin);
         const auto t0 = Clock::now();
-        CHECK_CUDA(orbitkv::gpu::EnqueueEngineCopies(descs.data(), descs.size(), st, &batched,
-                                                     first_batch));
+        CHECK_CUDA(enqueue());
         CHECK_CUDA(cudaEventRecord(ev, st));
         const auto t1 = Clock::now();
         CHECK_CUDA(cudaEventSynchronize(ev));
@@ -380,9 +378,16 @@ int main(int argc, char** argv) {
       }
       verify(row.c_str());
       const Quant w = Q(wall), e = Q(enq), x = Q(wait);
-      std::printf("  %-18s %10.1f %10.1f %14.1f %14.1f %10.1f%s\n", row.c_str(), w.p50, w.p99,
-                  e.p50, x.p50, double(total_slots * slot_bytes) / (w.p50 * 1e3),
-                  batched ? "" : " (per op: no batch copy here)");
+      std::printf("  %-18s %10.1f %10.1f %14.1f %14.1f %10.1f\n", row.c_str(), w.p50, w.p99, e.p50,
+                  x.p50, double(total_slots * slot_bytes) / (w.p50 * 1e3));
+    };
+    for (size_t first_batch : {size_t{0}, size_t{4}, size_t{8}, size_t{16}, size_t{32}}) {
+      bool batched = false;
+      time_row(first_batch == 0 ? "batch/128" : "batch/ramp-" + std::to_string(first_batch), [&] {
+        return orbitkv::gpu::EnqueueEngineCopies(descs.data(), descs.size(), st, &batched,
+                                                 first_batch);
+      });
+      if (!batched) std::printf("    (per op: no batch copy here)\n");
     }
 #if CUDART_VERSION >= 13000
     // One cudaMemcpyBatchAsync of every op (at most 128), sources read in
@@ -402,25 +407,10 @@ int main(int argc, char** argv) {
         attr.srcAccessOrder = any ? cudaMemcpySrcAccessOrderAny : cudaMemcpySrcAccessOrderStream;
         attr.flags = cudaMemcpyFlagDefault;
         size_t attr_index = 0;
-        std::vector<double> wall, enq, wait;
-        for (int i = 0; i < iters; ++i) {
-          Idle(gap_us, gap_spin);
-          const auto t0 = Clock::now();
-          CHECK_CUDA(cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), dsts.size(),
-                                          &attr, &attr_index, 1, st));
-          CHECK_CUDA(cudaEventRecord(ev, st));
-          const auto t1 = Clock::now();
-          CHECK_CUDA(cudaEventSynchronize(ev));
-          const auto t2 = Clock::now();
-          wall.push_back(Us(t2 - t0));
-          enq.push_back(Us(t1 - t0));
-          wait.push_back(Us(t2 - t1));
-        }
-        const char* row = any ? "batch1/src-any" : "batch1/src-stream";
-        verify(row);
-        const Quant w = Q(wall), e = Q(enq), x = Q(wait);
-        std::printf("  %-18s %10.1f %10.1f %14.1f %14.1f %10.1f\n", row, w.p50, w.p99, e.p50, x.p50,
-                    double(total_slots * slot_bytes) / (w.p50 * 1e3));
+        time_row(any ? "batch1/src-any" : "batch1/src-stream", [&] {
+          return cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), dsts.size(), &attr,
+                                      &attr_index, 1, st);
+        });
       }
     }
 #endif
