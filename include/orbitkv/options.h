@@ -47,6 +47,13 @@ struct ManagerOptions {
   // Pinned staging that SSD demand and warm-up reads land in, taken from
   // pool_size (--ssd-read-staging; 0 = auto, ReadStagingBytes()).
   uint64_t ssd_read_staging = 0;
+  // The most a restore reads into the staging before its copy-out starts
+  // (ReadStaging::Runs): a restore reads run after run, each run's copy
+  // overlapping the next run's reads, so the copy left after the last read
+  // is one run's. Smaller runs shorten that tail and let concurrent restores
+  // share the staging; each run is also the depth of the reads in flight per
+  // I/O worker. 64 KiB .. 1 GiB, 4 KiB aligned.
+  uint64_t ssd_read_run = 8ull << 20;  // --ssd-read-run 8mib
   // io_uring restores into CUDA pages: device memory per GPU (two buffers of
   // half of it, outside pool_size, allocated on first use) into which a
   // run's objects are copied so that the GPU checks their CRC32C before any

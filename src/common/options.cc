@@ -54,6 +54,10 @@ Status ManagerOptions::Validate() const {
     return Status::InvalidArgument(
         "--ssd-read-staging must be auto or between 64kib and half of --pool-size");
   }
+  if (ssd_read_run < (64u << 10) || ssd_read_run > (1ull << 30) || ssd_read_run % 4096 != 0) {
+    return Status::InvalidArgument(
+        "--ssd-read-run must be between 64kib and 1gib, a multiple of 4kib");
+  }
   if (ssd_uring_gpu_staging != 0 &&
       (ssd_uring_gpu_staging < (1u << 20) || ssd_uring_gpu_staging > (4ull << 30))) {
     return Status::InvalidArgument("--ssd-uring-gpu-staging must be 0 or between 1mib and 4gib");

@@ -76,7 +76,7 @@ Result<std::unique_ptr<Manager>> Manager::Create(const ManagerConfig& config) {
     st.capacity = staging;
     st.writeback_on_seal = false;
     ORBITKV_ASSIGN_OR_RETURN(std::unique_ptr<DramCache> pool, DramCache::Create(st));
-    impl->staging = std::make_unique<ReadStaging>(std::move(pool));
+    impl->staging = std::make_unique<ReadStaging>(std::move(pool), o.ssd_read_run);
   }
   Impl& x = *impl;
   x.m = ManagerMetrics::Register(*config.metrics, ssd_on, o.cost_observations);

@@ -44,9 +44,10 @@ std::vector<std::pair<size_t, size_t>> ReadStaging::Runs(const std::vector<uint6
   std::vector<std::pair<size_t, size_t>> runs;
   uint64_t total = 0;
   for (uint64_t n : sizes) total += AlignUp(n, 4096);
-  // At most half the staging, and at least two runs when there are two
-  // objects: the first run's copy then overlaps the second's read.
-  const uint64_t cap = std::min(pool_->stats().capacity / 2, std::max<uint64_t>(total / 2, 1));
+  // At most run_bytes_ and half the staging, and at least two runs when there
+  // are two objects: the first run's copy then overlaps the second's read.
+  const uint64_t cap =
+      std::min({run_bytes_, pool_->stats().capacity / 2, std::max<uint64_t>(total / 2, 1)});
   size_t begin = 0;
   uint64_t bytes = 0;
   for (size_t i = 0; i < sizes.size(); ++i) {

@@ -19,7 +19,9 @@ namespace orbitkv {
 
 class ReadStaging {
  public:
-  explicit ReadStaging(std::unique_ptr<DramCache> pool) : pool_(std::move(pool)) {}
+  // `run_bytes`: the most one run of Runs() holds (--ssd-read-run).
+  ReadStaging(std::unique_ptr<DramCache> pool, uint64_t run_bytes)
+      : pool_(std::move(pool)), run_bytes_(run_bytes) {}
 
   // Room for `bytes` now, or ResourceExhausted.
   Result<DramView> TryAllocate(uint64_t bytes) { return pool_->AllocateScratch(bytes); }
@@ -29,16 +31,18 @@ class ReadStaging {
                      std::chrono::milliseconds wait = std::chrono::seconds(10)) EXCLUDES(mu_);
   // Returns room and wakes the waiters.
   void Release(const DramView& view) EXCLUDES(mu_);
-  // Splits objects into runs [begin, end) whose staging fits half the staging
-  // and half their total (two runs at least, of two objects or more), so one
-  // run can be copied out while the next is read.
+  // Splits objects into runs [begin, end) whose staging fits run_bytes, half
+  // the staging and half their total (two runs at least, of two objects or
+  // more), so one run can be copied out while the next is read and the copy
+  // left after the last read is short. An object larger than that runs alone.
   std::vector<std::pair<size_t, size_t>> Runs(const std::vector<uint64_t>& sizes) const;
 
   DramStats stats() const { return pool_->stats(); }
 
  private:
   const std::unique_ptr<DramCache> pool_;  // thread-safe itself
-  Mutex mu_;                               // pairs releases with AllocateAll's wait
+  const uint64_t run_bytes_;
+  Mutex mu_;  // pairs releases with AllocateAll's wait
   CondVar released_;
 };
 

@@ -44,6 +44,12 @@ Result<ParsedFlags> ParseFlags(int argc, const char* const* argv, std::string* o
                  "Pinned staging for SSD reads, taken from --pool-size: a size, or auto (2 x "
                  "--ssd-io-workers x --ssd-queue-depth x 1mib, within 64mib..pool/4)")
       ->capture_default_str();
+  std::string read_run = std::to_string(o.ssd_read_run >> 20) + "mib";
+  app.add_option("--ssd-read-run", read_run,
+                 "Most bytes a restore reads into the SSD read staging before their copy-out "
+                 "starts (runs of whole objects; the next run is read while one is copied, and "
+                 "each run is an I/O worker's reads in flight)")
+      ->capture_default_str();
   std::string uring_gpu = std::to_string(o.ssd_uring_gpu_staging >> 20) + "mib";
   app.add_option("--ssd-uring-gpu-staging", uring_gpu,
                  "io_uring restores into CUDA pages: GPU memory per device (two buffers) in "
@@ -173,6 +179,7 @@ Result<ParsedFlags> ParseFlags(int argc, const char* const* argv, std::string* o
   }
   if (staging != "auto")
     ORBITKV_RETURN_IF_ERROR(size_flag("--ssd-read-staging", staging, &o.ssd_read_staging));
+  ORBITKV_RETURN_IF_ERROR(size_flag("--ssd-read-run", read_run, &o.ssd_read_run));
   ORBITKV_RETURN_IF_ERROR(
       size_flag("--ssd-uring-gpu-staging", uring_gpu, &o.ssd_uring_gpu_staging));
   if (admission == "all" || admission == "reuse") {

@@ -47,6 +47,8 @@ TEST(Flags, HelpListsEveryFlagWithItsDefault) {
                            "--ssd-queue-depth",
                            "--ssd-io-workers",
                            "--ssd-read-staging",
+                           "--ssd-read-run",
+                           "8mib",
                            "--socket",
                            "--admission",
                            "--max-query-ttl-ms",
@@ -124,6 +126,16 @@ TEST(Flags, SsdReadStagingIsAutoFromTheQueueDepthOrASize) {
   EXPECT_EQ(set->options.ReadStagingBytes(), 96u << 20);
 }
 
+// A restore's run of SSD reads before its copy-out starts: 8 MiB unless set.
+TEST(Flags, SsdReadRunIsEightMibOrASize) {
+  auto d = Parse({});
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->options.ssd_read_run, 8u << 20);
+  auto set = Parse({"--ssd-read-run", "32mib"});
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  EXPECT_EQ(set->options.ssd_read_run, 32u << 20);
+}
+
 TEST(Flags, ProtocolLimits) {
   auto d = Parse({});
   ASSERT_TRUE(d.ok()) << d.status().ToString();
@@ -182,6 +194,10 @@ TEST(Flags, BadValuesNameTheFlagOnOneLine) {
            {{"--ssd-cache-path", "/x", "--ssd-read-staging", "4kib"}, "--ssd-read-staging"},
            {{"--ssd-cache-path", "/x", "--pool-size", "1gib", "--ssd-read-staging", "600mib"},
             "--ssd-read-staging"},
+           {{"--ssd-read-run", "32kib"}, "--ssd-read-run"},
+           {{"--ssd-read-run", "2gib"}, "--ssd-read-run"},
+           {{"--ssd-read-run", "10000"}, "--ssd-read-run"},
+           {{"--ssd-read-run", "lots"}, "--ssd-read-run"},
            {{"--metrics-port", "70000"}, "--metrics-port"},
            {{"--max-query-ttl-ms", "0"}, "--max-query-ttl-ms"},
            {{"--max-query-ttl-ms", "3600001"}, "--max-query-ttl-ms"},

@@ -156,13 +156,15 @@ int Run(int argc, char** argv) {
   OKV_LOG_INFO(
       "orbitkv-cache-manager ready: pool {} ({}) | GPU {} | ssd {} capacity {} in {} shards | "
       "backend {} | "
-      "read path {} | queue depth {} x {} workers, read staging {} | socket {} | metrics {}",
+      "read path {} | queue depth {} x {} workers, read staging {} in runs of {} | socket {} | "
+      "metrics {}",
       FormatByteSize(o.pool_size), gpu.description,
       platform ? platform->Describe() : "none (" + no_gpu + "; host instances only)",
       ssd ? o.ssd_cache_path : "off", FormatByteSize(o.ssd_cache_capacity), o.ssd_shards,
       ssd ? (*manager)->ssd_backend() : "-",
       o.ssd_read_path ? SsdReadPathName(*o.ssd_read_path) : "unset", o.ssd_queue_depth,
-      o.ssd_io_workers, ssd ? FormatByteSize(o.ReadStagingBytes()) : "-", o.socket_path,
+      o.ssd_io_workers, ssd ? FormatByteSize(o.ReadStagingBytes()) : "-",
+      FormatByteSize(o.ssd_read_run), o.socket_path,
       http ? "http://127.0.0.1:" + std::to_string(http->port()) + "/metrics" : "off");
 
   int sig = 0;

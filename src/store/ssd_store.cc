@@ -274,6 +274,12 @@ void SsdStore::WriteObjects(IoEngine& io, std::span<ObjectWrite> objects) {
 
 Status SsdStore::ReadExtents(IoEngine& io, std::span<ExtentRead> reads) {
   const Clock::TimePoint start = options_.clock->Now();
+  // A bad read fails every read, nothing read: its caller takes each read's
+  // status as the verdict on its buffer, so none may stay OK unread.
+  auto refuse = [&](Status why) {
+    for (ExtentRead& r : reads) r.status = why;
+    return why;
+  };
   // Live extents of one shard never overlap, so two reads either name the same
   // extent or disjoint ones. The same extent named twice is read once and copied.
   std::vector<ReadRange> ranges;
@@ -287,12 +293,13 @@ Status SsdStore::ReadExtents(IoEngine& io, std::span<ExtentRead> reads) {
     if (r.ref.shard >= shards_->count() || r.ref.length == 0 || r.ref.length % kExtentAlign != 0 ||
         r.ref.offset % kExtentAlign != 0 || r.ref.offset + r.ref.length > shard_capacity_ ||
         r.buf == nullptr || reinterpret_cast<uintptr_t>(r.buf) % kExtentAlign != 0) {
-      return Status::InvalidArgument("extent read outside the store or unaligned buffer");
+      return refuse(Status::InvalidArgument("extent read outside the store or unaligned buffer"));
     }
     auto [it, inserted] = first.emplace(std::make_pair(r.ref.shard, r.ref.offset), i);
     if (!inserted) {
       if (reads[it->second].ref.length != r.ref.length) {
-        return Status::InvalidArgument("two reads name overlapping extents of different lengths");
+        return refuse(
+            Status::InvalidArgument("two reads name overlapping extents of different lengths"));
       }
       copies.emplace_back(i, it->second);
       continue;

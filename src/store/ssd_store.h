@@ -101,7 +101,9 @@ class SsdStore {
 
   // REQUIRES: the caller holds a lease on every ref with a submitted interest
   // (SsdCatalog::Submit), released with Complete after this returns.
-  // Returns the first failure; each ExtentRead has its own status.
+  // Returns the first failure; each ExtentRead has its own status. A bad read
+  // (outside the store, unaligned, or overlapping another of a different
+  // length) is InvalidArgument for every read, with nothing read.
   Status ReadExtents(IoEngine& io, std::span<ExtentRead> reads);
 
   // A read of `ref`, the object `id`, failed with `why`. When that is

@@ -334,6 +334,39 @@ TEST(SsdStore, TheSameExtentNamedTwiceFillsBothBuffers) {
   EXPECT_EQ(0, std::memcmp(bufs[1].get(), testing::Pattern(2, 8192).data(), 8192));
 }
 
+// A bad read among good ones fails every read. Before, ReadExtents returned
+// at the bad read and left the reads before and after it OK with nothing
+// read, and its caller, which takes each read's status as the verdict on its
+// buffer, copied unread staging into pages (or dropped a healthy object as
+// damaged when the CRC check caught it).
+TEST(SsdStore, ABadReadLeavesNoReadOkWithNothingRead) {
+  testing::StoreFixture f;
+  ASSERT_TRUE(f.Open(1, 1u << 20).ok());
+  auto a = *f.Write(Key::FromU64(1), testing::Pattern(1, 8192));
+  auto b = *f.Write(Key::FromU64(2), testing::Pattern(2, 8192));
+  LeaseId lease = *f.store->catalog().AcquireLease(std::vector<ExtentRef>{a, b}, {});
+  ASSERT_TRUE(f.store->catalog().Submit(lease).ok());
+  const ExtentRef outside{7, 0, 4096, 4096, 1};  // a shard the store does not have
+  ExtentRef longer = b;                          // b's extent named with another length
+  longer.length += 4096;
+  for (const ExtentRef& bad : {outside, longer}) {
+    std::vector<ExtentRef> refs{a, b, bad, a};
+    std::vector<testing::AlignedBuf> bufs;
+    std::vector<ExtentRead> reads;
+    for (const ExtentRef& r : refs) {
+      bufs.push_back(testing::AllocAligned(r.length));
+      reads.push_back({r, bufs.back().get(), {}});
+    }
+    const double ops = f.Metric("orbitkv_ssd_uring_read_ops_total");
+    EXPECT_EQ(f.store->ReadExtents(*f.io, reads).code(), StatusCode::kInvalidArgument);
+    for (size_t i = 0; i < reads.size(); ++i) {
+      EXPECT_EQ(reads[i].status.code(), StatusCode::kInvalidArgument) << i;
+    }
+    EXPECT_EQ(f.Metric("orbitkv_ssd_uring_read_ops_total"), ops);  // nothing read
+  }
+  f.store->catalog().Complete(lease);
+}
+
 // A read that finds an object damaged drops it from the store. Before, the
 // damaged extent stayed its key's current one, so a publish of the key was
 // skipped as "already present" and the key was never cached again.
