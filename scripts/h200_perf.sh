@@ -25,7 +25,7 @@
 #   checkpoint, not the older ones) on multi-round-qa (dram, ssd-uring) and on
 #   restore-only from SSD (ssd-uring, ssd-auto: io_uring and cuFile); then
 #   restore-only on the SSD routes (the disk ceiling from the bench's io_uring
-#   probe where fio is absent) and the scale workload (tiny model, 1M objects,
+#   probe where fio is absent; ssd-uring again with --ssd-read-run 32mib) and the scale workload (tiny model, 1M objects,
 #   1..16 engines), and copy_latency_bench (one block's copy below the Manager:
 #   cudaMemcpy ceiling, per-slot copies, the platform's three movers); and,
 #   per storage codec (ans, fp8, turboquant-4), DRAM -> HBM from encoded DRAM
@@ -214,6 +214,10 @@ case "${1:-}" in
     # The SSD routes against the disk ceiling (the io_uring probe without fio).
     one restore-only --workload restore-only --model llama-3.1-8b --device cuda:0 \
       --pool-size 1gib --routes ssd-uring,naive
+    # The same with runs of 32 MiB (half a 64 MiB restore, the runs before
+    # --ssd-read-run): whether a fast NVMe wants deeper runs than the 8 MiB default.
+    one restore-only-run32 --workload restore-only --model llama-3.1-8b --device cuda:0 \
+      --pool-size 1gib --routes ssd-uring --manager-flag=--ssd-read-run=32mib
     # One block's copy below the Manager (issue 18's per-block latency target).
     echo "=== copy_latency_bench"
     "$dir/copy_latency_bench" --iters 1000 | tee "$out/copy_latency.txt"
