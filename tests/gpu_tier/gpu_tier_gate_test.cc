@@ -629,11 +629,11 @@ TEST_F(UringGpuCheck, UringRestoreIntoCudaPagesChecksTheCrcsOnTheGpu) {
   EXPECT_EQ(Plain("orbitkv_ssd_uring_gpu_staging_bytes"), 16u << 20);
 }
 
-// Two runs of two objects (ReadStaging::Runs halves a restore), the second
-// object of the first run damaged on disk: the GPU's CRCs catch it before the
-// scatter, so its page keeps every byte it had and the object is dropped; the
-// one beside it (same run, same H2D and CRC launch) and the next run restore
-// exactly.
+// Two runs of two objects (ReadStaging::Runs splits a restore of two objects
+// or more), the second object of the first run damaged on disk: the GPU's
+// CRCs catch it before the scatter, so its page keeps every byte it had and
+// the object is dropped; the one beside it (same run, same H2D and CRC
+// launch) and the next run restore exactly.
 TEST_F(UringGpuCheck, UringGpuCheckScattersOnlyTheObjectsThatMatch) {
   Engine* started = Begin(SplitLayout(16, {65536, 8192}));
   ASSERT_NE(started, nullptr);
