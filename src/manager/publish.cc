@@ -114,11 +114,15 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
   std::vector<Pending> batch;
   std::unordered_set<Key, KeyHash> batched;  // keys in `batch` and `flying` (one ns and group)
   std::vector<gpu::CopyOp> ops;              // CUDA pages: the batch's D2H copies
+  // Host pages: the batch's slot CRCs (per_object per object), each taken
+  // right after its slot's copy, while the bytes are still in the CPU's cache.
+  std::vector<uint32_t> host_crcs;
   uint64_t batch_bytes = 0;
   // A batch whose D2H job (copies, then the segment CRCs) was enqueued.
   struct Flight {
     std::vector<Pending> batch;
     std::vector<gpu::CopyOp> ops;
+    std::vector<uint32_t> host_crcs;
     std::optional<DramView> crc_out;  // pinned pool scratch for the GPU CRCs
     std::optional<Instance::ToHostJob> job;
     Status enqueue_error;
@@ -152,8 +156,10 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
     Flight f;
     f.batch = std::move(batch);
     f.ops = std::move(ops);
+    f.host_crcs = std::move(host_crcs);
     batch.clear();
     ops.clear();
+    host_crcs.clear();
     batch_bytes = 0;
     if (!inst->cuda() || f.batch.empty()) return f;
     std::vector<gpu::CrcOp> crc_ops;
@@ -233,13 +239,16 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
         continue;
       }
       // This call's slots' payload CRCs: of the page bytes the pool copy
-      // holds (what SSD gets), from the GPU or from the pool copy.
+      // holds (what SSD gets), from the GPU, from the copy into the pool
+      // (host pages), or from the pool copy.
       for (size_t j = 0; j < per_object; ++j) {
         const SlotLayout* sl = slots[j];
         const SegmentPos& seg = shape.segments[sl->slot_id];
-        SetSegmentCrc(
-            {p.view.data, shape.header_bytes}, sl->slot_id,
-            gpu_crcs ? gpu_crcs[k * per_object + j] : Crc32c({p.view.data + seg.offset, seg.size}));
+        const size_t at = k * per_object + j;
+        SetSegmentCrc({p.view.data, shape.header_bytes}, sl->slot_id,
+                      gpu_crcs                  ? gpu_crcs[at]
+                      : at < f.host_crcs.size() ? f.host_crcs[at]
+                                                : Crc32c({p.view.data + seg.offset, seg.size}));
       }
       (gpu_crcs ? x.m.publish_crc_gpu_bytes : x.m.publish_crc_cpu_bytes)->Inc(p.copied);
       x.m.bytes_publish->Inc(p.copied);
@@ -355,6 +364,7 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
       }
       const uint64_t padded = AlignUp(sl->bytes_per_page, 512);
       std::memset(v->data + seg.offset + sl->bytes_per_page, 0, padded - sl->bytes_per_page);
+      if (!inst->cuda()) host_crcs.push_back(Crc32c({v->data + seg.offset, seg.size}));
       copied += sl->bytes_per_page;
     }
     batch.push_back({id, *v, req.pages[i], copied, op_begin, ops.size()});
