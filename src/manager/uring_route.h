@@ -1,8 +1,9 @@
 // UringRoute: the io_uring SSD route (SsdRoute), and the warm-up reads of
 // Prepare. A restore's SSD blocks go to the bounded host-reader queue (full:
 // the blocks fail with ResourceExhausted, counted); a reader thread (one
-// io_uring engine each) splits them into runs that fit half the read staging,
-// reads each run into pinned staging and hands it to the SSD host-restore
+// io_uring engine each) splits them into runs (ReadStaging::Runs: at most
+// --ssd-read-run and half the read staging), reads each run into pinned
+// staging, and hands it to the SSD host-restore
 // lane, which checks every object and copies it into the engine's pages
 // (memcpy; for CUDA pages, GpuCheckedCopy: the run H2D into device staging,
 // its CRC32C there on the GPU, then only the objects that match scattered
