@@ -25,9 +25,10 @@
 #   checkpoint, not the older ones) on multi-round-qa (dram, ssd-uring) and on
 #   restore-only from SSD (ssd-uring, ssd-auto: io_uring and cuFile); then
 #   restore-only on the SSD routes (the disk ceiling from the bench's io_uring
-#   probe where fio is absent; ssd-uring again with --ssd-read-run 32mib) and the scale workload (tiny model, 1M objects,
-#   1..16 engines), and copy_latency_bench (one block's copy below the Manager:
-#   cudaMemcpy ceiling, per-slot copies, the platform's three movers); and,
+#   probe where fio is absent; ssd-uring again with --ssd-read-run 32mib) and
+#   the scale workload (tiny model, 1M objects, 1..16 engines), and
+#   copy_latency_bench (one block's copy below the Manager: cudaMemcpy
+#   ceiling, per-slot copies, the platform's three movers); and,
 #   per storage codec (ans, fp8, turboquant-4), DRAM -> HBM from encoded DRAM
 #   copies (dram-encoded: encoded bytes H2D, decoded on the GPU) against the
 #   uncompressed route (dram: raw copies) in the same run, with the target

@@ -246,9 +246,9 @@ Result<PublishResult> Manager::Publish(SessionId session, const PublishRequest& 
         const SegmentPos& seg = shape.segments[sl->slot_id];
         const size_t at = k * per_object + j;
         SetSegmentCrc({p.view.data, shape.header_bytes}, sl->slot_id,
-                      gpu_crcs                  ? gpu_crcs[at]
-                      : at < f.host_crcs.size() ? f.host_crcs[at]
-                                                : Crc32c({p.view.data + seg.offset, seg.size}));
+                      gpu_crcs               ? gpu_crcs[at]
+                      : !f.host_crcs.empty() ? f.host_crcs[at]
+                                             : Crc32c({p.view.data + seg.offset, seg.size}));
       }
       (gpu_crcs ? x.m.publish_crc_gpu_bytes : x.m.publish_crc_cpu_bytes)->Inc(p.copied);
       x.m.bytes_publish->Inc(p.copied);

@@ -337,8 +337,7 @@ TEST(SsdStore, TheSameExtentNamedTwiceFillsBothBuffers) {
 // A bad read among good ones fails every read. Before, ReadExtents returned
 // at the bad read and left the reads before and after it OK with nothing
 // read, and its caller, which takes each read's status as the verdict on its
-// buffer, copied unread staging into pages (or dropped a healthy object as
-// damaged when the CRC check caught it).
+// buffer, checked unread staging and dropped a healthy object as damaged.
 TEST(SsdStore, ABadReadLeavesNoReadOkWithNothingRead) {
   testing::StoreFixture f;
   ASSERT_TRUE(f.Open(1, 1u << 20).ok());
