@@ -86,7 +86,8 @@ class CudaPageTarget : public PageTarget {
   }
   void Poison(uint32_t group, uint64_t page) override {
     cudaSetDevice(ordinal_);
-    if (kernels_ && PoisonOnGpu(group, page) == cudaSuccess) return;
+    const PageRef one{group, page};
+    if (kernels_ && PoisonOnGpu({&one, 1}) == cudaSuccess) return;
     for (const SlotLayout& s : layout_.groups[group].slots) {
       cudaMemset(Slot(s, page), 0xA5, s.bytes_per_page);
     }
@@ -108,6 +109,11 @@ class CudaPageTarget : public PageTarget {
     if (keys.empty() || (kernels_ && FillOnGpu(group, keys, pages) == cudaSuccess)) return;
     PageTarget::FillMany(group, keys, pages);
   }
+  void PoisonMany(std::span<const PageRef> pages) override {
+    cudaSetDevice(ordinal_);
+    if (pages.empty() || (kernels_ && PoisonOnGpu(pages) == cudaSuccess)) return;
+    PageTarget::PoisonMany(pages);
+  }
   bool Check(uint32_t group, const BlockKey& key, uint64_t page) override {
     cudaSetDevice(ordinal_);
     if (kernels_) return CheckOnGpu(group, key, page);
@@ -119,6 +125,14 @@ class CudaPageTarget : public PageTarget {
       }
     }
     return true;
+  }
+  std::vector<bool> CheckMany(std::span<const PageRef> pages,
+                              std::span<const BlockKey> keys) override {
+    cudaSetDevice(ordinal_);
+    if (!kernels_) return PageTarget::CheckMany(pages, keys);
+    std::vector<bool> right(pages.size(), false);
+    if (!pages.empty()) CheckOnGpu(pages, keys, &right);
+    return right;
   }
   // The naive route on GPU pages, as simple offloaders do it (vLLM's swap
   // path): one cudaMemcpyAsync per slot between a pinned buffer and the page,
@@ -170,11 +184,6 @@ class CudaPageTarget : public PageTarget {
     }
     if (most == 0 || layout_.num_pages == 0) return Status::OK();
     ORBITKV_RETURN_IF_ERROR(Reserve(most));
-    ORBITKV_RETURN_IF_ERROR(
-        Cuda(cudaMallocHost(reinterpret_cast<void**>(&bad_host_), sizeof(uint32_t) * most),
-             "cudaMallocHost"));
-    ORBITKV_RETURN_IF_ERROR(Cuda(
-        cudaMalloc(reinterpret_cast<void**>(&bad_dev_), sizeof(uint32_t) * most), "cudaMalloc"));
     kernels_ = true;
     BlockKey probe{};
     for (size_t i = 0; i < probe.size(); ++i) probe[i] = static_cast<uint8_t>(37 * i + 1);
@@ -199,7 +208,21 @@ class CudaPageTarget : public PageTarget {
     if (CheckOnGpu(0, probe, 0)) {
       return Status::Internal("the CUDA page check kernel passed a page with a byte changed");
     }
-    ORBITKV_RETURN_IF_ERROR(Cuda(PoisonOnGpu(0, 0), "the CUDA page poison kernel"));
+    if (layout_.num_pages >= 2) {  // a batch's verdicts are per page
+      const uint64_t page1 = 1;
+      ORBITKV_RETURN_IF_ERROR(
+          Cuda(FillOnGpu(0, {&probe, 1}, {&page1, 1}), "the CUDA page fill kernel"));
+      const PageRef both[] = {{0, 0}, {0, 1}};
+      const BlockKey keys[] = {probe, probe};
+      std::vector<bool> right(2, false);
+      CheckOnGpu(both, keys, &right);
+      if (right[0] || !right[1])
+        return Status::Internal("the CUDA page check kernel gave a batch of two pages " +
+                                std::string(right[0] ? "right" : "wrong") + " and " +
+                                (right[1] ? "right" : "wrong") + " verdicts, not wrong and right");
+    }
+    const PageRef page0_ref{0, 0};
+    ORBITKV_RETURN_IF_ERROR(Cuda(PoisonOnGpu({&page0_ref, 1}), "the CUDA page poison kernel"));
     uint8_t poisoned = 0;
     ORBITKV_RETURN_IF_ERROR(Cuda(
         cudaMemcpy(&poisoned, Slot(last, 0) + last.bytes_per_page - 1, 1, cudaMemcpyDeviceToHost),
@@ -220,34 +243,60 @@ class CudaPageTarget : public PageTarget {
       *max_words = std::max<uint32_t>(*max_words, static_cast<uint32_t>(s.bytes_per_page / 8));
     }
   }
-  // The descriptors of `group`'s slots of `page` into fills_dev_ (on stream_).
-  cudaError_t Describe(uint32_t group, const BlockKey& key, uint64_t page, uint32_t* count,
-                       uint32_t* max_words) {
-    *count = static_cast<uint32_t>(layout_.groups[group].slots.size());
+  // The descriptors of the slots of every page of `pages` (keys[i]'s content
+  // for pages[i]; key unused when `keys` is empty) into fills_dev_, on
+  // stream_: *count of them, the largest *max_words words.
+  cudaError_t Describe(std::span<const PageRef> pages, std::span<const BlockKey> keys,
+                       uint32_t* count, uint32_t* max_words) {
+    size_t n = 0;
+    for (const PageRef& p : pages) n += layout_.groups[p.group].slots.size();
+    if (!Reserve(n).ok()) return cudaErrorMemoryAllocation;
+    *count = static_cast<uint32_t>(n);
     *max_words = 0;
-    DescribeInto(group, key, page, fills_host_, max_words);
-    return cudaMemcpyAsync(fills_dev_, fills_host_, sizeof(SlotFill) * *count,
-                           cudaMemcpyHostToDevice, stream_);
+    SlotFill* at = fills_host_;
+    for (size_t i = 0; i < pages.size(); ++i) {
+      DescribeInto(pages[i].group, keys.empty() ? BlockKey{} : keys[i], pages[i].page, at,
+                   max_words);
+      at += layout_.groups[pages[i].group].slots.size();
+    }
+    return cudaMemcpyAsync(fills_dev_, fills_host_, sizeof(SlotFill) * n, cudaMemcpyHostToDevice,
+                           stream_);
   }
-  // Room for `entries` fill descriptors (host and device), grown as needed.
-  // REQUIRES: nothing on stream_ still reads the old ones (every use syncs).
+  // Room for `entries` fill descriptors and check verdicts (host and device),
+  // grown as needed. REQUIRES: nothing on stream_ still uses the old ones
+  // (every use syncs).
   Status Reserve(size_t entries) {
     if (entries <= fills_cap_) return Status::OK();
     SlotFill* host = nullptr;
     SlotFill* dev = nullptr;
-    ORBITKV_RETURN_IF_ERROR(
-        Cuda(cudaMallocHost(reinterpret_cast<void**>(&host), sizeof(SlotFill) * entries),
-             "cudaMallocHost"));
-    if (Status st = Cuda(cudaMalloc(reinterpret_cast<void**>(&dev), sizeof(SlotFill) * entries),
-                         "cudaMalloc");
-        !st.ok()) {
+    uint32_t* bad_host = nullptr;
+    uint32_t* bad_dev = nullptr;
+    Status st = Cuda(cudaMallocHost(reinterpret_cast<void**>(&host), sizeof(SlotFill) * entries),
+                     "cudaMallocHost");
+    if (st.ok())
+      st = Cuda(cudaMalloc(reinterpret_cast<void**>(&dev), sizeof(SlotFill) * entries),
+                "cudaMalloc");
+    if (st.ok())
+      st = Cuda(cudaMallocHost(reinterpret_cast<void**>(&bad_host), sizeof(uint32_t) * entries),
+                "cudaMallocHost");
+    if (st.ok())
+      st = Cuda(cudaMalloc(reinterpret_cast<void**>(&bad_dev), sizeof(uint32_t) * entries),
+                "cudaMalloc");
+    if (!st.ok()) {
       cudaFreeHost(host);
+      cudaFree(dev);
+      cudaFreeHost(bad_host);
+      cudaFree(bad_dev);
       return st;
     }
     cudaFreeHost(fills_host_);
     cudaFree(fills_dev_);
+    cudaFreeHost(bad_host_);
+    cudaFree(bad_dev_);
     fills_host_ = host;
     fills_dev_ = dev;
+    bad_host_ = bad_host;
+    bad_dev_ = bad_dev;
     fills_cap_ = entries;
     return Status::OK();
   }
@@ -268,19 +317,28 @@ class CudaPageTarget : public PageTarget {
     const cudaError_t synced = cudaStreamSynchronize(stream_);  // fills_host_ is free again
     return e != cudaSuccess ? e : synced;
   }
-  // 0xA5 bytes over the slots, on stream_ (synchronised: the Manager's
-  // restore into the page must come after it).
-  cudaError_t PoisonOnGpu(uint32_t group, uint64_t page) {
+  // 0xA5 bytes over the slots of every page of `pages`: one launch, on
+  // stream_, synchronised (the Manager's restore into them must come after).
+  cudaError_t PoisonOnGpu(std::span<const PageRef> pages) {
     uint32_t count = 0, max_words = 0;
-    cudaError_t e = Describe(group, BlockKey{}, page, &count, &max_words);
+    cudaError_t e = Describe(pages, {}, &count, &max_words);
     if (e == cudaSuccess)
       e = LaunchSlotSet(fills_dev_, count, max_words, 0xA5A5A5A5A5A5A5A5ull, stream_);
     const cudaError_t synced = cudaStreamSynchronize(stream_);
     return e != cudaSuccess ? e : synced;
   }
   bool CheckOnGpu(uint32_t group, const BlockKey& key, uint64_t page) {
+    const PageRef one{group, page};
+    std::vector<bool> right(1, false);
+    CheckOnGpu({&one, 1}, {&key, 1}, &right);
+    return right[0];
+  }
+  // (*right)[i] = whether pages[i] holds keys[i]'s content: one launch and one
+  // synchronisation for them all. Every entry stays false on a CUDA error.
+  void CheckOnGpu(std::span<const PageRef> pages, std::span<const BlockKey> keys,
+                  std::vector<bool>* right) {
     uint32_t count = 0, max_words = 0;
-    cudaError_t e = Describe(group, key, page, &count, &max_words);
+    cudaError_t e = Describe(pages, keys, &count, &max_words);
     if (e == cudaSuccess) e = cudaMemsetAsync(bad_dev_, 0, sizeof(uint32_t) * count, stream_);
     if (e == cudaSuccess) e = LaunchSlotCheck(fills_dev_, count, max_words, bad_dev_, stream_);
     if (e == cudaSuccess) {
@@ -288,11 +346,13 @@ class CudaPageTarget : public PageTarget {
                           stream_);
     }
     const cudaError_t synced = cudaStreamSynchronize(stream_);
-    if (e != cudaSuccess || synced != cudaSuccess) return false;
-    for (uint32_t k = 0; k < count; ++k) {
-      if (bad_host_[k]) return false;
+    if (e != cudaSuccess || synced != cudaSuccess) return;
+    const uint32_t* bad = bad_host_;
+    for (size_t i = 0; i < pages.size(); ++i) {
+      const size_t slots = layout_.groups[pages[i].group].slots.size();
+      (*right)[i] = std::all_of(bad, bad + slots, [](uint32_t b) { return b == 0; });
+      bad += slots;
     }
-    return true;
   }
   std::string device_;
   int ordinal_ = 0;

@@ -49,10 +49,9 @@ class EngineRun {
       rs.pieces = lookup.prefix;
       rs.not_needed_bytes = lookup.not_needed_bytes;
       if (o_.verify) {
-        for (uint32_t i = 0; i < lookup.prefix; ++i) {
-          const Dest d = DestOf(lookup, prompt, i);
-          pages_.Poison(d.group, d.page);
-        }
+        std::vector<uint32_t> all(lookup.prefix);
+        std::iota(all.begin(), all.end(), 0u);
+        PoisonDests(lookup, prompt, all);
       }
       // One Restore call per source tier: DRAM first, then SSD.
       std::vector<bool> ok(lookup.prefix, false);
@@ -112,12 +111,7 @@ class EngineRun {
       if (lookup.prefix == 0) continue;
       std::vector<uint32_t> all(lookup.prefix);
       std::iota(all.begin(), all.end(), 0u);
-      if (o_.verify) {
-        for (uint32_t b : all) {
-          const Dest d = DestOf(lookup, one, b);
-          pages_.Poison(d.group, d.page);
-        }
-      }
+      if (o_.verify) PoisonDests(lookup, one, all);
       std::vector<bool> ok(lookup.prefix, false);
       RequestSample unused;
       CallSample call = RestoreCall(lookup, one, all, &unused, &ok, kProbePhase);
@@ -167,6 +161,18 @@ class EngineRun {
             o_.model->groups[s.group].kind == GroupKind::kRecurrent};
   }
 
+  // Poisons the pages that prefix indices `blocks` restore into.
+  void PoisonDests(const Backend::Lookup& lookup, std::span<const BlockKey> keys,
+                   const std::vector<uint32_t>& blocks) {
+    std::vector<PageRef> pages;
+    pages.reserve(blocks.size());
+    for (uint32_t b : blocks) {
+      const Dest d = DestOf(lookup, keys, b);
+      pages.push_back({d.group, d.page});
+    }
+    pages_.PoisonMany(pages);
+  }
+
   // One Restore call of prefix indices `blocks`, each checked; sets ok[i] for
   // every index restored byte-exact (or unchecked), counts failures and
   // mismatches into *rs and out_, and returns the call's sample (bytes: those
@@ -188,6 +194,9 @@ class EngineRun {
       if (out_.first_restore_error.empty()) out_.first_restore_error = res.status().ToString();
       return call;
     }
+    std::vector<const BlockResult*> restored;
+    std::vector<PageRef> pages;
+    std::vector<BlockKey> contents;
     for (const BlockResult& b : *res) {
       if (!b.status.ok()) {
         rs->failed += o_.model ? 0 : 1;
@@ -199,21 +208,32 @@ class EngineRun {
       ++out_.restored_blocks;
       if (o_.corrupt_every && out_.restored_blocks % o_.corrupt_every == 0)
         pages_.Poison(d.group, d.page);
-      if (o_.verify) {
-        ++out_.verified_blocks;
-        if (!pages_.Check(d.group, d.content, d.page)) {
-          ++rs->mismatched;
-          ++out_.mismatched;
-          o_.live->mismatched.fetch_add(1, std::memory_order_relaxed);
-          std::fprintf(stderr,
-                       "orbitkv-bench: MISMATCH engine %u %s block %u (group %u page %llu, "
-                       "source %s)\n",
-                       o_.index,
-                       phase == kProbePhase ? "probe" : ("phase " + std::to_string(phase)).c_str(),
-                       b.block, d.group, static_cast<unsigned long long>(d.page),
-                       b.source == Tier::kSsd ? "ssd" : "dram");
-          continue;
-        }
+      restored.push_back(&b);
+      pages.push_back({d.group, d.page});
+      contents.push_back(d.content);
+    }
+    // The call's pages are checked at once, as an engine's next forward pass
+    // reads them all.
+    std::vector<bool> right(restored.size(), true);
+    if (o_.verify && !restored.empty()) {
+      right = pages_.CheckMany(pages, contents);
+      out_.verified_blocks += restored.size();
+    }
+    for (size_t i = 0; i < restored.size(); ++i) {
+      const BlockResult& b = *restored[i];
+      const Dest d = DestOf(lookup, keys, b.block);
+      if (!right[i]) {
+        ++rs->mismatched;
+        ++out_.mismatched;
+        o_.live->mismatched.fetch_add(1, std::memory_order_relaxed);
+        std::fprintf(stderr,
+                     "orbitkv-bench: MISMATCH engine %u %s block %u (group %u page %llu, "
+                     "source %s)\n",
+                     o_.index,
+                     phase == kProbePhase ? "probe" : ("phase " + std::to_string(phase)).c_str(),
+                     b.block, d.group, static_cast<unsigned long long>(d.page),
+                     b.source == Tier::kSsd ? "ssd" : "dram");
+        continue;
       }
       (*ok)[b.block] = true;
       call.bytes += d.bytes;

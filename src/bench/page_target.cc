@@ -56,6 +56,18 @@ void PageTarget::FillMany(uint32_t group, std::span<const BlockKey> keys,
   for (size_t i = 0; i < keys.size(); ++i) Fill(group, keys[i], pages[i]);
 }
 
+void PageTarget::PoisonMany(std::span<const PageRef> pages) {
+  for (const PageRef& p : pages) Poison(p.group, p.page);
+}
+
+std::vector<bool> PageTarget::CheckMany(std::span<const PageRef> pages,
+                                        std::span<const BlockKey> keys) {
+  std::vector<bool> right(pages.size());
+  for (size_t i = 0; i < pages.size(); ++i)
+    right[i] = Check(pages[i].group, keys[i], pages[i].page);
+  return right;
+}
+
 Result<uint8_t*> PageTarget::AllocateBuffer(uint64_t bytes) {
   void* buf = nullptr;
   if (::posix_memalign(&buf, 4096, AlignUp(bytes, 4096)) != 0)

@@ -22,6 +22,12 @@
 
 namespace orbitkv::bench {
 
+// One page of one group of a target.
+struct PageRef {
+  uint32_t group = 0;
+  uint64_t page = 0;
+};
+
 class PageTarget {
  public:
   virtual ~PageTarget() = default;
@@ -36,6 +42,9 @@ class PageTarget {
   // Overwrites every slot of `page` of `group`, so a restore that did not
   // write a byte cannot pass Check with stale content.
   virtual void Poison(uint32_t group, uint64_t page) = 0;
+  // Poison(pages[i]) for every i, before one Restore call. CUDA pages: one
+  // descriptor upload, one kernel launch and one synchronisation for them all.
+  virtual void PoisonMany(std::span<const PageRef> pages);
   virtual void Fill(uint32_t group, const BlockKey& key, uint64_t page) = 0;
   // Fill(group, keys[i], pages[i]) for every i: what an engine's forward pass
   // produces before one Publish call. CUDA pages: one kernel launch and one
@@ -45,6 +54,13 @@ class PageTarget {
                         std::span<const uint64_t> pages);
   // True if every slot of `page` of `group` holds exactly Fill(key)'s bytes.
   virtual bool Check(uint32_t group, const BlockKey& key, uint64_t page) = 0;
+  // Element i: Check(pages[i].group, keys[i], pages[i].page), for the blocks
+  // of one Restore call. CUDA pages: one kernel launch and one synchronisation
+  // for them all (a check per block put a launch and a wait per block
+  // between an engine's Restore calls, so fewer of the engines' calls
+  // overlapped than unverified). REQUIRES: equal sizes.
+  virtual std::vector<bool> CheckMany(std::span<const PageRef> pages,
+                                      std::span<const BlockKey> keys);
   // Copies the slots of `page` of `group`, back to back, to dst[0, group_bytes(group)).
   virtual void Gather(uint32_t group, uint64_t page, uint8_t* dst) = 0;
   // Copies src[0, group_bytes(group)) into the slots of `page`: one copy per
