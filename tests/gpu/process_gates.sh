@@ -8,6 +8,7 @@
 B=$(cd "${1:?usage: process_gates.sh BUNDLE_DIR [all|tp]}" && pwd)
 shift
 OUT=${OUT:-$(mktemp -d)}
+mkdir -p "$OUT" || exit 1
 export LD_LIBRARY_PATH=$B
 D=/var/tmp/orbitkv
 mkdir -p $D
