@@ -45,6 +45,11 @@
 #   the three unverified ones with their 1000 probes, the three publish runs;
 #   about 3 minutes of the full run's 7), for a device call too short for it.
 #
+#     scripts/h200_perf.sh rest BUNDLE_DIR OUT_DIR [SSD_DIR]
+#   runs what `run` does after the movers and the busy runs (the hybrid model,
+#   the SSD routes, copy_latency_bench, scale), so that codecs, movers, busy
+#   and rest in four short device calls cover one full run.
+#
 #     scripts/h200_perf.sh busy BUNDLE_DIR OUT_DIR [SSD_DIR]
 #   runs only the DRAM <-> HBM runs beside an engine's compute: restore
 #   (unverified) and publish of llama-3.1-8b on the three movers, the 70B
@@ -68,7 +73,7 @@ case "${1:-}" in
     done | sort -u | while read -r lib; do cp -L "$lib" "$out/"; done
     ls -l "$out"
     ;;
-  run | codecs | busy | movers)
+  run | codecs | busy | movers | rest)
     what=$1
     dir=$(cd "${2:?usage: h200_perf.sh $what BUNDLE_DIR OUT_DIR [SSD_DIR]}" && pwd) || exit 1
     out=${3:?usage: h200_perf.sh $what BUNDLE_DIR OUT_DIR [SSD_DIR]}
@@ -148,7 +153,7 @@ case "${1:-}" in
       --working-set 256mib --passes 1 --model llama-3.1-8b --routes dram,dram-encoded \
       --storage-codec fp8 >"$out/warmup.txt" 2>&1 ||
       echo "=== warm-up: exit $? (not counted; warmup.txt)"
-    if [[ $what != movers ]]; then
+    if [[ $what == run || $what == codecs ]]; then
       # Storage codecs, DRAM -> HBM: encoded DRAM copies decoded on the GPU
       # (dram-encoded) against raw ones (dram) of the same run; 16-token blocks,
       # the 2 GiB working set of the other GPU runs, sixteen passes over it (512
@@ -172,41 +177,43 @@ case "${1:-}" in
         exit $rc
       fi
     fi
-    # DRAM -> HBM and HBM -> DRAM: 16-token blocks, the working set in the pool.
-    gpu=(--workload block-size-sweep --sweep-block-tokens 16 --device cuda:0 --working-set 2gib)
-    one llama8b "${gpu[@]}" --model llama-3.1-8b --routes dram,dram-engines,dram-kernel,naive
-    movers=dram,dram-engines,dram-kernel
-    one qwen3-8b "${gpu[@]}" --model qwen3-8b --routes $movers
-    one llama70b-tp8 "${gpu[@]}" --model llama-3.1-70b-tp8 --routes $movers
-    one llama8b-page-first "${gpu[@]}" --model llama-3.1-8b --layout page-first --routes $movers
-    # The same restores without the bench's own read-back verification (its
-    # engines compare every restored page, which overlaps their calls less):
-    # what the Manager's mover alone delivers. Their one-block probes are
-    # 1000, not 64: the p99 of 64 is their second-worst, and 200-300-probe
-    # runs of one binary moved it by 2x (session 22); 1000 take about a second.
-    one llama8b-noverify "${gpu[@]}" --model llama-3.1-8b --routes dram --no-verify \
-      --latency-probes 1000
-    one qwen3-8b-noverify "${gpu[@]}" --model qwen3-8b --routes dram --no-verify \
-      --latency-probes 1000
-    one llama70b-tp8-noverify "${gpu[@]}" --model llama-3.1-70b-tp8 --routes dram --no-verify \
-      --latency-probes 1000
-    # HBM -> DRAM: publish-only measures every Publish call; 8 GiB (a 2 GiB
-    # run publishes for about 50 ms, and its figure moved by 10 points from
-    # run to run).
-    pub=(--workload publish-only --device cuda:0 --working-set 8gib --routes $movers)
-    one publish-llama8b "${pub[@]}" --model llama-3.1-8b
-    one publish-llama70b-tp8 "${pub[@]}" --model llama-3.1-70b-tp8
-    # The 70B TP=8 rank's 160 slots of 4 KiB slot by slot (--publish-gather=false),
-    # beside the gathered default above: what the gather is worth, same binary.
-    one publish-llama70b-tp8-slots --workload publish-only --device cuda:0 --working-set 8gib \
-      --routes dram --model llama-3.1-70b-tp8 --manager-flag=--publish-gather=false
-    if [[ $what == movers ]]; then
-      grep -h -E "^ +\[(met |MISS)" -A1 "$out"/*.txt
-      echo "=== h200_perf.sh movers: exit $rc"
-      exit $rc
+    if [[ $what == run || $what == movers ]]; then
+      # DRAM -> HBM and HBM -> DRAM: 16-token blocks, the working set in the pool.
+      gpu=(--workload block-size-sweep --sweep-block-tokens 16 --device cuda:0 --working-set 2gib)
+      one llama8b "${gpu[@]}" --model llama-3.1-8b --routes dram,dram-engines,dram-kernel,naive
+      movers=dram,dram-engines,dram-kernel
+      one qwen3-8b "${gpu[@]}" --model qwen3-8b --routes $movers
+      one llama70b-tp8 "${gpu[@]}" --model llama-3.1-70b-tp8 --routes $movers
+      one llama8b-page-first "${gpu[@]}" --model llama-3.1-8b --layout page-first --routes $movers
+      # The same restores without the bench's own read-back verification (its
+      # engines compare every restored page, which overlaps their calls less):
+      # what the Manager's mover alone delivers. Their one-block probes are
+      # 1000, not 64: the p99 of 64 is their second-worst, and 200-300-probe
+      # runs of one binary moved it by 2x (session 22); 1000 take about a second.
+      one llama8b-noverify "${gpu[@]}" --model llama-3.1-8b --routes dram --no-verify \
+        --latency-probes 1000
+      one qwen3-8b-noverify "${gpu[@]}" --model qwen3-8b --routes dram --no-verify \
+        --latency-probes 1000
+      one llama70b-tp8-noverify "${gpu[@]}" --model llama-3.1-70b-tp8 --routes dram --no-verify \
+        --latency-probes 1000
+      # HBM -> DRAM: publish-only measures every Publish call; 8 GiB (a 2 GiB
+      # run publishes for about 50 ms, and its figure moved by 10 points from
+      # run to run).
+      pub=(--workload publish-only --device cuda:0 --working-set 8gib --routes $movers)
+      one publish-llama8b "${pub[@]}" --model llama-3.1-8b
+      one publish-llama70b-tp8 "${pub[@]}" --model llama-3.1-70b-tp8
+      # The 70B TP=8 rank's 160 slots of 4 KiB slot by slot (--publish-gather=false),
+      # beside the gathered default above: what the gather is worth, same binary.
+      one publish-llama70b-tp8-slots --workload publish-only --device cuda:0 --working-set 8gib \
+        --routes dram --model llama-3.1-70b-tp8 --manager-flag=--publish-gather=false
+      if [[ $what == movers ]]; then
+        grep -h -E "^ +\[(met |MISS)" -A1 "$out"/*.txt
+        echo "=== h200_perf.sh movers: exit $rc"
+        exit $rc
+      fi
+      # The 8B restore and publish beside an engine's compute (busy() above).
+      busy_benches
     fi
-    # The 8B restore and publish beside an engine's compute (busy() above).
-    busy_benches
     # A hybrid model with its description: the plans' bytes, what they skipped, GB/s.
     one qwen3-next-hybrid --workload multi-round-qa --model qwen3-next-hybrid --device cuda:0 \
       --routes dram,ssd-uring
@@ -254,11 +261,11 @@ case "${1:-}" in
     ((rc == 0 && st != 0)) && rc=$st
     # Costs against work: host pages, the tiny model.
     one scale --workload scale --model tiny --scale-objects 1000000 --scale-engines 16
-    echo "=== h200_perf.sh: exit $rc"
+    echo "=== h200_perf.sh $what: exit $rc"
     exit $rc
     ;;
   *)
-    echo "usage: h200_perf.sh bundle BUILD_DIR BUNDLE_DIR | run|codecs|busy|movers BUNDLE_DIR OUT_DIR [SSD_DIR]" >&2
+    echo "usage: h200_perf.sh bundle BUILD_DIR BUNDLE_DIR | run|codecs|movers|busy|rest BUNDLE_DIR OUT_DIR [SSD_DIR]" >&2
     exit 2
     ;;
 esac
