@@ -129,7 +129,11 @@ class CudaPageTarget : public PageTarget {
   std::vector<bool> CheckMany(std::span<const PageRef> pages,
                               std::span<const BlockKey> keys) override {
     cudaSetDevice(ordinal_);
-    if (!kernels_) return PageTarget::CheckMany(pages, keys);
+    size_t slots = 0;
+    for (const PageRef& p : pages) slots += layout_.groups[p.group].slots.size();
+    // No room for the batch's descriptors: page by page, so that it is not
+    // taken for wrong bytes.
+    if (!kernels_ || !Reserve(slots).ok()) return PageTarget::CheckMany(pages, keys);
     std::vector<bool> right(pages.size(), false);
     if (!pages.empty()) CheckOnGpu(pages, keys, &right);
     return right;
