@@ -129,14 +129,11 @@ class CudaPageTarget : public PageTarget {
   std::vector<bool> CheckMany(std::span<const PageRef> pages,
                               std::span<const BlockKey> keys) override {
     cudaSetDevice(ordinal_);
-    size_t slots = 0;
-    for (const PageRef& p : pages) slots += layout_.groups[p.group].slots.size();
-    // No room for the batch's descriptors: page by page, so that it is not
-    // taken for wrong bytes.
-    if (!kernels_ || !Reserve(slots).ok()) return PageTarget::CheckMany(pages, keys);
     std::vector<bool> right(pages.size(), false);
-    if (!pages.empty()) CheckOnGpu(pages, keys, &right);
-    return right;
+    // On a CUDA error (no room for the batch's descriptors, say), page by
+    // page, so that the error is not taken for wrong bytes.
+    if (pages.empty() || (kernels_ && CheckOnGpu(pages, keys, &right) == cudaSuccess)) return right;
+    return PageTarget::CheckMany(pages, keys);
   }
   // The naive route on GPU pages, as simple offloaders do it (vLLM's swap
   // path): one cudaMemcpyAsync per slot between a pinned buffer and the page,
@@ -219,7 +216,7 @@ class CudaPageTarget : public PageTarget {
       const PageRef both[] = {{0, 0}, {0, 1}};
       const BlockKey keys[] = {probe, probe};
       std::vector<bool> right(2, false);
-      CheckOnGpu(both, keys, &right);
+      ORBITKV_RETURN_IF_ERROR(Cuda(CheckOnGpu(both, keys, &right), "the CUDA page check kernel"));
       if (right[0] || !right[1])
         return Status::Internal("the CUDA page check kernel gave a batch of two pages " +
                                 std::string(right[0] ? "right" : "wrong") + " and " +
@@ -334,13 +331,12 @@ class CudaPageTarget : public PageTarget {
   bool CheckOnGpu(uint32_t group, const BlockKey& key, uint64_t page) {
     const PageRef one{group, page};
     std::vector<bool> right(1, false);
-    CheckOnGpu({&one, 1}, {&key, 1}, &right);
-    return right[0];
+    return CheckOnGpu({&one, 1}, {&key, 1}, &right) == cudaSuccess && right[0];
   }
   // (*right)[i] = whether pages[i] holds keys[i]'s content: one launch and one
-  // synchronisation for them all. Every entry stays false on a CUDA error.
-  void CheckOnGpu(std::span<const PageRef> pages, std::span<const BlockKey> keys,
-                  std::vector<bool>* right) {
+  // synchronisation for them all. A CUDA error is returned, *right left as it was.
+  cudaError_t CheckOnGpu(std::span<const PageRef> pages, std::span<const BlockKey> keys,
+                         std::vector<bool>* right) {
     uint32_t count = 0, max_words = 0;
     cudaError_t e = Describe(pages, keys, &count, &max_words);
     if (e == cudaSuccess) e = cudaMemsetAsync(bad_dev_, 0, sizeof(uint32_t) * count, stream_);
@@ -350,13 +346,14 @@ class CudaPageTarget : public PageTarget {
                           stream_);
     }
     const cudaError_t synced = cudaStreamSynchronize(stream_);
-    if (e != cudaSuccess || synced != cudaSuccess) return;
+    if (e != cudaSuccess || synced != cudaSuccess) return e != cudaSuccess ? e : synced;
     const uint32_t* bad = bad_host_;
     for (size_t i = 0; i < pages.size(); ++i) {
       const size_t slots = layout_.groups[pages[i].group].slots.size();
       (*right)[i] = std::all_of(bad, bad + slots, [](uint32_t b) { return b == 0; });
       bad += slots;
     }
+    return cudaSuccess;
   }
   std::string device_;
   int ordinal_ = 0;

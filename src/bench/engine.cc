@@ -195,8 +195,7 @@ class EngineRun {
       return call;
     }
     std::vector<const BlockResult*> restored;
-    std::vector<PageRef> pages;
-    std::vector<BlockKey> contents;
+    std::vector<Dest> dests;  // restored[i]'s
     for (const BlockResult& b : *res) {
       if (!b.status.ok()) {
         rs->failed += o_.model ? 0 : 1;
@@ -209,19 +208,24 @@ class EngineRun {
       if (o_.corrupt_every && out_.restored_blocks % o_.corrupt_every == 0)
         pages_.Poison(d.group, d.page);
       restored.push_back(&b);
-      pages.push_back({d.group, d.page});
-      contents.push_back(d.content);
+      dests.push_back(d);
     }
     // The call's pages are checked at once, as an engine's next forward pass
     // reads them all.
     std::vector<bool> right(restored.size(), true);
     if (o_.verify && !restored.empty()) {
+      std::vector<PageRef> pages;
+      std::vector<BlockKey> contents;
+      for (const Dest& d : dests) {
+        pages.push_back({d.group, d.page});
+        contents.push_back(d.content);
+      }
       right = pages_.CheckMany(pages, contents);
       out_.verified_blocks += restored.size();
     }
     for (size_t i = 0; i < restored.size(); ++i) {
       const BlockResult& b = *restored[i];
-      const Dest d = DestOf(lookup, keys, b.block);
+      const Dest& d = dests[i];
       if (!right[i]) {
         ++rs->mismatched;
         ++out_.mismatched;

@@ -206,9 +206,11 @@ class ScaleRun {
             const bool verify = p_.verify && pass == 0;
             for (uint32_t i = 0; i < kEngineBlocks && st[e].ok(); i += kRequestBlocks) {
               const auto k = std::span(keys).subspan(i, kRequestBlocks);
-              std::vector<PageRef> request_pages;
-              for (uint32_t j = 0; j < kRequestBlocks; ++j) request_pages.push_back({0, i + j});
-              if (verify) x.pages->PoisonMany(request_pages);
+              if (verify) {
+                std::vector<PageRef> request_pages;
+                for (uint32_t j = 0; j < kRequestBlocks; ++j) request_pages.push_back({0, i + j});
+                x.pages->PoisonMany(request_pages);
+              }
               Result<Backend::Lookup> l = x.backend->Query(k);
               if (!l.ok()) {
                 st[e] = l.status();
@@ -230,10 +232,11 @@ class ScaleRun {
                   break;
                 }
                 restored[e] += r_.block_bytes;
-                done.push_back(request_pages[b.block]);
+                if (!verify) continue;
+                done.push_back({0, i + b.block});
                 done_keys.push_back(k[b.block]);
               }
-              if (verify && !done.empty()) {  // the call's pages at once, as in engine.cc
+              if (!done.empty()) {  // the call's pages at once, as in engine.cc
                 checked[e] += done.size();
                 for (bool right : x.pages->CheckMany(done, done_keys)) bad[e] += right ? 0 : 1;
               }
