@@ -64,6 +64,13 @@ struct RegisterRequest {
   StorageCodecRequest storage;  // default: the Manager's --storage-codec
 };
 
+// REQUIRES: the engine's writes to `pages` have landed before it calls
+// Publish (its stream synchronized; a cudaMemcpy from pageable memory or a
+// cudaMemset returns before that). The Manager reads CUDA pages from its own
+// context, which no engine stream orders: bytes still in flight are published
+// as the Manager's copy happens to see them, and an object whose CRC32C (taken
+// on the GPU) and copy saw different bytes fails its check when restored from
+// SSD and is dropped.
 struct PublishRequest {
   InstanceId instance = 0;
   uint32_t group_id = 0;

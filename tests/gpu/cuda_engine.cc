@@ -176,6 +176,11 @@ int RunHybrid(const Args& a, Client& c) {
                        cudaMemcpyHostToDevice),
             "cudaMemcpy H2D");
     }
+    // A cudaMemcpy from pageable memory returns once the bytes are staged,
+    // not landed, and the Manager reads the page from its own context: without
+    // this wait its D2H read the page's old 0xEE while its GPU CRC32C read the
+    // pattern, so the SSD copy failed its check (process gate H2, 2026-12-07).
+    Check(cudaDeviceSynchronize(), "cudaDeviceSynchronize after the fill");
   };
   std::vector<BlockKey> chain;
   for (uint32_t i = 0; i < a.blocks; ++i) chain.push_back(Key(a.first_key + i));
@@ -214,6 +219,9 @@ int RunHybrid(const Args& a, Client& c) {
         Check(cudaMemset(slot_base[g][s] + a.blocks * bytes, 0xEE, a.blocks * bytes), "cudaMemset");
       }
     }
+    // cudaMemset is asynchronous to the host: it must land before the
+    // Manager writes the pages, not after.
+    Check(cudaDeviceSynchronize(), "cudaDeviceSynchronize after the poison");
     double ms = 0;
     const RestoreResult res = TimedRestore(c, rr, &ms);
     uint32_t failed = 0;
@@ -325,6 +333,7 @@ int main(int argc, char** argv) {
                      cudaMemcpyHostToDevice),
           "cudaMemcpy H2D");
   }
+  Check(cudaDeviceSynchronize(), "cudaDeviceSynchronize after the fill");  // as RunHybrid's
 
   ClientConfig cc;
   cc.socket_path = a.socket;
