@@ -91,6 +91,10 @@ struct ManagerOptions {
   // that writes every slot of its group: a gather writes an object from its
   // first slot to its last, zeros between.
   bool publish_gather = true;  // --publish-gather
+  // Restores into host pages: helper threads that share a restore's memcpys
+  // with the thread serving it (manager/host_copier.h), so one large restore
+  // is not held to one core's copy rate; 0: every copy on that thread (0..64).
+  uint32_t host_copy_threads = 0;  // --host-copy-threads
   // Opt-in cost observations: orbitkv_cost_seconds{path} per SSD restore route
   // (environment ORBITKV_COST_OBSERVATIONS=1, read by ParseFlags).
   bool cost_observations = false;

@@ -46,6 +46,10 @@ Status ManagerOptions::Validate() const {
   if (publish_batch_bytes < (64u << 10) || publish_batch_bytes > (1ull << 30)) {
     return Status::InvalidArgument("--publish-batch-bytes must be between 64kib and 1gib");
   }
+  if (host_copy_threads > 64) {
+    return Status::InvalidArgument("--host-copy-threads must be 0..64, got " +
+                                   std::to_string(host_copy_threads));
+  }
   if (publish_depth == 0 || publish_depth > 8) {
     return Status::InvalidArgument("--publish-depth must be between 1 and 8");
   }

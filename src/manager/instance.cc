@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cassert>
 #include <chrono>
 #include <cstring>
 #include <utility>
@@ -155,6 +156,21 @@ class CopyCostTimer {
 
 Status Instance::CopyAndWait(bool to_device, std::span<const gpu::CopyOp> ops) {
   if (ops.empty()) return Status::OK();
+  if (!cuda()) {
+    assert(to_device);
+    std::vector<HostCopyOp> host;
+    host.reserve(ops.size());
+    for (const gpu::CopyOp& op : ops) {
+      host.push_back(
+          {reinterpret_cast<uint8_t*>(op.dst), reinterpret_cast<const uint8_t*>(op.src), op.bytes});
+    }
+    if (host_copier != nullptr) {
+      host_copier->Copy(host);
+    } else {
+      for (const HostCopyOp& op : host) std::memcpy(op.dst, op.src, op.bytes);
+    }
+    return Status::OK();
+  }
   if (!to_device) return CopyToHostWithCrcs(ops, {}, nullptr);
   CopyCostTimer cost(cost_copy_enqueue[0], cost_copy_wait[0]);
   ORBITKV_ASSIGN_OR_RETURN(std::unique_ptr<gpu::Event> ev, TakeEvent());
@@ -425,12 +441,9 @@ Status Instance::ObjectToPages(uint32_t group, std::span<const uint8_t> object, 
   if (from_ssd) ORBITKV_RETURN_IF_ERROR(VerifyObjectPayload(h, object));
   for (const SlotLayout& s : g->slots) {
     const uint8_t* src = object.data() + h.segments[s.slot_id].offset;
-    if (cuda()) {
-      copies->ops.push_back(
-          {DevicePage(s, page), reinterpret_cast<gpu::DevPtr>(src), s.bytes_per_page});
-    } else {
-      std::memcpy(HostPage(s, page), src, s.bytes_per_page);
-    }
+    const gpu::DevPtr dst =
+        cuda() ? DevicePage(s, page) : reinterpret_cast<gpu::DevPtr>(HostPage(s, page));
+    copies->ops.push_back({dst, reinterpret_cast<gpu::DevPtr>(src), s.bytes_per_page});
   }
   return Status::OK();
 }

@@ -20,6 +20,7 @@
 
 #include "common/mutex.h"
 #include "gpu/platform.h"
+#include "manager/host_copier.h"
 #include "manager/host_region.h"
 #include "manager/storage_codec.h"
 #include "orbitkv/cache_api.h"
@@ -73,6 +74,9 @@ class Instance {
   ObjectId Object(uint32_t group, const BlockKey& chain_key) const;
   NamespaceCodec codec;                         // of the namespace's objects
   const CodecMetrics* codec_metrics = nullptr;  // the Manager's (outlives the instance)
+  // Host pages: who runs CopyAndWait's memcpys (the Manager's, outlives the
+  // instance); null: the calling thread alone. Set before the instance is shared.
+  HostCopier* host_copier = nullptr;
   // Opt-in cost observations of the copy jobs (ORBITKV_COST_OBSERVATIONS):
   // index 0 H2D, 1 D2H; null when off. Set before the instance is shared.
   Histogram* cost_copy_enqueue[2] = {nullptr, nullptr};
@@ -93,7 +97,8 @@ class Instance {
 
   // ---- copies (the caller holds a guard) ----------------------------------
   // Runs `ops` on the H2D (to_device) or a D2H stream and waits for this
-  // job's own event. OK at once when ops is empty.
+  // job's own event. OK at once when ops is empty. Host pages (to_device
+  // only): the ops are host addresses, memcpy'd through host_copier.
   Status CopyAndWait(bool to_device, std::span<const gpu::CopyOp> ops) EXCLUDES(h2d_mu_, d2h_mu_);
   // D2H `ops` and the CRC32C of each range of `crcs` (engine pages) into
   // `out` (pinned or device memory, crcs.size() entries); waits for both.
@@ -186,8 +191,9 @@ class Instance {
   Result<ParsedHeader> MatchedHeader(uint32_t group, std::span<const uint8_t> object,
                                      const ObjectId& id) const;
   // Checks one object (host memory) against its id and shape, then copies its
-  // segments into `page` for every slot this instance holds: memcpy for host
-  // pages; for CUDA pages the copies are appended to `copies`. `from_ssd`:
+  // segments into `page` for every slot this instance holds: the copies are
+  // appended to `copies` (for host pages as host addresses; CopyAndWait runs
+  // them), except that an encoded object decodes straight into host pages. `from_ssd`:
   // every segment's payload CRC32C is checked first (raw DRAM entries were
   // checked when they entered the pool). An encoded object (storage_codec.h)
   // is always checked (codec, version, every segment's CRC) and then decoded

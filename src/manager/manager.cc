@@ -81,6 +81,11 @@ Result<std::unique_ptr<Manager>> Manager::Create(const ManagerConfig& config) {
   Impl& x = *impl;
   x.m = ManagerMetrics::Register(*config.metrics, ssd_on, o.cost_observations);
   x.codec_metrics = std::make_unique<CodecMetrics>(*config.metrics);
+  x.host_copier = std::make_unique<HostCopier>(HostCopier::Options{
+      o.host_copy_threads, 4ull << 20,
+      config.metrics->GetCounter("orbitkv_host_copy_helped_bytes_total",
+                                 "Bytes of restores into host pages copied by "
+                                 "--host-copy-threads helpers, not the serving thread.")});
   x.codec_budget = std::make_unique<CodecBudget>(o.codec_budget, x.codec_metrics->budget_used);
   x.cufile_series = std::make_unique<CufileSeries>(config.metrics, config.gpu);
   if (ssd_on) {
@@ -302,6 +307,7 @@ Result<InstanceId> Manager::RegisterInstance(SessionId session, const RegisterRe
   ORBITKV_ASSIGN_OR_RETURN(inst->codec,
                            SelectNamespaceCodec(req.storage, impl_->default_codec, inst->layout));
   inst->codec_metrics = impl_->codec_metrics.get();
+  inst->host_copier = impl_->host_copier.get();
   for (int d = 0; d < 2; ++d) {
     inst->cost_copy_enqueue[d] = impl_->m.cost_copy_enqueue[d];
     inst->cost_copy_wait[d] = impl_->m.cost_copy_wait[d];

@@ -14,6 +14,7 @@
 #include "common/mutex.h"
 #include "manager/cufile_route.h"
 #include "manager/dram_gpu_decode.h"
+#include "manager/host_copier.h"
 #include "manager/lane.h"
 #include "manager/manager.h"
 #include "manager/manager_metrics.h"
@@ -33,6 +34,9 @@ struct Manager::Impl {
   ManagerConfig config;
   ManagerMetrics m;
   std::unique_ptr<CodecMetrics> codec_metrics;
+  // Restores into host pages copy through it (instances point here): declared
+  // before the routes and sessions, so it outlives them.
+  std::unique_ptr<HostCopier> host_copier;
   std::unique_ptr<CodecBudget> codec_budget;             // the GPU codec path's reservations
   codec::CodecId default_codec = codec::CodecId::kNone;  // --storage-codec
   std::atomic<uint64_t> next_id{1};  // sessions, namespaces, instances, queries, restores

@@ -577,5 +577,38 @@ TEST_F(ManagerTest, NamespaceSlotSizesAreReleasedWithItsLastInstance) {
   ExpectAllReleased();
 }
 
+// --host-copy-threads: a restore into host pages larger than a copy chunk is
+// shared with helper threads, and every byte still lands where it belongs.
+TEST_F(ManagerTest, HostCopyHelpersShareALargeRestoreAndItStaysByteExact) {
+  ManagerConfig c = Config(64u << 20, /*ssd=*/false);
+  c.options.host_copy_threads = 2;
+  auto m = Manager::Create(c);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  mgr = std::move(m).value();
+  session = mgr->OpenSession(getpid());
+  InstanceLayout l = SplitLayout(32, {(1u << 20) + 1000, 333 << 10});
+  HostPages pages(l);
+  InstanceId inst = Register(pages, l);
+  for (uint64_t i = 0; i < 12; ++i) pages.Fill(0, i, 500 + i);
+  PublishResult pr =
+      Publish(inst, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
+  ASSERT_EQ(pr.sealed, 12u);
+  for (int round = 0; round < 20; ++round) {
+    QueryResult q = Query(inst, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
+    ASSERT_EQ(q.prefix, 12u);
+    for (uint64_t p = 16; p < 28; ++p) pages.Fill(0, p, 0);  // poison the destinations
+    RestoreResult r = Restore(inst, q.query, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11},
+                              {16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27});
+    for (const BlockResult& b : r.blocks) ASSERT_TRUE(b.status.ok()) << b.status.ToString();
+    for (uint64_t i = 0; i < 12; ++i)
+      ASSERT_TRUE(pages.Holds(0, 16 + i, 500 + i)) << round << " " << i;
+    if (metrics.Read("orbitkv_host_copy_helped_bytes_total") > 0) break;
+  }
+  EXPECT_GT(metrics.Read("orbitkv_host_copy_helped_bytes_total"), 0)
+      << "no helper took a chunk of 20 restores of 16 MiB";
+  EXPECT_TRUE(mgr->UnregisterInstance(session, inst).ok());
+  ExpectAllReleased();
+}
+
 }  // namespace
 }  // namespace orbitkv

@@ -87,6 +87,10 @@ Result<ParsedFlags> ParseFlags(int argc, const char* const* argv, std::string* o
                  "with one descriptor per object, by an instance that writes every slot of its "
                  "group (false: a copy and a CRC per slot)")
       ->capture_default_str();
+  app.add_option("--host-copy-threads", o.host_copy_threads,
+                 "Restores into host pages: helper threads sharing a restore's memcpys with the "
+                 "thread serving it (0: that thread alone; 0..64)")
+      ->capture_default_str();
   app.add_option("--codec-budget", codec_budget,
                  "Codec memory: encoded output the SSD writeback lanes hold at once (split "
                  "between them)")

@@ -103,6 +103,11 @@ TEST(Flags, ParsesValues) {
   ASSERT_TRUE(gather.ok()) << gather.status().ToString();
   EXPECT_FALSE(gather->options.publish_gather);
   EXPECT_FALSE(Parse({"--publish-gather", "maybe"}).ok());
+  EXPECT_EQ(Parse({})->options.host_copy_threads, 0u);
+  auto helpers = Parse({"--host-copy-threads", "3"});
+  ASSERT_TRUE(helpers.ok()) << helpers.status().ToString();
+  EXPECT_EQ(helpers->options.host_copy_threads, 3u);
+  EXPECT_FALSE(Parse({"--host-copy-threads", "65"}).ok());
   auto e = Parse({"--codec-dram-copy", "encoded"});
   ASSERT_TRUE(e.ok()) << e.status().ToString();
   EXPECT_TRUE(e->options.codec_dram_copy_encoded);
