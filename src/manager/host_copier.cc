@@ -10,7 +10,7 @@
 namespace orbitkv {
 
 struct HostCopier::Job {
-  std::vector<HostCopyOp> chunks;
+  std::vector<gpu::CopyOp> chunks;
   std::atomic<size_t> next{0};
   Mutex mu;
   CondVar cv;
@@ -37,8 +37,8 @@ uint64_t HostCopier::Work(Job& job) {
   uint64_t bytes = 0;
   size_t copied = 0;
   for (size_t i; (i = job.next.fetch_add(1, std::memory_order_relaxed)) < job.chunks.size();) {
-    const HostCopyOp& c = job.chunks[i];
-    std::memcpy(c.dst, c.src, c.bytes);
+    const gpu::CopyOp& c = job.chunks[i];
+    std::memcpy(reinterpret_cast<void*>(c.dst), reinterpret_cast<const void*>(c.src), c.bytes);
     bytes += c.bytes;
     ++copied;
   }
@@ -50,15 +50,18 @@ uint64_t HostCopier::Work(Job& job) {
   return bytes;
 }
 
-void HostCopier::Copy(std::span<const HostCopyOp> ops) {
-  uint64_t total = 0;
-  for (const HostCopyOp& op : ops) total += op.bytes;
-  if (!helpers_ || total <= o_.chunk_bytes) {
-    for (const HostCopyOp& op : ops) std::memcpy(op.dst, op.src, op.bytes);
-    return;
+void HostCopier::CopyHere(std::span<const gpu::CopyOp> ops) {
+  for (const gpu::CopyOp& op : ops) {
+    std::memcpy(reinterpret_cast<void*>(op.dst), reinterpret_cast<const void*>(op.src), op.bytes);
   }
+}
+
+void HostCopier::Copy(std::span<const gpu::CopyOp> ops) {
+  uint64_t total = 0;
+  for (const gpu::CopyOp& op : ops) total += op.bytes;
+  if (!helpers_ || total <= o_.chunk_bytes) return CopyHere(ops);
   auto job = std::make_shared<Job>();
-  for (const HostCopyOp& op : ops) {
+  for (const gpu::CopyOp& op : ops) {
     for (uint64_t at = 0; at < op.bytes; at += o_.chunk_bytes) {
       job->chunks.push_back({op.dst + at, op.src + at, std::min(o_.chunk_bytes, op.bytes - at)});
     }

@@ -10,6 +10,9 @@
 // or full costs the caller nothing beyond its own memcpys: the caller never
 // waits for a helper to start, only for chunks a helper has already taken.
 //
+// The ops are the page copies a restore collected (Instance::PageCopies), their
+// dst and src host addresses.
+//
 // Thread-safe: Copy from any number of threads. REQUIRES: ops' ranges are
 // valid for the call and no destination overlaps another op's (a restore's
 // pages are distinct).
@@ -19,16 +22,11 @@
 #include <memory>
 #include <span>
 
+#include "gpu/platform.h"
 #include "manager/work_queue.h"
 #include "orbitkv/metrics.h"
 
 namespace orbitkv {
-
-struct HostCopyOp {
-  uint8_t* dst = nullptr;
-  const uint8_t* src = nullptr;
-  uint64_t bytes = 0;
-};
 
 class HostCopier {
  public:
@@ -42,8 +40,9 @@ class HostCopier {
   HostCopier(const HostCopier&) = delete;
   HostCopier& operator=(const HostCopier&) = delete;
 
-  void Copy(std::span<const HostCopyOp> ops);
-  uint32_t threads() const { return o_.threads; }
+  void Copy(std::span<const gpu::CopyOp> ops);
+  // The same on the calling thread alone (no copier).
+  static void CopyHere(std::span<const gpu::CopyOp> ops);
 
  private:
   struct Job;

@@ -17,7 +17,7 @@ namespace {
 
 struct Case {
   std::vector<uint8_t> src, dst;
-  std::vector<HostCopyOp> ops;
+  std::vector<gpu::CopyOp> ops;
 };
 
 // `n` ops of the given sizes between distinct, shuffled places of two buffers.
@@ -39,15 +39,19 @@ Case MakeCase(const std::vector<uint64_t>& sizes, uint32_t seed) {
   }
   at = 0;
   for (size_t i = 0; i < sizes.size(); ++i) {
-    c.ops.push_back({c.dst.data() + dst_at[i], c.src.data() + at, sizes[i]});
+    c.ops.push_back({reinterpret_cast<gpu::DevPtr>(c.dst.data() + dst_at[i]),
+                     reinterpret_cast<gpu::DevPtr>(c.src.data() + at), sizes[i]});
     at += sizes[i];
   }
   return c;
 }
 
 bool Landed(const Case& c) {
-  for (const HostCopyOp& op : c.ops) {
-    if (std::memcmp(op.dst, op.src, op.bytes) != 0) return false;
+  for (const gpu::CopyOp& op : c.ops) {
+    if (std::memcmp(reinterpret_cast<const void*>(op.dst), reinterpret_cast<const void*>(op.src),
+                    op.bytes) != 0) {
+      return false;
+    }
   }
   return true;
 }

@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cassert>
 #include <chrono>
 #include <cstring>
 #include <utility>
@@ -156,18 +155,11 @@ class CopyCostTimer {
 
 Status Instance::CopyAndWait(bool to_device, std::span<const gpu::CopyOp> ops) {
   if (ops.empty()) return Status::OK();
-  if (!cuda()) {
-    assert(to_device);
-    std::vector<HostCopyOp> host;
-    host.reserve(ops.size());
-    for (const gpu::CopyOp& op : ops) {
-      host.push_back(
-          {reinterpret_cast<uint8_t*>(op.dst), reinterpret_cast<const uint8_t*>(op.src), op.bytes});
-    }
+  if (!cuda()) {  // host pages: the ops are memcpys
     if (host_copier != nullptr) {
-      host_copier->Copy(host);
+      host_copier->Copy(ops);
     } else {
-      for (const HostCopyOp& op : host) std::memcpy(op.dst, op.src, op.bytes);
+      HostCopier::CopyHere(ops);
     }
     return Status::OK();
   }

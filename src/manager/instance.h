@@ -97,8 +97,8 @@ class Instance {
 
   // ---- copies (the caller holds a guard) ----------------------------------
   // Runs `ops` on the H2D (to_device) or a D2H stream and waits for this
-  // job's own event. OK at once when ops is empty. Host pages (to_device
-  // only): the ops are host addresses, memcpy'd through host_copier.
+  // job's own event. OK at once when ops is empty. Host pages: the ops are
+  // host addresses, memcpy'd through host_copier (either direction).
   Status CopyAndWait(bool to_device, std::span<const gpu::CopyOp> ops) EXCLUDES(h2d_mu_, d2h_mu_);
   // D2H `ops` and the CRC32C of each range of `crcs` (engine pages) into
   // `out` (pinned or device memory, crcs.size() entries); waits for both.

@@ -82,10 +82,11 @@ Result<std::unique_ptr<Manager>> Manager::Create(const ManagerConfig& config) {
   x.m = ManagerMetrics::Register(*config.metrics, ssd_on, o.cost_observations);
   x.codec_metrics = std::make_unique<CodecMetrics>(*config.metrics);
   x.host_copier = std::make_unique<HostCopier>(HostCopier::Options{
-      o.host_copy_threads, 4ull << 20,
-      config.metrics->GetCounter("orbitkv_host_copy_helped_bytes_total",
-                                 "Bytes of restores into host pages copied by "
-                                 "--host-copy-threads helpers, not the serving thread.")});
+      .threads = o.host_copy_threads,
+      .helped_bytes =
+          config.metrics->GetCounter("orbitkv_host_copy_helped_bytes_total",
+                                     "Bytes of restores into host pages copied by "
+                                     "--host-copy-threads helpers, not the serving thread.")});
   x.codec_budget = std::make_unique<CodecBudget>(o.codec_budget, x.codec_metrics->budget_used);
   x.cufile_series = std::make_unique<CufileSeries>(config.metrics, config.gpu);
   if (ssd_on) {
